@@ -1,0 +1,567 @@
+package dedupe
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Window defaults.
+const (
+	// DefaultWindowCapacity is the number of live keys a Window holds when
+	// WindowOptions.Capacity is zero.
+	DefaultWindowCapacity = 1 << 20
+	// DefaultWindowTTL is how long a key stays in a Window when
+	// WindowOptions.TTL is zero.
+	DefaultWindowTTL = 10 * time.Minute
+)
+
+// ErrInvalidWindow is wrapped by the error NewWindow returns for options it
+// cannot honour.
+var ErrInvalidWindow = errors.New("dedupe: invalid window options")
+
+// Clock tells the time. The window and the ledger read time only through a
+// Clock, so tests can move it. Now must be monotonic: it never goes back.
+type Clock interface {
+	Now() time.Time
+}
+
+// WindowOptions configures a Window. The zero value means the defaults.
+type WindowOptions struct {
+	// Capacity is the number of live keys the window is guaranteed to hold
+	// without losing any. It is rounded up so that the table is a power of two
+	// buckets, and to at least MinWindowCapacity. Past it, adding a key evicts
+	// the oldest key among the ones it competes with. The default is
+	// DefaultWindowCapacity.
+	Capacity int
+
+	// TTL is how long a key is remembered after it was added: at least TTL and
+	// at most TTL plus TTL/16 (time is kept in units of 1/32 to 1/64 of the
+	// TTL). The default is DefaultWindowTTL. TTL must be at least 64ns.
+	TTL time.Duration
+
+	// Clock supplies the time. The default is the process's monotonic clock.
+	Clock Clock
+}
+
+// MinWindowCapacity is the smallest capacity a Window rounds up to: 1 MiB of
+// table. Below it the bits a slot spends on its timestamp would be too few.
+const MinWindowCapacity = minBuckets * keysPerBucket
+
+const (
+	slotsPerBucket = 8                  // one 64-byte cache line of uint64 slots
+	keysPerBucket  = slotsPerBucket / 2 // capacity: half the slots (see the design note)
+	minBucketBits  = 14
+	minBuckets     = 1 << minBucketBits
+	maxBucketBits  = 40
+
+	// Slot states, two bits beside the timestamp.
+	statePending   = 1 // an add in progress: not yet a member
+	stateCommitted = 2 // a member, live until its stamp ages past the TTL
+
+	stripes = 32 // stat counters are striped to keep cores off one cache line
+)
+
+// Window is a fixed-memory set of 64-bit keys with time-based expiry: a
+// dedupe window. SeenOrAdd reports whether a key was added within the TTL and
+// adds it if not, atomically, so of many goroutines racing on one new key
+// exactly one is told it is new.
+//
+// A Window is safe for concurrent use by multiple goroutines. Its operations
+// take no locks and do not allocate; its memory is fixed by New. There is no
+// background goroutine: expired slots are reclaimed by the operations that
+// pass them, and a small slice of the table is swept each time the clock
+// crosses a time unit.
+//
+// The one exception to lock-freedom is the catch-up after the window has seen
+// no operation for a long time (at least 1/8 of the timestamp range: 4 to 8
+// TTLs for the smallest table, 64 to 128 for one of a million keys): the first
+// operation then clears expired slots from the whole table, and operations
+// that arrive meanwhile wait for it.
+//
+// # Guarantees
+//
+// While no more than Capacity keys are live, no live key is ever lost: the
+// table is sized so each key has 16 candidate slots in two buckets (two-choice
+// hashing at half load), and no bucket overflows in that regime. Past
+// Capacity, adding a key whose candidates are all live evicts the oldest of
+// them and counts an eviction. A key is never reported present that was not
+// added: slots store the full 64-bit key (the bucket index supplies the bits
+// the slot does not).
+//
+// A Window is a cache. In front of a durable ledger it is only a fast path:
+// add a key after the ledger has committed the work, Remove it when the
+// effect failed, and expect it to be empty after a restart.
+type Window struct {
+	// Read on every operation, written once per time unit.
+	swept atomic.Uint64 // highest time unit the sweep has reached
+	reset atomic.Uint32 // 1 while a catch-up clears the table
+	_     [64 - 12]byte
+
+	buckets   []bucket
+	nb        uint64 // number of buckets, a power of two
+	bbits     uint   // log2(nb)
+	stampBits uint   // bbits - 3
+	stampMask uint64
+	idShift   uint // bbits - 1: word >> idShift is tag<<1 | alt
+
+	ttlUnits  int64 // live iff age in units <= ttlUnits
+	unitShift uint  // a unit is 1<<unitShift nanoseconds
+	period    uint64
+	resetLag  uint64
+
+	clock Clock
+	base  time.Time
+
+	hits, adds, evictions, expired [stripes]paddedCounter
+}
+
+type bucket [slotsPerBucket]atomic.Uint64
+
+// testHookClaimed, when set by a test, runs between a pending claim and the
+// rival check, so tests can stage the interleavings the check resolves.
+var testHookClaimed func(l *loc, target int)
+
+type paddedCounter struct {
+	n atomic.Uint64
+	_ [56]byte
+}
+
+// WindowStats is a snapshot of a Window's counters.
+type WindowStats struct {
+	Capacity  int    // keys the window holds without eviction
+	Bytes     int    // memory held by the table
+	Live      int    // keys currently live (counted by scanning the table)
+	Hits      uint64 // SeenOrAdd calls that found the key live
+	Adds      uint64 // keys added (new, or re-added after expiry)
+	Evictions uint64 // live keys pushed out because their slots were full
+	Expired   uint64 // slots reclaimed after their key expired
+}
+
+// NewWindow returns a Window with the given options.
+func NewWindow(opts WindowOptions) (*Window, error) {
+	if opts.Capacity < 0 {
+		return nil, fmt.Errorf("%w: capacity %d is negative", ErrInvalidWindow, opts.Capacity)
+	}
+	if opts.TTL < 0 || (opts.TTL > 0 && opts.TTL < 64) {
+		return nil, fmt.Errorf("%w: ttl %v must be at least 64ns", ErrInvalidWindow, opts.TTL)
+	}
+	if opts.Capacity == 0 {
+		opts.Capacity = DefaultWindowCapacity
+	}
+	if opts.TTL == 0 {
+		opts.TTL = DefaultWindowTTL
+	}
+	nb := uint64(minBuckets)
+	for nb*keysPerBucket < uint64(opts.Capacity) {
+		nb <<= 1
+	}
+	bbits := uint(bits.TrailingZeros64(nb))
+	if bbits > maxBucketBits {
+		return nil, fmt.Errorf("%w: capacity %d is too large", ErrInvalidWindow, opts.Capacity)
+	}
+	w := &Window{
+		buckets:   make([]bucket, nb),
+		nb:        nb,
+		bbits:     bbits,
+		stampBits: bbits - 3,
+		stampMask: 1<<(bbits-3) - 1,
+		idShift:   bbits - 1,
+		clock:     opts.Clock,
+	}
+	// A unit is the largest power of two of nanoseconds that is at most
+	// TTL/32, so a TTL spans 32 to 64 units and a unit costs a shift.
+	w.unitShift = uint(63 - bits.LeadingZeros64(uint64(opts.TTL/32)))
+	unit := int64(1) << w.unitShift
+	w.ttlUnits = (int64(opts.TTL) + unit - 1) / unit
+	wrap := uint64(1) << w.stampBits
+	// Stamps are compared modulo wrap as signed ages. The sweep visits every
+	// bucket once per period, and an idle gap of resetLag triggers a catch-up,
+	// so no stamp still in the table is ever more than wrap/2 old.
+	w.period = wrap / 8
+	w.resetLag = wrap / 8
+	if w.clock == nil {
+		w.base = time.Now()
+	} else {
+		w.base = w.clock.Now()
+	}
+	return w, nil
+}
+
+// Capacity returns the number of live keys the window holds without eviction.
+func (w *Window) Capacity() int { return int(w.nb * keysPerBucket) }
+
+// Bytes returns the memory held by the window's table.
+func (w *Window) Bytes() int { return int(w.nb * slotsPerBucket * 8) }
+
+// TTL returns how long a key is remembered, rounded to the window's time unit.
+func (w *Window) TTL() time.Duration { return time.Duration(w.ttlUnits << w.unitShift) }
+
+// mix is a bijection on uint64 (the murmur3 finalizer), so distinct keys stay
+// distinct and clustered keys spread over the table.
+func mix(k uint64) uint64 {
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return k
+}
+
+// loc is where a key may live: two buckets and the identity its slots carry.
+type loc struct {
+	b1, b2 *bucket
+	id     uint64 // tag<<1; the slot's alt bit is 0 in b1 and 1 in b2
+	stripe int
+}
+
+func (w *Window) locate(k uint64) loc {
+	m := mix(k)
+	h1 := m >> (64 - w.bbits)
+	tag := m & (1<<(64-w.bbits) - 1)
+	// The second bucket is the first XOR a non-zero function of the tag, so
+	// it differs from the first, and either one gives back the other.
+	h2 := h1 ^ ((tag*0x9e3779b97f4a7c15)>>(64-w.bbits) | 1)
+	return loc{b1: &w.buckets[h1], b2: &w.buckets[h2], id: tag << 1, stripe: int(h1 % stripes)}
+}
+
+// slot returns candidate p (0..15) of l and the identity a slot there carries
+// for l's key. Candidates are ordered: this order decides which of two racing
+// adds of one key survives.
+func (l *loc) slot(p int) (*atomic.Uint64, uint64) {
+	if p < slotsPerBucket {
+		return &l.b1[p], l.id
+	}
+	return &l.b2[p-slotsPerBucket], l.id | 1
+}
+
+func (w *Window) word(id uint64, state uint64, stamp uint64) uint64 {
+	return id<<w.idShift | state<<w.stampBits | stamp&w.stampMask
+}
+
+func (w *Window) state(x uint64) uint64 { return x >> w.stampBits & 3 }
+
+// age returns how many units ago x was stamped, as a signed number: a stamp
+// written by a goroutine whose clock read came later than t is slightly
+// negative.
+func (w *Window) age(x uint64, t uint64) int64 {
+	d := (t - x) & w.stampMask
+	if d > w.stampMask>>1 {
+		return int64(d) - int64(w.stampMask) - 1
+	}
+	return int64(d)
+}
+
+func (w *Window) live(x uint64, t uint64) bool { return w.age(x, t) <= w.ttlUnits }
+
+// now returns the current time unit, having made sure the sweep has caught up
+// with it.
+func (w *Window) now() uint64 {
+	for {
+		var d time.Duration
+		if w.clock == nil {
+			d = time.Since(w.base)
+		} else {
+			d = w.clock.Now().Sub(w.base)
+		}
+		t := uint64(d) >> w.unitShift
+		if d < 0 {
+			t = 0
+		}
+		s := w.swept.Load()
+		if t <= s && w.reset.Load() == 0 {
+			return t
+		}
+		if w.advance(t) {
+			return t
+		}
+	}
+}
+
+// advance moves the sweep to unit t. It reports false if the caller must read
+// the clock again (a catch-up ran or is running).
+func (w *Window) advance(t uint64) bool {
+	if w.reset.Load() != 0 {
+		for w.reset.Load() != 0 {
+			runtime.Gosched()
+		}
+		return false
+	}
+	for {
+		s := w.swept.Load()
+		if t <= s {
+			return true
+		}
+		if t-s >= w.resetLag {
+			w.catchUp(s, t)
+			return false
+		}
+		if w.swept.CompareAndSwap(s, t) {
+			w.sweep(s, t)
+			return true
+		}
+	}
+}
+
+// sweep clears expired slots in the buckets whose turn falls in units (s, t].
+func (w *Window) sweep(s, t uint64) {
+	if t-s >= w.period {
+		w.sweepRange(0, w.nb, t)
+		return
+	}
+	from, to := w.turn(s+1), w.turn(t+1)
+	if from <= to {
+		w.sweepRange(from, to, t)
+	} else {
+		w.sweepRange(from, w.nb, t)
+		w.sweepRange(0, to, t)
+	}
+}
+
+// turn returns the first bucket swept in time unit x.
+func (w *Window) turn(x uint64) uint64 {
+	x %= w.period
+	if w.nb >= w.period {
+		return x * (w.nb / w.period)
+	}
+	return x / (w.period / w.nb)
+}
+
+func (w *Window) sweepRange(from, to uint64, t uint64) {
+	var n uint64
+	for i := from; i < to; i++ {
+		b := &w.buckets[i]
+		for j := range b {
+			x := b[j].Load()
+			if x != 0 && w.state(x) == stateCommitted && !w.live(x, t) && b[j].CompareAndSwap(x, 0) {
+				n++
+			}
+		}
+	}
+	if n > 0 {
+		w.expired[0].n.Add(n)
+	}
+}
+
+// catchUp clears the table after an idle gap. Every slot stamped at or before
+// s is older than resetLag units and so expired; slots stamped after s belong
+// to operations that ran concurrently and are kept.
+func (w *Window) catchUp(s, t uint64) {
+	if !w.reset.CompareAndSwap(0, 1) {
+		return
+	}
+	defer w.reset.Store(0)
+	if w.swept.Load() != s {
+		return // someone else caught up first
+	}
+	var n uint64
+	for i := range w.buckets {
+		b := &w.buckets[i]
+		for j := range b {
+			x := b[j].Load()
+			if x != 0 && w.state(x) == stateCommitted && w.age(x, s) >= 0 && b[j].CompareAndSwap(x, 0) {
+				n++
+			}
+		}
+	}
+	w.expired[0].n.Add(n)
+	for {
+		cur := w.swept.Load()
+		if cur >= t || w.swept.CompareAndSwap(cur, t) {
+			return
+		}
+	}
+}
+
+// SeenOrAdd reports whether k was added within the TTL. If it was not, it adds
+// k and returns false. Of any number of goroutines calling SeenOrAdd with the
+// same new key at once, exactly one gets false.
+func (w *Window) SeenOrAdd(k uint64) bool { return w.insert(k, false) }
+
+// Add adds k, or restarts its TTL if it is already present.
+func (w *Window) Add(k uint64) { w.insert(k, true) }
+
+func (w *Window) insert(k uint64, refresh bool) bool {
+	t := w.now()
+	l := w.locate(k)
+retry:
+	// Phase 1: look for k, and note where it could go.
+	var (
+		free    [2]int // free slots per bucket
+		freeP   = [2]int{-1, -1}
+		freeX   [2]uint64
+		oldestP = -1
+		oldestX uint64
+		oldest  int64
+	)
+	for p := 0; p < 2*slotsPerBucket; p++ {
+		s, id := l.slot(p)
+		x := s.Load()
+		b := p / slotsPerBucket
+		if x == 0 {
+			if free[b]++; freeP[b] < 0 {
+				freeP[b], freeX[b] = p, x
+			}
+			continue
+		}
+		st := w.state(x)
+		if x>>w.idShift == id {
+			if st == statePending {
+				// Another goroutine is adding k right now: it, or a rival
+				// with an earlier slot, will report k new.
+				w.hits[l.stripe].n.Add(1)
+				return true
+			}
+			if w.live(x, t) {
+				if refresh && w.age(x, t) > 0 && !s.CompareAndSwap(x, w.word(id, stateCommitted, t)) {
+					goto retry
+				}
+				if !refresh {
+					w.hits[l.stripe].n.Add(1)
+				}
+				return true
+			}
+			// k expired: stamp it anew in place.
+			if !s.CompareAndSwap(x, w.word(id, stateCommitted, t)) {
+				goto retry
+			}
+			w.adds[l.stripe].n.Add(1)
+			w.expired[l.stripe].n.Add(1)
+			return false
+		}
+		if st != stateCommitted {
+			continue // another key's add in progress
+		}
+		if !w.live(x, t) {
+			if free[b]++; freeP[b] < 0 {
+				freeP[b], freeX[b] = p, x
+			}
+		} else if a := w.age(x, t); oldestP < 0 || a > oldest {
+			oldestP, oldestX, oldest = p, x, a
+		}
+	}
+
+	// Phase 2: claim a slot with a pending add: the emptier bucket's first
+	// free slot, or else the oldest live key's slot. The claim is a CAS from
+	// the word phase 1 saw, so a slot that changed meanwhile is not taken.
+	b := 0
+	if free[1] > free[0] {
+		b = 1
+	}
+	target, old := freeP[b], freeX[b]
+	if target < 0 {
+		if oldestP < 0 {
+			// All 16 candidates hold adds in progress.
+			runtime.Gosched()
+			goto retry
+		}
+		target, old = oldestP, oldestX
+	}
+	ts, tid := l.slot(target)
+	pending := w.word(tid, statePending, t)
+	if !ts.CompareAndSwap(old, pending) {
+		goto retry
+	}
+	switch {
+	case old == 0:
+	case target == oldestP && freeP[b] < 0:
+		w.evictions[l.stripe].n.Add(1)
+	default:
+		w.expired[l.stripe].n.Add(1)
+	}
+
+	if testHookClaimed != nil {
+		testHookClaimed(&l, target)
+	}
+
+	// Phase 3: a rival add of k may have claimed another candidate while we
+	// looked. The candidate order decides: a committed k or an earlier
+	// pending k wins and we withdraw; a later pending k is aborted.
+	for p := 0; p < 2*slotsPerBucket; p++ {
+		if p == target {
+			continue
+		}
+		s, id := l.slot(p)
+		for {
+			x := s.Load()
+			if x == 0 || x>>w.idShift != id {
+				break
+			}
+			st := w.state(x)
+			if (st == stateCommitted && w.live(x, t)) || (st == statePending && p < target) {
+				ts.CompareAndSwap(pending, 0) // fails only if a rival aborted us
+				w.hits[l.stripe].n.Add(1)
+				return true
+			}
+			// A later pending rival, or an expired copy of k: remove it.
+			if s.CompareAndSwap(x, 0) {
+				break
+			}
+		}
+	}
+
+	// Phase 4: commit. This fails only if an earlier rival aborted us; it
+	// then reports k new.
+	if !ts.CompareAndSwap(pending, w.word(tid, stateCommitted, t)) {
+		w.hits[l.stripe].n.Add(1)
+		return true
+	}
+	w.adds[l.stripe].n.Add(1)
+	return false
+}
+
+// Contains reports whether k was added within the TTL. It does not add k.
+func (w *Window) Contains(k uint64) bool {
+	t := w.now()
+	l := w.locate(k)
+	for p := 0; p < 2*slotsPerBucket; p++ {
+		s, id := l.slot(p)
+		x := s.Load()
+		if x != 0 && x>>w.idShift == id && w.state(x) == stateCommitted && w.live(x, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// Remove removes k and reports whether it was live. Use it when the work a
+// key stood for failed and must be allowed to run again.
+func (w *Window) Remove(k uint64) bool {
+	t := w.now()
+	l := w.locate(k)
+	removed := false
+	for p := 0; p < 2*slotsPerBucket; p++ {
+		s, id := l.slot(p)
+		x := s.Load()
+		if x != 0 && x>>w.idShift == id && w.state(x) == stateCommitted && s.CompareAndSwap(x, 0) {
+			removed = removed || w.live(x, t)
+		}
+	}
+	return removed
+}
+
+// Stats returns the window's counters. It counts live keys by scanning the
+// table, which takes time in proportion to Bytes: call it from a metrics
+// scrape, not per operation.
+func (w *Window) Stats() WindowStats {
+	t := w.now()
+	st := WindowStats{Capacity: w.Capacity(), Bytes: w.Bytes()}
+	for i := range w.buckets {
+		b := &w.buckets[i]
+		for j := range b {
+			if x := b[j].Load(); x != 0 && w.state(x) == stateCommitted && w.live(x, t) {
+				st.Live++
+			}
+		}
+	}
+	for i := 0; i < stripes; i++ {
+		st.Hits += w.hits[i].n.Load()
+		st.Adds += w.adds[i].n.Load()
+		st.Evictions += w.evictions[i].n.Load()
+		st.Expired += w.expired[i].n.Load()
+	}
+	return st
+}
