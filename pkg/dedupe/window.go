@@ -123,7 +123,7 @@ type bucket [slotsPerBucket]atomic.Uint64
 
 // testHookClaimed, when set by a test, runs between a pending claim and the
 // rival check, so tests can stage the interleavings the check resolves.
-var testHookClaimed func(l *loc, target int)
+var testHookClaimed func(l loc, target int)
 
 type paddedCounter struct {
 	n atomic.Uint64
@@ -397,6 +397,9 @@ retry:
 		oldestX uint64
 		oldest  int64
 	)
+	// Touch the second bucket first, so that its cache miss overlaps the
+	// first bucket's instead of following it.
+	_ = l.b2[0].Load()
 	for p := 0; p < 2*slotsPerBucket; p++ {
 		s, id := l.slot(p)
 		x := s.Load()
@@ -474,7 +477,7 @@ retry:
 	}
 
 	if testHookClaimed != nil {
-		testHookClaimed(&l, target)
+		testHookClaimed(l, target)
 	}
 
 	// Phase 3: a rival add of k may have claimed another candidate while we

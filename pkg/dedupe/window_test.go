@@ -495,7 +495,7 @@ func TestWindowRivalCheck(t *testing.T) {
 			l.b1[0].Store(w.word(1<<3, statePending, 0))
 			l.b2[0].Store(w.word(1<<3|1, statePending, 0))
 			rivalP := -1
-			testHookClaimed = func(hl *loc, target int) {
+			testHookClaimed = func(hl loc, target int) {
 				testHookClaimed = nil
 				p, state := tt.rival(w, target)
 				if p == target-1 {

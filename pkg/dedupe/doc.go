@@ -1,0 +1,47 @@
+// Package dedupe derives intent keys from triggers and remembers which keys
+// it has seen, so that a retried step's side effect runs once.
+//
+// # Intent keys
+//
+// A [Keyer] turns a trigger payload into an [Intent]: a 128-bit [Key] that
+// names the unit of work, and a [Fingerprint] of the exact payload. The key
+// is derived from the input, never from the run, the delivery or the model's
+// output, so every retry, every replica and every re-plan of the same work
+// computes the same key:
+//
+//  1. the payload is validated as I-JSON and brought to its RFC 8785
+//     canonical form by package canon (member order and whitespace stop
+//     mattering; duplicate names, invalid UTF-8, unsafe integers and
+//     oversized or over-deep input are errors);
+//  2. the [KeySpec] selects what identifies the work: the listed JSON
+//     Pointers, or the whole payload less its volatile members, plus an
+//     optional version field;
+//  3. the pipeline and step names, the scope (and run id), the spec itself
+//     and the selection are length-prefixed into one domain-separated
+//     message and hashed.
+//
+// Keys are 128 bits because they are durable: at a billion keys a 64-bit
+// hash collides with real probability, and a collision silently swallows
+// real work. The text form, [Key.String], is 32 lowercase hex digits and is
+// what goes into Nats-Msg-Id and Idempotency-Key headers. Keys are stable
+// across releases: a change to their derivation gets a new domain version.
+//
+// The default hash, [HashXXH], is fast and fine for payloads nobody crafts
+// against you. Where payloads come from untrusted parties who could profit
+// from suppressing someone else's work, use [HashSHA256].
+//
+// # The window
+//
+// A [Window] is a fixed-memory, lock-free set of 64-bit keys ([Key.Short])
+// with time-based expiry, for dropping repeats at memory speed: tens of
+// millions of operations a second across cores, no allocation, no mutex, no
+// background goroutine, 16 bytes per key at capacity. See the type's
+// documentation for its guarantees. It is a cache: a durable ledger stays
+// authoritative, and keys go into the window only after the ledger has
+// committed their work.
+//
+// # Concurrency
+//
+// A [Keyer] and a [Window] are safe for concurrent use by multiple
+// goroutines.
+package dedupe

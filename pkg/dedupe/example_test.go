@@ -1,0 +1,75 @@
+package dedupe_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// Two deliveries of one alert, retried by the provider with a new delivery id
+// and timestamp, are one unit of work; the alert's next occurrence is new
+// work.
+func ExampleKeyer() {
+	keyer, err := dedupe.NewKeyer(dedupe.KeySpec{
+		Pipeline: "alerts",
+		Step:     "open-incident",
+		Fields:   []string{"/alert/fingerprint"},
+		Version:  "/alert/occurrence",
+	})
+	if err != nil {
+		panic(err)
+	}
+	first := `{"delivery":"a1","sent":"2026-11-29T07:00:00Z","alert":{"fingerprint":"5f2c","occurrence":7,"summary":"disk full"}}`
+	retry := `{"alert":{"occurrence":7,"fingerprint":"5f2c","summary":"disk full"},"delivery":"a2","sent":"2026-11-29T07:00:31Z"}`
+	next := `{"delivery":"a3","sent":"2026-11-29T09:12:00Z","alert":{"fingerprint":"5f2c","occurrence":8,"summary":"disk full"}}`
+
+	a, _ := keyer.Intent([]byte(first))
+	b, _ := keyer.Intent([]byte(retry))
+	c, _ := keyer.Intent([]byte(next))
+	fmt.Println("retry is the same work:", a.Key == b.Key)
+	fmt.Println("next occurrence is new work:", a.Key != c.Key)
+	fmt.Println("key:", a.Key)
+	// Output:
+	// retry is the same work: true
+	// next occurrence is new work: true
+	// key: 2a8401ed2706ff7283551574eeccbfb9
+}
+
+// Without a list of fields, the whole payload is the work, less the members
+// that change on every delivery.
+func ExampleKeySpec_volatile() {
+	keyer, _ := dedupe.NewKeyer(dedupe.KeySpec{
+		Pipeline: "webhooks",
+		Step:     "sync-issue",
+		Volatile: []string{"/delivery_id", "/received_at"},
+	})
+	a, _ := keyer.Intent([]byte(`{"delivery_id":"x1","received_at":1764400000,"issue":{"id":42,"title":"Login fails"}}`))
+	b, _ := keyer.Intent([]byte(`{"delivery_id":"x2","received_at":1764400031,"issue":{"id":42,"title":"Login fails"}}`))
+	fmt.Println("same key:", a.Key == b.Key)
+	fmt.Println("same payload:", a.Fingerprint == b.Fingerprint)
+	// Output:
+	// same key: true
+	// same payload: false
+}
+
+// A Window drops repeats of a key seen within its TTL.
+func ExampleWindow() {
+	w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: 100_000, TTL: time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	for _, k := range []uint64{7, 9, 7, 7, 11} {
+		if w.SeenOrAdd(k) {
+			fmt.Println(k, "duplicate")
+			continue
+		}
+		fmt.Println(k, "new")
+	}
+	// Output:
+	// 7 new
+	// 9 new
+	// 7 duplicate
+	// 7 duplicate
+	// 11 new
+}

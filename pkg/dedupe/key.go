@@ -1,0 +1,366 @@
+package dedupe
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/oncegate/oncegate/pkg/canon"
+)
+
+// Errors returned by key derivation. Errors about the payload itself come
+// from package canon: errors.Is(err, canon.ErrNotFound) for a missing key
+// field, canon.ErrDuplicateName and the others for input that is not I-JSON.
+var (
+	// ErrInvalidKeySpec is wrapped by the error NewKeyer returns for a spec
+	// it cannot use.
+	ErrInvalidKeySpec = errors.New("dedupe: invalid key spec")
+	// ErrNoRunID is returned when a KeySpec with ScopeRun is keyed without a
+	// run id.
+	ErrNoRunID = errors.New("dedupe: run-scoped key needs a run id")
+	// ErrInvalidKey is wrapped by the error ParseKey returns for text that is
+	// not a key.
+	ErrInvalidKey = errors.New("dedupe: invalid key")
+)
+
+// Scope says what, besides the payload, makes two triggers the same work.
+type Scope uint8
+
+const (
+	// ScopeInput keys the work by its input alone: the same input gives the
+	// same key in every run, on every replica, after every re-plan.
+	ScopeInput Scope = iota
+	// ScopeRun keys the work by a run id, the step and its input, for
+	// pipelines that mint a run id once and reuse it when they resume.
+	ScopeRun
+)
+
+func (s Scope) String() string {
+	switch s {
+	case ScopeInput:
+		return "input"
+	case ScopeRun:
+		return "run"
+	}
+	return fmt.Sprintf("Scope(%d)", uint8(s))
+}
+
+// Hash selects the function that turns the canonical input into a Key.
+type Hash uint8
+
+const (
+	// HashXXH is two seeded 64-bit xxHash digests: fast, and as good as
+	// random for inputs nobody chose to collide. Its output is not a
+	// cryptographic commitment: someone who controls payloads can construct
+	// two different ones with one key, and the second would be swallowed as
+	// a duplicate of the first.
+	HashXXH Hash = iota
+	// HashSHA256 is the first 128 bits of SHA-256. Choose it when payloads
+	// come from parties who might craft a collision to suppress someone
+	// else's work (a public webhook endpoint, a multi-tenant inbox). It costs
+	// a few times more per byte than HashXXH.
+	HashSHA256
+)
+
+func (h Hash) String() string {
+	switch h {
+	case HashXXH:
+		return "xxh"
+	case HashSHA256:
+		return "sha256"
+	}
+	return fmt.Sprintf("Hash(%d)", uint8(h))
+}
+
+// Key is a 128-bit intent key: the identity of one unit of work, the same on
+// every retry of that work. Its text form (String) is 32 lowercase hex
+// digits, fit for a Nats-Msg-Id or Idempotency-Key header. The zero Key is
+// not the key of anything.
+type Key [16]byte
+
+// String returns the key as 32 lowercase hex digits.
+func (k Key) String() string { return hex.EncodeToString(k[:]) }
+
+// AppendText implements encoding.TextAppender.
+func (k Key) AppendText(b []byte) ([]byte, error) { return hex.AppendEncode(b, k[:]), nil }
+
+// MarshalText implements encoding.TextMarshaler.
+func (k Key) MarshalText() ([]byte, error) { return k.AppendText(nil) }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseKey's rules.
+func (k *Key) UnmarshalText(b []byte) error {
+	p, err := ParseKey(string(b))
+	if err != nil {
+		return err
+	}
+	*k = p
+	return nil
+}
+
+// IsZero reports whether k is the zero Key.
+func (k Key) IsZero() bool { return k == Key{} }
+
+// Short returns 64 bits of the key, for a Window. Distinct keys may share
+// them; the ledger, which compares all 128 bits, stays authoritative.
+func (k Key) Short() uint64 { return binary.LittleEndian.Uint64(k[:8]) }
+
+// ParseKey parses the text form of a key: exactly 32 lowercase hex digits.
+// Anything else, upper case included, is rejected, so that one key has one
+// spelling.
+func ParseKey(s string) (Key, error) {
+	var k Key
+	if len(s) != 2*len(k) {
+		return Key{}, fmt.Errorf("%w: %q: want 32 hex digits, got %d bytes", ErrInvalidKey, truncateText(s), len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return Key{}, fmt.Errorf("%w: %q: byte %d is not a lowercase hex digit", ErrInvalidKey, truncateText(s), i)
+		}
+	}
+	hex.Decode(k[:], []byte(s))
+	return k, nil
+}
+
+func truncateText(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "…"
+	}
+	return s
+}
+
+// Fingerprint is a 128-bit digest of a whole canonical payload. The ledger
+// keeps it beside the intent key, so that the same key arriving with a
+// different payload (an agent that reworded its request) can be counted or
+// refused.
+type Fingerprint [16]byte
+
+// String returns the fingerprint as 32 lowercase hex digits.
+func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
+
+// Intent is what a Keyer derives from one trigger.
+type Intent struct {
+	Key         Key         // identity of the work: the selected fields
+	Fingerprint Fingerprint // identity of the exact payload
+}
+
+// KeySpec says which part of a trigger identifies one unit of work for one
+// pipeline step.
+//
+// Granularity is the decision that matters. A key that is too coarse (the
+// alert name alone) swallows real new work; one that is too fine (the whole
+// payload, delivery id included) never matches a retry. Name the fields that
+// make the work this work, and a version field when the same thing can
+// legitimately happen again (an invoice revision, an alert's new
+// occurrence).
+type KeySpec struct {
+	// Pipeline and Step name the step; both are required. Keys of different
+	// steps are derived from different inputs and never coincide, even for
+	// one payload.
+	Pipeline, Step string
+
+	// Fields are JSON Pointers (RFC 6901) to the values that identify the
+	// work, such as "/alert/fingerprint". Every one must be present in the
+	// payload. When Fields is empty, the whole payload identifies the work,
+	// less the Volatile members.
+	Fields []string
+
+	// Volatile are JSON Pointers to members that change between deliveries
+	// of the same work (timestamps, delivery ids) and are dropped when
+	// Fields is empty. They may be absent. Setting both Fields and Volatile
+	// is an error.
+	Volatile []string
+
+	// Version, if set, is a JSON Pointer to a value that starts a new unit
+	// of work when it changes; it must be present in the payload.
+	Version string
+
+	// Scope is ScopeInput (the default) or ScopeRun.
+	Scope Scope
+
+	// Hash is HashXXH (the default) or HashSHA256.
+	Hash Hash
+
+	// Limits bounds the payloads accepted; the zero value means canon's
+	// defaults.
+	Limits canon.Options
+}
+
+// Keyer derives intent keys from payloads for one KeySpec. A Keyer is safe
+// for concurrent use by multiple goroutines.
+type Keyer struct {
+	spec     KeySpec
+	fields   []canon.Pointer
+	volatile []canon.Pointer
+	version  *canon.Pointer
+	prefix   []byte // domain, pipeline, step, scope, hash, field list: fixed per spec
+	scratch  sync.Pool
+}
+
+// keyScratch is the per-call working memory a Keyer pools.
+type keyScratch struct {
+	c        *canon.Canonicalizer
+	doc, sel []byte
+	in       []byte
+}
+
+// Domain strings keep keys and fingerprints apart from each other and from
+// any other use of the same hash.
+const (
+	keyDomain         = "oncegate/intent-key/v1"
+	fingerprintDomain = "oncegate/payload-fingerprint/v1"
+)
+
+// NewKeyer returns a Keyer for spec.
+func NewKeyer(spec KeySpec) (*Keyer, error) {
+	if spec.Pipeline == "" || spec.Step == "" {
+		return nil, fmt.Errorf("%w: pipeline and step names are required", ErrInvalidKeySpec)
+	}
+	if len(spec.Fields) > 0 && len(spec.Volatile) > 0 {
+		return nil, fmt.Errorf("%w: fields and volatile are exclusive: volatile members are dropped only when no fields are named", ErrInvalidKeySpec)
+	}
+	if spec.Scope > ScopeRun {
+		return nil, fmt.Errorf("%w: unknown scope %v", ErrInvalidKeySpec, spec.Scope)
+	}
+	if spec.Hash > HashSHA256 {
+		return nil, fmt.Errorf("%w: unknown hash %v", ErrInvalidKeySpec, spec.Hash)
+	}
+	if _, err := canon.New(spec.Limits); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidKeySpec, err)
+	}
+	k := &Keyer{spec: spec}
+	parse := func(what string, list []string) ([]canon.Pointer, error) {
+		ps := make([]canon.Pointer, len(list))
+		for i, s := range list {
+			p, err := canon.ParsePointer(s)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s %q: %w", ErrInvalidKeySpec, what, s, err)
+			}
+			ps[i] = p
+		}
+		return ps, nil
+	}
+	var err error
+	if k.fields, err = parse("field", spec.Fields); err != nil {
+		return nil, err
+	}
+	if k.volatile, err = parse("volatile field", spec.Volatile); err != nil {
+		return nil, err
+	}
+	if spec.Version != "" {
+		v, err := parse("version field", []string{spec.Version})
+		if err != nil {
+			return nil, err
+		}
+		k.version = &v[0]
+	}
+
+	// Everything fixed by the spec goes into one prefix, each part length-
+	// prefixed so that no two specs encode alike.
+	p := append([]byte(keyDomain), 0)
+	p = appendString(p, spec.Pipeline)
+	p = appendString(p, spec.Step)
+	p = append(p, byte(spec.Scope), byte(spec.Hash))
+	p = appendList(p, spec.Fields)
+	p = appendList(p, spec.Volatile)
+	p = appendString(p, spec.Version)
+	k.prefix = p
+	k.scratch.New = func() any {
+		c, _ := canon.New(spec.Limits) // validated above
+		return &keyScratch{c: c}
+	}
+	return k, nil
+}
+
+func appendString[T string | []byte](b []byte, s T) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendList(b []byte, list []string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(list)))
+	for _, s := range list {
+		b = appendString(b, s)
+	}
+	return b
+}
+
+// Spec returns the spec the Keyer was made with.
+func (k *Keyer) Spec() KeySpec { return k.spec }
+
+// Intent derives the intent of payload. The payload must be I-JSON within
+// the spec's limits; the error otherwise wraps one of package canon's
+// sentinels, with the byte offset of the problem. For a ScopeRun spec, use
+// RunIntent.
+func (k *Keyer) Intent(payload []byte) (Intent, error) {
+	return k.RunIntent("", payload)
+}
+
+// RunIntent derives the intent of payload within run runID. For a
+// ScopeInput spec runID is ignored; for a ScopeRun spec it is required.
+func (k *Keyer) RunIntent(runID string, payload []byte) (Intent, error) {
+	if k.spec.Scope == ScopeRun && runID == "" {
+		return Intent{}, ErrNoRunID
+	}
+	s := k.scratch.Get().(*keyScratch)
+	defer k.scratch.Put(s)
+
+	var err error
+	if s.doc, err = s.c.Append(s.doc[:0], payload); err != nil {
+		return Intent{}, err
+	}
+	in := append(s.in[:0], k.prefix...)
+	if k.spec.Scope == ScopeRun {
+		in = appendString(in, runID)
+	}
+	if k.version != nil {
+		v, ok, err := canon.Lookup(s.doc, *k.version)
+		if err != nil {
+			return Intent{}, err
+		}
+		if !ok {
+			return Intent{}, &canon.PointerError{Pointer: k.spec.Version, Err: canon.ErrNotFound}
+		}
+		in = appendString(in, v)
+	}
+	switch {
+	case len(k.fields) > 0:
+		s.sel, err = canon.Select(s.sel[:0], s.doc, k.fields)
+	case len(k.volatile) > 0:
+		s.sel, err = canon.Omit(s.sel[:0], s.doc, k.volatile)
+	default:
+		s.sel = append(s.sel[:0], s.doc...)
+	}
+	if err != nil {
+		return Intent{}, err
+	}
+	in = append(in, s.sel...)
+	s.in = in
+
+	var out Intent
+	k.sum(&out.Key, in)
+	// The fingerprint reuses in's buffer: the key is already taken.
+	fp := append(append(s.in[:0], fingerprintDomain...), 0)
+	fp = append(fp, s.doc...)
+	s.in = fp
+	k.sum((*Key)(&out.Fingerprint), fp)
+	return out, nil
+}
+
+func (k *Keyer) sum(dst *Key, b []byte) {
+	switch k.spec.Hash {
+	case HashSHA256:
+		h := sha256.Sum256(b)
+		copy(dst[:], h[:16])
+	default:
+		binary.LittleEndian.PutUint64(dst[:8], xxhash.Sum64(b))
+		var d xxhash.Digest
+		d.ResetWithSeed(0x9e3779b97f4a7c15)
+		d.Write(b)
+		binary.LittleEndian.PutUint64(dst[8:], d.Sum64())
+	}
+}
