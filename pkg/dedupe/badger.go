@@ -1,0 +1,352 @@
+package dedupe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+)
+
+// badgerPrefix starts every ledger key in a shared Badger DB.
+const badgerPrefix = "dedupe/ledger/"
+
+// maxConflictRetries bounds the retries of a transaction that lost a
+// conflict to a concurrent one on the same key.
+const maxConflictRetries = 32
+
+// BadgerLedger is a Ledger in a Badger database: the embedded default, for
+// one process that owns the database directory.
+//
+// # Durability
+//
+// Begin's claim, Commit and Fail are durable when they return. If the DB was
+// opened with SyncWrites, Badger fsyncs each transaction; otherwise the
+// ledger calls DB.Sync after each of those writes (unless
+// BadgerLedgerOptions.NoSync is set). Either way a record that a call
+// reported written survives a process crash and a power loss, as far as
+// the disk honours fsync. Extend is not synced: after a crash its holder is
+// gone, and a lost renewal only lets the takeover come sooner.
+//
+// With NoSync, writes still survive a process crash (they are in the
+// operating system's page cache before the call returns) but the last ones
+// may be lost in a power failure or kernel crash.
+//
+// Records expire Retention after their last change: the ledger treats an
+// expired record as absent, and Badger drops it at compaction. Leases are
+// kept in the record, never in Badger's TTL, and compared with the ledger's
+// Clock.
+type BadgerLedger struct {
+	db     *badger.DB
+	opts   LedgerOptions
+	sync   bool
+	closed atomic.Bool
+}
+
+// BadgerLedgerOptions configures a BadgerLedger.
+type BadgerLedgerOptions struct {
+	LedgerOptions
+	// NoSync skips the fsync after the claim and the commit when the DB does
+	// not sync every write itself. Records then survive a process crash but
+	// not a power loss. The default is false.
+	NoSync bool
+}
+
+// NewBadgerLedger returns a ledger that keeps its records in db, under keys
+// that start with "dedupe/ledger/". The caller owns db: it closes it after
+// the ledger, and runs its value-log garbage collection.
+func NewBadgerLedger(db *badger.DB, opts BadgerLedgerOptions) (*BadgerLedger, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil badger DB", ErrInvalidLedger)
+	}
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &BadgerLedger{db: db, opts: opts.LedgerOptions, sync: !opts.NoSync && !db.Opts().SyncWrites}, nil
+}
+
+// OpenBadgerOptions configures OpenBadger.
+type OpenBadgerOptions struct {
+	// SyncWrites makes Badger fsync every write. Without it the ledger syncs
+	// explicitly at the points that need it (see BadgerLedger). The default
+	// is false.
+	SyncWrites bool
+	// EncryptionKeyFile, if set, names a file holding a 16, 24 or 32-byte
+	// AES key: the data is encrypted at rest. Opening an encrypted
+	// directory with another key, or with none, fails.
+	EncryptionKeyFile string
+	// InMemory keeps everything in memory, for tests. The default is false.
+	InMemory bool
+}
+
+// OpenBadger opens (creating if needed) a Badger database in dir with the
+// settings the ledger relies on: checksums verified on every table and block
+// read, so a flipped bit is an error and not a wrong answer; Badger's own
+// logging off (errors reach callers as errors); and optional encryption. A
+// directory another process holds open fails with Badger's lock error.
+func OpenBadger(dir string, o OpenBadgerOptions) (*badger.DB, error) {
+	bo := badger.DefaultOptions(dir).
+		WithSyncWrites(o.SyncWrites).
+		WithChecksumVerificationMode(options.OnTableAndBlockRead).
+		WithLogger(nil).
+		WithInMemory(o.InMemory)
+	if o.InMemory {
+		bo = bo.WithDir("").WithValueDir("")
+	}
+	if o.EncryptionKeyFile != "" {
+		key, err := os.ReadFile(o.EncryptionKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("dedupe: reading encryption key: %w", err)
+		}
+		if n := len(key); n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("%w: encryption key in %s is %d bytes; want 16, 24 or 32", ErrInvalidLedger, o.EncryptionKeyFile, n)
+		}
+		bo = bo.WithEncryptionKey(key).WithIndexCacheSize(64 << 20)
+	}
+	db, err := badger.Open(bo)
+	if err != nil {
+		if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
+			return nil, fmt.Errorf("dedupe: %s was written with another encryption key (or none): %w", dir, err)
+		}
+		return nil, fmt.Errorf("dedupe: opening badger in %s: %w", dir, err)
+	}
+	return db, nil
+}
+
+func badgerKey(k Key) []byte {
+	b := make([]byte, 0, len(badgerPrefix)+len(k))
+	return append(append(b, badgerPrefix...), k[:]...)
+}
+
+// read returns the live record of k in txn, or nil.
+func (l *BadgerLedger) read(txn *badger.Txn, k Key, now time.Time) (*Record, error) {
+	item, err := txn.Get(badgerKey(k))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dedupe: reading %v: %w", k, err)
+	}
+	var rec Record
+	err = item.Value(func(v []byte) error {
+		var err error
+		rec, err = decodeRecord(k, v)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return live(&rec, now), nil
+}
+
+func (l *BadgerLedger) write(txn *badger.Txn, rec *Record) error {
+	// Badger's TTL only collects the garbage; expiry as the ledger sees it
+	// is rec.Expires, on the ledger's clock. The margin keeps a record
+	// readable for as long as that clock can run behind the system's.
+	e := badger.NewEntry(badgerKey(rec.Key), appendRecord(nil, rec)).WithTTL(l.opts.Retention + time.Hour)
+	return txn.SetEntry(e)
+}
+
+// update runs fn in a read-write transaction, retrying conflicts with
+// concurrent transactions on the same key. If fn reports a durable write,
+// update syncs it before returning.
+func (l *BadgerLedger) update(ctx context.Context, fn func(txn *badger.Txn, now time.Time) (durable bool, err error)) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	var err error
+	var durable bool
+	for range maxConflictRetries {
+		if err = ctx.Err(); err != nil {
+			return err
+		}
+		err = l.db.Update(func(txn *badger.Txn) error {
+			var err error
+			durable, err = fn(txn, l.opts.Clock.Now())
+			return err
+		})
+		if !errors.Is(err, badger.ErrConflict) {
+			break
+		}
+	}
+	if err != nil {
+		if errors.Is(err, badger.ErrDBClosed) {
+			return fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		return err
+	}
+	if durable && l.sync {
+		if err := l.db.Sync(); err != nil {
+			return fmt.Errorf("dedupe: syncing ledger: %w", err)
+		}
+	}
+	return nil
+}
+
+// Begin implements Ledger.
+func (l *BadgerLedger) Begin(ctx context.Context, key Key, opts BeginOptions) (Claim, error) {
+	if err := validBegin(opts); err != nil {
+		return Claim{}, err
+	}
+	var c Claim
+	err := l.update(ctx, func(txn *badger.Txn, now time.Time) (bool, error) {
+		cur, err := l.read(txn, key, now)
+		if err != nil {
+			return false, err
+		}
+		var write bool
+		c, write, err = l.opts.begin(key, cur, opts, now)
+		if err != nil || !write {
+			return false, err
+		}
+		return true, l.write(txn, &c.Record)
+	})
+	if err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// Extend implements Ledger.
+func (l *BadgerLedger) Extend(ctx context.Context, key Key, token uint64, d time.Duration) (Lease, error) {
+	if d <= 0 {
+		return Lease{}, fmt.Errorf("%w: lease %v must be positive", ErrInvalidLedger, d)
+	}
+	var lease Lease
+	err := l.update(ctx, func(txn *badger.Txn, now time.Time) (bool, error) {
+		cur, err := l.read(txn, key, now)
+		if err != nil {
+			return false, err
+		}
+		if err := settle(key, cur, token); err != nil {
+			return false, err
+		}
+		cur.LeaseUntil, cur.Updated, cur.Expires = now.Add(d), now, now.Add(l.opts.Retention)
+		lease = Lease{Token: token, Until: cur.LeaseUntil}
+		return false, l.write(txn, cur)
+	})
+	return lease, err
+}
+
+// Commit implements Ledger.
+func (l *BadgerLedger) Commit(ctx context.Context, key Key, token uint64, result Result) error {
+	if err := l.opts.checkResult(result); err != nil {
+		return err
+	}
+	return l.update(ctx, func(txn *badger.Txn, now time.Time) (bool, error) {
+		cur, err := l.read(txn, key, now)
+		if err != nil {
+			return false, err
+		}
+		if err := settle(key, cur, token); err != nil {
+			return false, err
+		}
+		result.Committed = now
+		cur.State, cur.Result, cur.LeaseUntil = StateCommitted, result, time.Time{}
+		cur.Updated, cur.Expires = now, now.Add(l.opts.Retention)
+		return true, l.write(txn, cur)
+	})
+}
+
+// Fail implements Ledger.
+func (l *BadgerLedger) Fail(ctx context.Context, key Key, token uint64, reason string) error {
+	if len(reason) > l.opts.MaxResultBytes {
+		reason = reason[:l.opts.MaxResultBytes]
+	}
+	return l.update(ctx, func(txn *badger.Txn, now time.Time) (bool, error) {
+		cur, err := l.read(txn, key, now)
+		if err != nil {
+			return false, err
+		}
+		if err := settle(key, cur, token); err != nil {
+			return false, err
+		}
+		cur.State, cur.Reason, cur.LeaseUntil = StateFailed, reason, time.Time{}
+		cur.Updated, cur.Expires = now, now.Add(l.opts.Retention)
+		return true, l.write(txn, cur)
+	})
+}
+
+// Get implements Ledger.
+func (l *BadgerLedger) Get(ctx context.Context, key Key) (Record, error) {
+	if l.closed.Load() {
+		return Record{}, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return Record{}, err
+	}
+	var rec *Record
+	err := l.db.View(func(txn *badger.Txn) error {
+		var err error
+		rec, err = l.read(txn, key, l.opts.Clock.Now())
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, badger.ErrDBClosed) {
+			return Record{}, fmt.Errorf("%w: %w", ErrClosed, err)
+		}
+		return Record{}, err
+	}
+	if rec == nil {
+		return Record{}, fmt.Errorf("%w: %v", ErrNotFound, key)
+	}
+	return *rec, nil
+}
+
+// Pending implements Ledger. It reads a consistent snapshot.
+func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		if l.closed.Load() {
+			yield(Record{}, ErrClosed)
+			return
+		}
+		now := l.opts.Clock.Now()
+		var stopped bool
+		err := l.db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(badgerPrefix)})
+			defer it.Close()
+			for it.Rewind(); it.Valid(); it.Next() {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				var k Key
+				copy(k[:], it.Item().Key()[len(badgerPrefix):])
+				var rec Record
+				err := it.Item().Value(func(v []byte) error {
+					var err error
+					rec, err = decodeRecord(k, v)
+					return err
+				})
+				if err != nil {
+					if !yield(Record{}, err) {
+						stopped = true
+						return nil
+					}
+					continue
+				}
+				if live(&rec, now) == nil || rec.State != StatePending {
+					continue
+				}
+				if !yield(rec, nil) {
+					stopped = true
+					return nil
+				}
+			}
+			return nil
+		})
+		if err != nil && !stopped {
+			yield(Record{}, err)
+		}
+	}
+}
+
+// Close implements Ledger. It does not close the DB.
+func (l *BadgerLedger) Close() error {
+	l.closed.Store(true)
+	return nil
+}
