@@ -64,7 +64,7 @@ func NewBadgerLedger(db *badger.DB, opts BadgerLedgerOptions) (*BadgerLedger, er
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil badger DB", ErrInvalidLedger)
 	}
-	if err := opts.setDefaults(); err != nil {
+	if err := opts.Normalize(); err != nil {
 		return nil, err
 	}
 	return &BadgerLedger{db: db, opts: opts.LedgerOptions, sync: !opts.NoSync && !db.Opts().SyncWrites}, nil
@@ -152,23 +152,32 @@ func (l *BadgerLedger) write(txn *badger.Txn, rec *Record) error {
 	return txn.SetEntry(e)
 }
 
-// update runs fn in a read-write transaction, retrying conflicts with
-// concurrent transactions on the same key. If fn reports a durable write,
-// update syncs it before returning.
-func (l *BadgerLedger) update(ctx context.Context, fn func(txn *badger.Txn, now time.Time) (durable bool, err error)) error {
+// update reads key's record in a read-write transaction and passes it to
+// fn, which returns the record to write (nil for none) and whether the write
+// must be durable before update returns. A transaction that loses a conflict
+// with a concurrent one on the same key is retried.
+func (l *BadgerLedger) update(ctx context.Context, key Key, fn func(cur *Record, now time.Time) (next *Record, durable bool, err error)) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
 	var err error
-	var durable bool
+	var wrote bool
 	for range maxConflictRetries {
 		if err = ctx.Err(); err != nil {
 			return err
 		}
 		err = l.db.Update(func(txn *badger.Txn) error {
-			var err error
-			durable, err = fn(txn, l.opts.Clock.Now())
-			return err
+			now := l.opts.Clock.Now()
+			cur, err := l.read(txn, key, now)
+			if err != nil {
+				return err
+			}
+			next, durable, err := fn(cur, now)
+			if err != nil || next == nil {
+				return err
+			}
+			wrote = durable
+			return l.write(txn, next)
 		})
 		if !errors.Is(err, badger.ErrConflict) {
 			break
@@ -180,7 +189,7 @@ func (l *BadgerLedger) update(ctx context.Context, fn func(txn *badger.Txn, now 
 		}
 		return err
 	}
-	if durable && l.sync {
+	if wrote && l.sync {
 		if err := l.db.Sync(); err != nil {
 			return fmt.Errorf("dedupe: syncing ledger: %w", err)
 		}
@@ -194,81 +203,42 @@ func (l *BadgerLedger) Begin(ctx context.Context, key Key, opts BeginOptions) (C
 		return Claim{}, err
 	}
 	var c Claim
-	err := l.update(ctx, func(txn *badger.Txn, now time.Time) (bool, error) {
-		cur, err := l.read(txn, key, now)
-		if err != nil {
-			return false, err
-		}
+	err := l.update(ctx, key, func(cur *Record, now time.Time) (*Record, bool, error) {
 		var write bool
-		c, write, err = l.opts.begin(key, cur, opts, now)
+		var err error
+		c, write, err = l.opts.Decide(key, cur, opts, now)
 		if err != nil || !write {
-			return false, err
+			return nil, false, err
 		}
-		return true, l.write(txn, &c.Record)
+		return &c.Record, true, nil
 	})
-	if err != nil {
-		return c, err
-	}
-	return c, nil
+	return c, err
 }
 
 // Extend implements Ledger.
 func (l *BadgerLedger) Extend(ctx context.Context, key Key, token uint64, d time.Duration) (Lease, error) {
-	if d <= 0 {
-		return Lease{}, fmt.Errorf("%w: lease %v must be positive", ErrInvalidLedger, d)
-	}
 	var lease Lease
-	err := l.update(ctx, func(txn *badger.Txn, now time.Time) (bool, error) {
-		cur, err := l.read(txn, key, now)
-		if err != nil {
-			return false, err
-		}
-		if err := settle(key, cur, token); err != nil {
-			return false, err
-		}
-		cur.LeaseUntil, cur.Updated, cur.Expires = now.Add(d), now, now.Add(l.opts.Retention)
-		lease = Lease{Token: token, Until: cur.LeaseUntil}
-		return false, l.write(txn, cur)
+	err := l.update(ctx, key, func(cur *Record, now time.Time) (*Record, bool, error) {
+		rec, ls, err := l.opts.Extended(key, cur, token, d, now)
+		lease = ls
+		return &rec, false, err
 	})
 	return lease, err
 }
 
 // Commit implements Ledger.
 func (l *BadgerLedger) Commit(ctx context.Context, key Key, token uint64, result Result) error {
-	if err := l.opts.checkResult(result); err != nil {
-		return err
-	}
-	return l.update(ctx, func(txn *badger.Txn, now time.Time) (bool, error) {
-		cur, err := l.read(txn, key, now)
-		if err != nil {
-			return false, err
-		}
-		if err := settle(key, cur, token); err != nil {
-			return false, err
-		}
-		result.Committed = now
-		cur.State, cur.Result, cur.LeaseUntil = StateCommitted, result, time.Time{}
-		cur.Updated, cur.Expires = now, now.Add(l.opts.Retention)
-		return true, l.write(txn, cur)
+	return l.update(ctx, key, func(cur *Record, now time.Time) (*Record, bool, error) {
+		rec, err := l.opts.Committed(key, cur, token, result, now)
+		return &rec, true, err
 	})
 }
 
 // Fail implements Ledger.
 func (l *BadgerLedger) Fail(ctx context.Context, key Key, token uint64, reason string) error {
-	if len(reason) > l.opts.MaxResultBytes {
-		reason = reason[:l.opts.MaxResultBytes]
-	}
-	return l.update(ctx, func(txn *badger.Txn, now time.Time) (bool, error) {
-		cur, err := l.read(txn, key, now)
-		if err != nil {
-			return false, err
-		}
-		if err := settle(key, cur, token); err != nil {
-			return false, err
-		}
-		cur.State, cur.Reason, cur.LeaseUntil = StateFailed, reason, time.Time{}
-		cur.Updated, cur.Expires = now, now.Add(l.opts.Retention)
-		return true, l.write(txn, cur)
+	return l.update(ctx, key, func(cur *Record, now time.Time) (*Record, bool, error) {
+		rec, err := l.opts.Failed(key, cur, token, reason, now)
+		return &rec, true, err
 	})
 }
 

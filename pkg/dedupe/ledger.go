@@ -261,7 +261,9 @@ type LedgerOptions struct {
 	Clock Clock
 }
 
-func (o *LedgerOptions) setDefaults() error {
+// Normalize validates o and fills in its defaults. Ledger implementations
+// call it once, in their constructor.
+func (o *LedgerOptions) Normalize() error {
 	if o.Retention < 0 || o.MaxResultBytes < 0 {
 		return fmt.Errorf("%w: negative retention or result size", ErrInvalidLedger)
 	}
@@ -310,10 +312,21 @@ func CheckRetention(retention, maxAge time.Duration, maxDeliver int, backoff []t
 	return nil
 }
 
-// begin decides Begin's verdict on the record a store read, and returns the
-// record to write back (write is false when nothing changes). Both stores
-// share it, so they cannot disagree on the protocol.
-func (o *LedgerOptions) begin(key Key, cur *Record, opts BeginOptions, now time.Time) (c Claim, write bool, err error) {
+// The functions below are the ledger's protocol, shared by every store so
+// that stores cannot disagree on it. A store reads the current record (nil
+// if absent), calls one of them with the ledger's clock reading, and writes
+// the returned record back atomically: in the transaction it read in, or by
+// compare-and-set on the revision it read. If the write loses a race, the
+// store reads again and calls again.
+
+// Decide decides Begin's verdict on cur, the record the store read. write
+// reports whether c.Record must be written back. An expired cur counts as
+// absent.
+func (o *LedgerOptions) Decide(key Key, cur *Record, opts BeginOptions, now time.Time) (c Claim, write bool, err error) {
+	if err := validBegin(opts); err != nil {
+		return Claim{}, false, err
+	}
+	cur = live(cur, now)
 	if cur == nil {
 		rec := Record{Key: key, State: StatePending, Owner: opts.Owner, Token: 1, LeaseUntil: now.Add(opts.Lease),
 			Attempts: 1, Fingerprint: opts.Fingerprint, Created: now, Updated: now, Expires: now.Add(o.Retention)}
@@ -347,8 +360,54 @@ func (o *LedgerOptions) begin(key Key, cur *Record, opts BeginOptions, now time.
 	return Claim{Status: StatusTakenOver, Lease: Lease{Token: rec.Token, Until: rec.LeaseUntil}, Mismatch: mismatch, Record: rec}, true, nil
 }
 
-// live returns cur, or nil if it has expired: a store that deletes expired
-// records lazily must not let them count.
+// Extended returns cur with its lease renewed for d from now, if token is
+// current.
+func (o *LedgerOptions) Extended(key Key, cur *Record, token uint64, d time.Duration, now time.Time) (Record, Lease, error) {
+	if d <= 0 {
+		return Record{}, Lease{}, fmt.Errorf("%w: lease %v must be positive", ErrInvalidLedger, d)
+	}
+	if err := CheckToken(key, live(cur, now), token); err != nil {
+		return Record{}, Lease{}, err
+	}
+	rec := *cur
+	rec.LeaseUntil, rec.Updated, rec.Expires = now.Add(d), now, now.Add(o.Retention)
+	return rec, Lease{Token: token, Until: rec.LeaseUntil}, nil
+}
+
+// Committed returns cur committed with result, if token is current.
+func (o *LedgerOptions) Committed(key Key, cur *Record, token uint64, result Result, now time.Time) (Record, error) {
+	if err := o.checkResult(result); err != nil {
+		return Record{}, err
+	}
+	if err := CheckToken(key, live(cur, now), token); err != nil {
+		return Record{}, err
+	}
+	rec := *cur
+	result.Committed = now
+	rec.State, rec.Result, rec.LeaseUntil = StateCommitted, result, time.Time{}
+	rec.Updated, rec.Expires = now, now.Add(o.Retention)
+	return rec, nil
+}
+
+// Failed returns cur failed for reason (cut to MaxResultBytes), if token is
+// current.
+func (o *LedgerOptions) Failed(key Key, cur *Record, token uint64, reason string, now time.Time) (Record, error) {
+	if err := CheckToken(key, live(cur, now), token); err != nil {
+		return Record{}, err
+	}
+	if len(reason) > o.MaxResultBytes {
+		reason = reason[:o.MaxResultBytes]
+	}
+	rec := *cur
+	rec.State, rec.Reason, rec.LeaseUntil = StateFailed, reason, time.Time{}
+	rec.Updated, rec.Expires = now, now.Add(o.Retention)
+	return rec, nil
+}
+
+// Live returns cur, or nil if cur is nil or has expired at now: a store that
+// deletes expired records lazily must not let them count.
+func Live(cur *Record, now time.Time) *Record { return live(cur, now) }
+
 func live(cur *Record, now time.Time) *Record {
 	if cur != nil && !cur.Expires.IsZero() && !now.Before(cur.Expires) {
 		return nil
@@ -356,8 +415,10 @@ func live(cur *Record, now time.Time) *Record {
 	return cur
 }
 
-// settle checks a Commit, Fail or Extend against the record a store read.
-func settle(key Key, cur *Record, token uint64) error {
+// CheckToken checks a Commit, Fail or Extend with token against cur, the
+// record the store read (nil if absent): it returns an error wrapping
+// ErrNotFound or ErrStaleToken, or nil.
+func CheckToken(key Key, cur *Record, token uint64) error {
 	if cur == nil {
 		return fmt.Errorf("%w: %v", ErrNotFound, key)
 	}

@@ -27,6 +27,15 @@ func appendTime(b []byte, t time.Time) []byte {
 	return binary.AppendVarint(b, t.UnixNano())
 }
 
+// MarshalBinary returns the encoding of r that ledger stores keep. It
+// implements encoding.BinaryMarshaler.
+func (r *Record) MarshalBinary() ([]byte, error) { return appendRecord(nil, r), nil }
+
+// UnmarshalRecord decodes the record of key from b, the output of
+// MarshalBinary. The record does not alias b. A record that fails its
+// checksum or does not parse returns an error wrapping ErrCorruptRecord.
+func UnmarshalRecord(key Key, b []byte) (Record, error) { return decodeRecord(key, b) }
+
 // appendRecord appends the encoding of r to b.
 func appendRecord(b []byte, r *Record) []byte {
 	start := len(b)
