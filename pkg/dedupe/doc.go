@@ -40,8 +40,45 @@
 // authoritative, and keys go into the window only after the ledger has
 // committed their work.
 //
+// # The ledger
+//
+// A [Ledger] is the durable record of each intent: pending (an owner holds a
+// lease with a fencing token until a deadline), committed (with the full
+// stored result) or failed (with the reason). [Ledger.Begin] claims work or
+// says why not; [Ledger.Commit], [Ledger.Fail] and [Ledger.Extend] succeed
+// only with the current fencing token, so a worker that stalled past its
+// lease cannot overwrite the outcome of the worker that took over. The
+// protocol itself ([LedgerOptions.Decide] and its siblings) is shared by
+// every store; stores only read and write records atomically. There are
+// two stores: [BadgerLedger] here, embedded, for one process; and the
+// JetStream KV ledger in package jskv, for replicas sharing work and for
+// clusters. Package dedupetest is the conformance suite both pass.
+//
+// What survives what:
+//
+//   - A process crash (SIGKILL, OOM, panic) at any instant loses nothing
+//     that a ledger call reported written, and leaves no half-written record:
+//     each record carries a CRC-32C, and writes are whole transactions
+//     (Badger) or whole messages (JetStream). Work whose holder died is
+//     pending with an expired lease; the next Begin takes it over
+//     ([StatusTakenOver]) and must reconcile one-shot effects before sending
+//     them again.
+//   - A power loss or kernel crash loses nothing the Badger ledger reported
+//     written as long as the disk honours fsync: the claim and the commit are
+//     fsynced before they return ([BadgerLedger] explains the two ways).
+//     With BadgerLedgerOptions.NoSync, the last writes may be lost.
+//   - For the JetStream KV ledger the answer is the server's: a write is
+//     acknowledged once it is in the stream, which the server flushes to
+//     disk every sync_interval (two minutes by default). Set sync_interval
+//     to "always" or a short interval, and run the bucket with 3 replicas on
+//     a 3-node cluster, so an acknowledged write is on a quorum of disks.
+//
+// Retention must outlive every redelivery: a record that expires before a
+// late retry lets the effect happen again. [CheckRetention] compares it with
+// a stream's MaxAge and a consumer's MaxDeliver and backoff.
+//
 // # Concurrency
 //
-// A [Keyer] and a [Window] are safe for concurrent use by multiple
-// goroutines.
+// A [Keyer], a [Window] and the ledgers are safe for concurrent use by
+// multiple goroutines.
 package dedupe

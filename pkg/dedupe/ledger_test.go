@@ -1,0 +1,93 @@
+package dedupe_test
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+func TestCheckRetention(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		retention  time.Duration
+		maxAge     time.Duration
+		maxDeliver int
+		backoff    []time.Duration
+		ok         bool
+	}{
+		{"default retention, week-long stream", dedupe.DefaultRetention, 7 * 24 * time.Hour, 5, nil, true},
+		{"retention shorter than stream max age", time.Hour, 24 * time.Hour, 0, nil, false},
+		{"backoff adds up past retention", time.Hour, 0, 5, []time.Duration{time.Minute, 10 * time.Minute, time.Hour}, false},
+		{"backoff within retention", 3 * time.Hour, 0, 4, []time.Duration{time.Minute, 10 * time.Minute, time.Hour}, true},
+		{"last backoff repeats", 2 * time.Hour, 0, 6, []time.Duration{30 * time.Minute}, false},
+		{"unbounded by both", time.Minute, 0, 0, nil, true},
+	} {
+		err := dedupe.CheckRetention(tt.retention, tt.maxAge, tt.maxDeliver, tt.backoff)
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, dedupe.ErrInvalidLedger)) {
+			t.Errorf("%s: CheckRetention(%v, %v, %d, %v) = %v; want ok=%v", tt.name, tt.retention, tt.maxAge, tt.maxDeliver, tt.backoff, err, tt.ok)
+		}
+	}
+}
+
+func sampleRecord() dedupe.Record {
+	now := time.Unix(1764400000, 123456789)
+	return dedupe.Record{
+		Key: crashKey(9), State: dedupe.StateCommitted, Owner: "host-1/pid-42", Token: 3,
+		Attempts: 3, Fingerprint: dedupe.Fingerprint{1, 2, 3}, Mismatches: 1,
+		Created: now, Updated: now.Add(time.Second), Expires: now.Add(7 * 24 * time.Hour),
+		Result: dedupe.Result{DownstreamID: "INC-1", ModelRef: "llm/x", Response: []byte("{\"ok\":true}"), Committed: now.Add(time.Second)},
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	rec := sampleRecord()
+	b, err := rec.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := dedupe.UnmarshalRecord(rec.Key, b)
+	if err != nil {
+		t.Fatalf("UnmarshalRecord: %v", err)
+	}
+	if !reflect.DeepEqual(got, rec) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, rec)
+	}
+	// Every single-bit flip and every truncation is detected.
+	for i := range b {
+		for bit := range 8 {
+			c := bytes.Clone(b)
+			c[i] ^= 1 << bit
+			if _, err := dedupe.UnmarshalRecord(rec.Key, c); !errors.Is(err, dedupe.ErrCorruptRecord) {
+				t.Fatalf("flip of bit %d of byte %d: error = %v; want ErrCorruptRecord", bit, i, err)
+			}
+		}
+		if _, err := dedupe.UnmarshalRecord(rec.Key, b[:i]); !errors.Is(err, dedupe.ErrCorruptRecord) {
+			t.Fatalf("truncation to %d bytes: error = %v; want ErrCorruptRecord", i, err)
+		}
+	}
+}
+
+func FuzzUnmarshalRecord(f *testing.F) {
+	rec := sampleRecord()
+	b, _ := rec.MarshalBinary()
+	f.Add(b)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := dedupe.UnmarshalRecord(dedupe.Key{}, b)
+		if err != nil {
+			if !errors.Is(err, dedupe.ErrCorruptRecord) {
+				t.Fatalf("error %v does not wrap ErrCorruptRecord", err)
+			}
+			return
+		}
+		again, _ := rec.MarshalBinary()
+		back, err := dedupe.UnmarshalRecord(dedupe.Key{}, again)
+		if err != nil || !reflect.DeepEqual(back, rec) {
+			t.Fatalf("re-encoding of an accepted record does not round-trip: %v", err)
+		}
+	})
+}
