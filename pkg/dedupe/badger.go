@@ -26,9 +26,10 @@ const maxConflictRetries = 32
 // # Durability
 //
 // Begin's claim, Commit and Fail are durable when they return. If the DB was
-// opened with SyncWrites, Badger fsyncs each transaction; otherwise the
-// ledger calls DB.Sync after each of those writes (unless
-// BadgerLedgerOptions.NoSync is set). Either way a record that a call
+// opened with SyncWrites, Badger fsyncs each batch of transactions;
+// otherwise the ledger calls DB.Sync after those writes (unless
+// BadgerLedgerOptions.NoSync is set), coalescing the syncs of concurrent
+// callers into one (group commit). Either way a record that a call
 // reported written survives a process crash and a power loss, as far as
 // the disk honours fsync. Extend is not synced: after a crash its holder is
 // gone, and a lost renewal only lets the takeover come sooner.
@@ -44,7 +45,7 @@ const maxConflictRetries = 32
 type BadgerLedger struct {
 	db     *badger.DB
 	opts   LedgerOptions
-	sync   bool
+	syncer *groupSync // nil when no explicit sync is needed
 	closed atomic.Bool
 }
 
@@ -67,7 +68,11 @@ func NewBadgerLedger(db *badger.DB, opts BadgerLedgerOptions) (*BadgerLedger, er
 	if err := opts.Normalize(); err != nil {
 		return nil, err
 	}
-	return &BadgerLedger{db: db, opts: opts.LedgerOptions, sync: !opts.NoSync && !db.Opts().SyncWrites}, nil
+	l := &BadgerLedger{db: db, opts: opts.LedgerOptions}
+	if !opts.NoSync && !db.Opts().SyncWrites && !db.Opts().InMemory {
+		l.syncer = newGroupSync(db.Sync)
+	}
+	return l, nil
 }
 
 // OpenBadgerOptions configures OpenBadger.
@@ -189,8 +194,8 @@ func (l *BadgerLedger) update(ctx context.Context, key Key, fn func(cur *Record,
 		}
 		return err
 	}
-	if wrote && l.sync {
-		if err := l.db.Sync(); err != nil {
+	if wrote && l.syncer != nil {
+		if err := l.syncer.Sync(); err != nil {
 			return fmt.Errorf("dedupe: syncing ledger: %w", err)
 		}
 	}
