@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,7 +64,7 @@ func capacityFor(impl altset.Impl, wl *altset.Workload) int {
 }
 
 // memPerKey caches bytesPerKey per impl and live set size.
-var memPerKey sync.Map // memKey → memCost
+var memPerKey = make(map[memKey]memCost)
 
 type memKey struct {
 	impl string
@@ -78,8 +77,8 @@ type memCost struct{ heap, table float64 }
 // and holding them, and for the window also its table bytes per key.
 func bytesPerKey(b *testing.B, impl altset.Impl, live int) memCost {
 	key := memKey{impl.Name, live}
-	if c, ok := memPerKey.Load(key); ok {
-		return c.(memCost)
+	if c, ok := memPerKey[key]; ok {
+		return c
 	}
 	wl := altset.NewWorkload(live, 0, benchSeed)
 	s, grew, err := altset.HeapGrowth(func() (altset.Set, error) {
@@ -97,7 +96,7 @@ func bytesPerKey(b *testing.B, impl altset.Impl, live int) memCost {
 		c.table = float64(w.Bytes()) / float64(live)
 	}
 	altset.Close(s)
-	memPerKey.Store(key, c)
+	memPerKey[key] = c
 	return c
 }
 
@@ -139,14 +138,21 @@ func benchSteady(b *testing.B, impl altset.Impl, live int, dup float64) {
 	s := newBenchSet(b, impl, wl)
 	lanes := altset.NewLanes(1, wl.RoundSize(1))
 	lane := &lanes[0]
+	var evicted uint64
+	drop := func() {
+		if w, ok := s.(*dedupe.Window); ok {
+			evicted += w.Stats().Evictions
+		}
+		altset.Close(s)
+		s = nil
+	}
 	// next fills the lane with the next round, first replacing a set that
 	// has taken its budget of fresh keys. It runs with the timer stopped.
 	next := func() {
 		if wl.Next(lanes) {
 			return
 		}
-		altset.Close(s)
-		s = nil
+		drop()
 		runtime.GC() // collect the old set now, not during the measurement
 		s = newBenchSet(b, impl, wl)
 		if !wl.Next(lanes) {
@@ -182,12 +188,10 @@ func benchSteady(b *testing.B, impl altset.Impl, live int, dup float64) {
 	if dups > 0 {
 		b.ReportMetric(100*float64(dups-hits)/float64(dups), "dupmiss%")
 	}
-	if w, ok := s.(*dedupe.Window); ok {
-		if ev := w.Stats().Evictions; ev > 0 {
-			b.Logf("window evicted %d live keys", ev)
-		}
+	drop()
+	if evicted > 0 {
+		b.Logf("the window evicted %d live keys (its Capacity is the live keys; it held up to 1.5 times that)", evicted)
 	}
-	altset.Close(s)
 }
 
 // BenchmarkWindowSeenOrAddParallel is a small contention benchmark: GOMAXPROCS
