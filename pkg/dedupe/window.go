@@ -32,8 +32,8 @@ type Clock interface {
 // WindowOptions configures a Window. The zero value means the defaults.
 type WindowOptions struct {
 	// Capacity is the number of live keys the window is guaranteed to hold
-	// without losing any. It is rounded up so that the table is a power of two
-	// buckets, and to at least MinWindowCapacity. Past it, adding a key evicts
+	// without losing any. It is rounded up to a multiple of 4, and to at
+	// least MinWindowCapacity. The table takes 16 bytes per key of capacity. Past it, adding a key evicts
 	// the oldest key among the ones it competes with. The default is
 	// DefaultWindowCapacity.
 	Capacity int
@@ -102,8 +102,8 @@ type Window struct {
 	_     [64 - 12]byte
 
 	buckets   []bucket
-	nb        uint64 // number of buckets, a power of two
-	bbits     uint   // log2(nb)
+	nb        uint64 // number of buckets
+	bbits     uint   // floor(log2(nb))
 	stampBits uint   // bbits - 3
 	stampMask uint64
 	idShift   uint // bbits - 1: word >> idShift is tag<<1 | alt
@@ -116,7 +116,9 @@ type Window struct {
 	clock Clock
 	base  time.Time
 
-	hits, adds, evictions, expired [stripes]paddedCounter
+	// Counters: each costs a locked instruction, so new keys (the common
+	// case) count nothing; Stats derives what it can from the table.
+	hits, evictions, expired [stripes]paddedCounter
 }
 
 type bucket [slotsPerBucket]atomic.Uint64
@@ -136,7 +138,6 @@ type WindowStats struct {
 	Bytes     int    // memory held by the table
 	Live      int    // keys currently live (counted by scanning the table)
 	Hits      uint64 // SeenOrAdd calls that found the key live
-	Adds      uint64 // keys added (new, or re-added after expiry)
 	Evictions uint64 // live keys pushed out because their slots were full
 	Expired   uint64 // slots reclaimed after their key expired
 }
@@ -155,14 +156,13 @@ func NewWindow(opts WindowOptions) (*Window, error) {
 	if opts.TTL == 0 {
 		opts.TTL = DefaultWindowTTL
 	}
-	nb := uint64(minBuckets)
-	for nb*keysPerBucket < uint64(opts.Capacity) {
-		nb <<= 1
-	}
-	bbits := uint(bits.TrailingZeros64(nb))
-	if bbits > maxBucketBits {
+	nb := max(uint64(minBuckets), (uint64(opts.Capacity)+keysPerBucket-1)/keysPerBucket)
+	if nb >= 1<<maxBucketBits {
 		return nil, fmt.Errorf("%w: capacity %d is too large", ErrInvalidWindow, opts.Capacity)
 	}
+	// bbits is how many bits of a key the bucket index stands for: a slot
+	// stores the other 64-bbits.
+	bbits := uint(63 - bits.LeadingZeros64(nb))
 	w := &Window{
 		buckets:   make([]bucket, nb),
 		nb:        nb,
@@ -220,11 +220,19 @@ type loc struct {
 
 func (w *Window) locate(k uint64) loc {
 	m := mix(k)
-	h1 := m >> (64 - w.bbits)
+	// The first bucket is m scaled to [0, nb): keys in one bucket lie in an
+	// interval of m shorter than 2^(64-bbits), so their low 64-bbits bits,
+	// the tag, tell them apart.
+	h1, _ := bits.Mul64(m, w.nb)
 	tag := m & (1<<(64-w.bbits) - 1)
-	// The second bucket is the first XOR a non-zero function of the tag, so
-	// it differs from the first, and either one gives back the other.
-	h2 := h1 ^ ((tag*0x9e3779b97f4a7c15)>>(64-w.bbits) | 1)
+	// The second bucket is a non-zero, tag-derived step away from the
+	// first, so it differs from it and the pair (bucket, tag) still names
+	// one key.
+	step, _ := bits.Mul64(tag*0x9e3779b97f4a7c15, w.nb-1)
+	h2 := h1 + step + 1
+	if h2 >= w.nb {
+		h2 -= w.nb
+	}
 	return loc{b1: &w.buckets[h1], b2: &w.buckets[h2], id: tag << 1, stripe: int(h1 % stripes)}
 }
 
@@ -323,11 +331,9 @@ func (w *Window) sweep(s, t uint64) {
 
 // turn returns the first bucket swept in time unit x.
 func (w *Window) turn(x uint64) uint64 {
-	x %= w.period
-	if w.nb >= w.period {
-		return x * (w.nb / w.period)
-	}
-	return x / (w.period / w.nb)
+	hi, lo := bits.Mul64(x%w.period, w.nb)
+	q, _ := bits.Div64(hi, lo, w.period)
+	return q
 }
 
 func (w *Window) sweepRange(from, to uint64, t uint64) {
@@ -388,91 +394,67 @@ func (w *Window) insert(k uint64, refresh bool) bool {
 	t := w.now()
 	l := w.locate(k)
 retry:
-	// Phase 1: look for k, and note where it could go.
-	var (
-		free    [2]int // free slots per bucket
-		freeP   = [2]int{-1, -1}
-		freeX   [2]uint64
-		oldestP = -1
-		oldestX uint64
-		oldest  int64
-	)
-	// Touch the second bucket first, so that its cache miss overlaps the
-	// first bucket's instead of following it.
-	_ = l.b2[0].Load()
-	for p := 0; p < 2*slotsPerBucket; p++ {
+	// Phase 1: read the 16 candidates at once (the two cache misses
+	// overlap), then find k among them, or where it could go.
+	var xs [2 * slotsPerBucket]uint64
+	l.load(&xs)
+	if p := w.find(&l, &xs); p >= 0 {
 		s, id := l.slot(p)
-		x := s.Load()
-		b := p / slotsPerBucket
-		if x == 0 {
-			if free[b]++; freeP[b] < 0 {
-				freeP[b], freeX[b] = p, x
-			}
-			continue
+		x := xs[p]
+		if w.state(x) == statePending {
+			// Another goroutine is adding k right now: it, or a rival
+			// with an earlier slot, will report k new.
+			w.hits[l.stripe].n.Add(1)
+			return true
 		}
-		st := w.state(x)
-		if x>>w.idShift == id {
-			if st == statePending {
-				// Another goroutine is adding k right now: it, or a rival
-				// with an earlier slot, will report k new.
-				w.hits[l.stripe].n.Add(1)
-				return true
-			}
-			if w.live(x, t) {
-				if refresh && w.age(x, t) > 0 && !s.CompareAndSwap(x, w.word(id, stateCommitted, t)) {
-					goto retry
-				}
-				if !refresh {
-					w.hits[l.stripe].n.Add(1)
-				}
-				return true
-			}
-			// k expired: stamp it anew in place.
-			if !s.CompareAndSwap(x, w.word(id, stateCommitted, t)) {
+		if w.live(x, t) {
+			if refresh && w.age(x, t) > 0 && !s.CompareAndSwap(x, w.word(id, stateCommitted, t)) {
 				goto retry
 			}
-			w.adds[l.stripe].n.Add(1)
-			w.expired[l.stripe].n.Add(1)
-			return false
-		}
-		if st != stateCommitted {
-			continue // another key's add in progress
-		}
-		if !w.live(x, t) {
-			if free[b]++; freeP[b] < 0 {
-				freeP[b], freeX[b] = p, x
+			if !refresh {
+				w.hits[l.stripe].n.Add(1)
 			}
-		} else if a := w.age(x, t); oldestP < 0 || a > oldest {
-			oldestP, oldestX, oldest = p, x, a
+			return true
 		}
+		// k expired: stamp it anew in place.
+		if !s.CompareAndSwap(x, w.word(id, stateCommitted, t)) {
+			goto retry
+		}
+		w.expired[l.stripe].n.Add(1)
+		return false
 	}
 
-	// Phase 2: claim a slot with a pending add: the emptier bucket's first
-	// free slot, or else the oldest live key's slot. The claim is a CAS from
-	// the word phase 1 saw, so a slot that changed meanwhile is not taken.
-	b := 0
-	if free[1] > free[0] {
-		b = 1
-	}
-	target, old := freeP[b], freeX[b]
-	if target < 0 {
-		if oldestP < 0 {
+	// Phase 2: claim a slot with a pending add: the first free slot of the
+	// bucket with more free slots, or else the oldest live key's slot. The
+	// claim is a CAS from the word phase 1 read, so a slot that changed
+	// meanwhile is not taken.
+	free := w.freeMask(&xs, t)
+	evict := false
+	var target int
+	switch f1, f2 := bits.OnesCount8(uint8(free)), bits.OnesCount8(uint8(free>>slotsPerBucket)); {
+	case f1 >= f2 && f1 > 0:
+		target = bits.TrailingZeros16(free)
+	case f2 > 0:
+		target = bits.TrailingZeros16(free >> slotsPerBucket << slotsPerBucket)
+	default:
+		target = w.oldest(&xs, t)
+		if target < 0 {
 			// All 16 candidates hold adds in progress.
 			runtime.Gosched()
 			goto retry
 		}
-		target, old = oldestP, oldestX
+		evict = true
 	}
 	ts, tid := l.slot(target)
+	old := xs[target]
 	pending := w.word(tid, statePending, t)
 	if !ts.CompareAndSwap(old, pending) {
 		goto retry
 	}
 	switch {
-	case old == 0:
-	case target == oldestP && freeP[b] < 0:
+	case evict:
 		w.evictions[l.stripe].n.Add(1)
-	default:
+	case old != 0:
 		w.expired[l.stripe].n.Add(1)
 	}
 
@@ -482,28 +464,25 @@ retry:
 
 	// Phase 3: a rival add of k may have claimed another candidate while we
 	// looked. The candidate order decides: a committed k or an earlier
-	// pending k wins and we withdraw; a later pending k is aborted.
-	for p := 0; p < 2*slotsPerBucket; p++ {
-		if p == target {
-			continue
+	// pending k wins and we withdraw; a later pending k is aborted. The
+	// lines are in cache now, and in the common case nothing matches.
+	for {
+		l.load(&xs)
+		xs[target] = 0
+		p := w.find(&l, &xs)
+		if p < 0 {
+			break
 		}
-		s, id := l.slot(p)
-		for {
-			x := s.Load()
-			if x == 0 || x>>w.idShift != id {
-				break
-			}
-			st := w.state(x)
-			if (st == stateCommitted && w.live(x, t)) || (st == statePending && p < target) {
-				ts.CompareAndSwap(pending, 0) // fails only if a rival aborted us
-				w.hits[l.stripe].n.Add(1)
-				return true
-			}
-			// A later pending rival, or an expired copy of k: remove it.
-			if s.CompareAndSwap(x, 0) {
-				break
-			}
+		s, _ := l.slot(p)
+		x := xs[p]
+		if st := w.state(x); (st == stateCommitted && w.live(x, t)) || (st == statePending && p < target) {
+			ts.CompareAndSwap(pending, 0) // fails only if a rival aborted us
+			w.hits[l.stripe].n.Add(1)
+			return true
 		}
+		// A later pending rival, or an expired copy of k: remove it, then
+		// look again.
+		s.CompareAndSwap(x, 0)
 	}
 
 	// Phase 4: commit. This fails only if an earlier rival aborted us; it
@@ -512,8 +491,77 @@ retry:
 		w.hits[l.stripe].n.Add(1)
 		return true
 	}
-	w.adds[l.stripe].n.Add(1)
 	return false
+}
+
+// load reads the 16 candidate slots of l into xs.
+func (l *loc) load(xs *[2 * slotsPerBucket]uint64) {
+	b1, b2 := l.b1, l.b2
+	// Interleaved, so that both buckets' misses are in flight together.
+	xs[0], xs[8] = b1[0].Load(), b2[0].Load()
+	xs[1], xs[9] = b1[1].Load(), b2[1].Load()
+	xs[2], xs[10] = b1[2].Load(), b2[2].Load()
+	xs[3], xs[11] = b1[3].Load(), b2[3].Load()
+	xs[4], xs[12] = b1[4].Load(), b2[4].Load()
+	xs[5], xs[13] = b1[5].Load(), b2[5].Load()
+	xs[6], xs[14] = b1[6].Load(), b2[6].Load()
+	xs[7], xs[15] = b1[7].Load(), b2[7].Load()
+}
+
+// find returns the first candidate in xs that holds l's key, or -1.
+func (w *Window) find(l *loc, xs *[2 * slotsPerBucket]uint64) int {
+	id1, id2 := l.id, l.id|1
+	var m uint32
+	for p := 0; p < slotsPerBucket; p++ {
+		x1, x2 := xs[p], xs[p+slotsPerBucket]
+		// An empty slot (0) has the identity of the key whose tag is 0: it
+		// must not match.
+		m |= b2u(x1>>w.idShift == id1 && x1 != 0) << p
+		m |= b2u(x2>>w.idShift == id2 && x2 != 0) << (p + slotsPerBucket)
+	}
+	if m == 0 {
+		return -1
+	}
+	return bits.TrailingZeros32(m)
+}
+
+// freeMask returns a bit per candidate that is empty or holds an expired
+// key, computed without branches: which slots are free is as good as random.
+func (w *Window) freeMask(xs *[2 * slotsPerBucket]uint64, t uint64) uint16 {
+	var m uint16
+	half := w.stampMask >> 1
+	ttl := uint64(w.ttlUnits)
+	for p, x := range xs {
+		empty := b2u(x == 0)
+		committed := uint32(x>>w.stampBits) >> 1 & 1
+		d := (t - x) & w.stampMask
+		dead := committed & b2u(d > ttl) & b2u(d <= half)
+		m |= uint16(empty|dead) << p
+	}
+	return m
+}
+
+// oldest returns the candidate holding the live key stamped longest ago, or
+// -1 if every candidate holds an add in progress.
+func (w *Window) oldest(xs *[2 * slotsPerBucket]uint64, t uint64) int {
+	p, oldest := -1, int64(0)
+	for i, x := range xs {
+		if x != 0 && w.state(x) == stateCommitted {
+			if a := w.age(x, t); p < 0 || a > oldest {
+				p, oldest = i, a
+			}
+		}
+	}
+	return p
+}
+
+// b2u converts a bool to 0 or 1 without a branch.
+func b2u(b bool) uint32 {
+	var u uint32
+	if b {
+		u = 1
+	}
+	return u
 }
 
 // Contains reports whether k was added within the TTL. It does not add k.
@@ -562,7 +610,6 @@ func (w *Window) Stats() WindowStats {
 	}
 	for i := 0; i < stripes; i++ {
 		st.Hits += w.hits[i].n.Load()
-		st.Adds += w.adds[i].n.Load()
 		st.Evictions += w.evictions[i].n.Load()
 		st.Expired += w.expired[i].n.Load()
 	}

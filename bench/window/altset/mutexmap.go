@@ -55,3 +55,10 @@ func (s *MutexMap) SeenOrAdd(k uint64) bool {
 	s.cur[k] = now + s.ttl
 	return false
 }
+
+// Settle swaps the generations once, as a TTL boundary does. See Settler.
+func (s *MutexMap) Settle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.prev, s.cur = s.cur, make(map[uint64]int64, s.capacity)
+}

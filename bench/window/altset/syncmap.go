@@ -71,3 +71,8 @@ func (s *SyncMap) rotate(now int64) {
 	}
 	s.gens.Store(&syncMapGens{cur: new(sync.Map), prev: prev})
 }
+
+// Settle swaps the generations once, as a TTL boundary does. See Settler.
+func (s *SyncMap) Settle() {
+	s.gens.Store(&syncMapGens{cur: new(sync.Map), prev: s.gens.Load().cur})
+}

@@ -62,3 +62,9 @@ func (s *Xsync) rotate(now int64) {
 	}
 	s.gens.Store(&xsyncGens{cur: s.newGen(), prev: prev})
 }
+
+// Settle swaps the generations once, as a TTL boundary does: the keys added
+// so far become the previous generation. See Settler.
+func (s *Xsync) Settle() {
+	s.gens.Store(&xsyncGens{cur: s.newGen(), prev: s.gens.Load().cur})
+}
