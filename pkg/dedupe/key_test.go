@@ -276,6 +276,9 @@ func TestKeyerConcurrent(t *testing.T) {
 }
 
 func TestKeyerAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items under the race detector")
+	}
 	k := mustKeyer(t, dedupe.KeySpec{Pipeline: "p", Step: "s", Fields: []string{"/alert/id"}, Version: "/alert/occurrence"})
 	payload := []byte(alert)
 	k.Intent(payload)

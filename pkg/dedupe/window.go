@@ -31,11 +31,11 @@ type Clock interface {
 
 // WindowOptions configures a Window. The zero value means the defaults.
 type WindowOptions struct {
-	// Capacity is the number of live keys the window is guaranteed to hold
-	// without losing any. It is rounded up to a multiple of 4, and to at
-	// least MinWindowCapacity. The table takes 16 bytes per key of capacity. Past it, adding a key evicts
-	// the oldest key among the ones it competes with. The default is
-	// DefaultWindowCapacity.
+	// Capacity is the number of live keys the window holds without losing
+	// any. It is rounded up to a multiple of 4, and to at least
+	// MinWindowCapacity. The table takes 16 bytes per key of capacity. Past
+	// it, adding a key evicts the oldest key among the ones it competes
+	// with. The default is DefaultWindowCapacity.
 	Capacity int
 
 	// TTL is how long a key is remembered after it was added: at least TTL and
@@ -78,19 +78,20 @@ const (
 //
 // The one exception to lock-freedom is the catch-up after the window has seen
 // no operation for a long time (at least 1/8 of the timestamp range: 4 to 8
-// TTLs for the smallest table, 64 to 128 for one of a million keys): the first
+// TTLs for the smallest table, 32 to 64 for one of a million keys): the first
 // operation then clears expired slots from the whole table, and operations
 // that arrive meanwhile wait for it.
 //
 // # Guarantees
 //
-// While no more than Capacity keys are live, no live key is ever lost: the
-// table is sized so each key has 16 candidate slots in two buckets (two-choice
-// hashing at half load), and no bucket overflows in that regime. Past
-// Capacity, adding a key whose candidates are all live evicts the oldest of
-// them and counts an eviction. A key is never reported present that was not
-// added: slots store the full 64-bit key (the bucket index supplies the bits
-// the slot does not).
+// While no more than Capacity keys are live, no live key is lost: each key
+// has 16 candidate slots in two buckets and goes to the emptier one
+// (two-choice hashing at half load), where the fullest of millions of
+// buckets holds 7 of its 8 slots (simulated; TestWindowCapacity fills
+// tables to capacity and checks every key). Past Capacity, adding a key
+// whose candidates are all live evicts the oldest of them and counts an
+// eviction. A key is never reported present that was not added: a slot and
+// its bucket together identify all 64 bits of the key.
 //
 // A Window is a cache. In front of a durable ledger it is only a fast path:
 // add a key after the ledger has committed the work, Remove it when the

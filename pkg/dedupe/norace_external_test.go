@@ -1,0 +1,5 @@
+//go:build !race
+
+package dedupe_test
+
+const raceEnabled = false
