@@ -23,7 +23,7 @@ var ctx = context.Background()
 var buckets atomic.Int64
 
 // newLedger returns a ledger on js in a bucket no other test uses.
-func newLedger(t *testing.T, js jetstream.JetStream, opts jskv.Options) *jskv.Ledger {
+func newLedger(t testing.TB, js jetstream.JetStream, opts jskv.Options) *jskv.Ledger {
 	t.Helper()
 	if opts.Bucket == "" {
 		opts.Bucket = fmt.Sprintf("ledger-%d", buckets.Add(1))
@@ -291,4 +291,14 @@ func TestDomain(t *testing.T) {
 	if rec, err := l.Get(ctx, key(1)); err != nil || rec.State != dedupe.StateCommitted {
 		t.Errorf("Get = %+v, %v; want committed", rec, err)
 	}
+}
+
+// BenchmarkLedger measures Begin+Commit pairs on fresh keys on an embedded
+// server with a file-backed R1 bucket (see dedupetest.Benchmark).
+func BenchmarkLedger(b *testing.B) {
+	s := natstest.RunServer(b)
+	_, js := natstest.Connect(b, s)
+	dedupetest.Benchmark(b, func(b *testing.B) dedupe.Ledger {
+		return newLedger(b, js, jskv.Options{})
+	})
 }
