@@ -1,7 +1,8 @@
 // Command window compares dedupe.Window with the sets a user would write
 // instead (package altset): SeenOrAdd throughput at a steady state of live
-// keys, at each GOMAXPROCS, as a ratio to xsync measured in the same run,
-// with allocations per operation and memory per live key.
+// keys, one key at a time and (window-batch) 16 keys at a time through
+// SeenOrAddBatch, at each GOMAXPROCS, as a ratio to xsync measured in the
+// same run, with allocations per operation and memory per live key.
 //
 // See README.md for how to run it and how to read the table.
 package main
@@ -61,7 +62,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&lives, "live", "1M", "live set sizes, comma-separated (K = 1,000, M = 1,000,000), e.g. 1M,10M")
 	fs.StringVar(&dups, "dup", "0,10,90", "shares of operations that repeat a live key, in percent, comma-separated")
 	fs.StringVar(&procs, "procs", "1,2", "GOMAXPROCS values, comma-separated; each runs that many goroutines")
-	fs.StringVar(&impl, "impl", "window,xsync,syncmap,mutexmap,otter", "sets to compare, comma-separated")
+	fs.StringVar(&impl, "impl", "window,window-batch,xsync,syncmap,mutexmap,otter", "sets to compare, comma-separated (window-batch: the window through SeenOrAddBatch, 16 keys at a time)")
 	fs.DurationVar(&cfg.dur, "dur", 400*time.Millisecond, "measured time per cell and run")
 	fs.DurationVar(&cfg.warmup, "warmup", 100*time.Millisecond, "unmeasured time before each measurement")
 	fs.IntVar(&cfg.reps, "reps", 3, "runs per cell; the table shows the median")
@@ -82,7 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.procs, err = parseInts(procs, 1, 1024); err != nil {
 		return cfg, fmt.Errorf("-procs: %w", err)
 	}
-	all := append([]altset.Impl{windowImpl()}, altset.Alternatives()...)
+	all := append([]altset.Impl{windowImpl(), windowBatchImpl()}, altset.Alternatives()...)
 	for name := range strings.SplitSeq(impl, ",") {
 		i := slices.IndexFunc(all, func(im altset.Impl) bool { return im.Name == strings.TrimSpace(name) })
 		if i < 0 {
@@ -115,6 +116,34 @@ func windowImpl() altset.Impl {
 			return nil, err
 		}
 		return w, nil
+	}}
+}
+
+// batched is a Window driven through SeenOrAddBatch in batches of
+// batchKeys, as a pull consumer that fetched that many messages would.
+type batched struct{ *dedupe.Window }
+
+const batchKeys = 16
+
+// batch runs SeenOrAddBatch over keys in batches and returns how many were
+// seen.
+func (b batched) batch(keys []uint64, seen []bool) int {
+	n := 0
+	for len(keys) > 0 {
+		c := min(len(keys), batchKeys)
+		n += b.SeenOrAddBatch(keys[:c], seen[:c])
+		keys = keys[c:]
+	}
+	return n
+}
+
+func windowBatchImpl() altset.Impl {
+	return altset.Impl{Name: "window-batch", New: func(capacity int, ttl time.Duration) (altset.Set, error) {
+		w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: capacity, TTL: ttl})
+		if err != nil {
+			return nil, err
+		}
+		return batched{w}, nil
 	}}
 }
 
@@ -256,6 +285,10 @@ func runBlock(ctx context.Context, cfg config, impl altset.Impl, live int, res *
 			runtime.GOMAXPROCS(procs)
 			lanes := altset.NewLanes(procs, wl.RoundSize(procs))
 			hits := make([]int, procs)
+			seenBuf := make([][]bool, procs)
+			for g := range seenBuf {
+				seenBuf[g] = make([]bool, batchKeys)
+			}
 			// measure runs rounds until d of them have been timed.
 			measure := func(d time.Duration) (sample, error) {
 				var acc sample
@@ -277,6 +310,10 @@ func runBlock(ctx context.Context, cfg config, impl altset.Impl, live int, res *
 					var wg sync.WaitGroup
 					for g := range lanes {
 						wg.Go(func() {
+							if b, ok := s.(batched); ok {
+								hits[g] = b.batch(lanes[g].Keys, seenBuf[g])
+								return
+							}
 							h := 0
 							for _, k := range lanes[g].Keys {
 								if s.SeenOrAdd(k) {

@@ -394,6 +394,57 @@ func (w *Window) Add(k uint64) { w.insert(k, true) }
 func (w *Window) insert(k uint64, refresh bool) bool {
 	t := w.now()
 	l := w.locate(k)
+	return w.insertAt(t, l, refresh)
+}
+
+// touched and touchedSink give the values of SeenOrAddBatch's prefetching
+// loads a use.
+const touched = 0x9e3779b97f4a7c15
+
+var touchedSink atomic.Uint64
+
+// batchSize is how many keys SeenOrAddBatch looks up at once: enough
+// independent cache misses in flight to keep the memory system busy.
+const batchSize = 16
+
+// SeenOrAddBatch calls SeenOrAdd for each of keys in order, setting seen[i]
+// to its result, and returns how many were seen. seen must be at least as
+// long as keys. It is faster than a loop over SeenOrAdd because it first
+// touches the buckets of up to 16 keys at once, so their cache misses
+// overlap instead of following one another, and reads the clock once per
+// 16 keys: use it for the batches a JetStream pull consumer fetches.
+func (w *Window) SeenOrAddBatch(keys []uint64, seen []bool) int {
+	seen = seen[:len(keys)]
+	var locs [batchSize]loc
+	n := 0
+	for len(keys) > 0 {
+		c := min(len(keys), batchSize)
+		t := w.now()
+		var acc uint64
+		for i := 0; i < c; i++ {
+			locs[i] = w.locate(keys[i])
+			// Touch both buckets; the loads are independent, so the CPU
+			// issues them all before the first one returns.
+			acc += locs[i].b1[0].Load() ^ locs[i].b2[0].Load()
+		}
+		if acc == touched {
+			// Practically never; it keeps the compiler from dropping the
+			// loads, whose values are otherwise unused.
+			touchedSink.Add(1)
+		}
+		for i := 0; i < c; i++ {
+			seen[i] = w.insertAt(t, locs[i], false)
+			if seen[i] {
+				n++
+			}
+		}
+		keys, seen = keys[c:], seen[c:]
+	}
+	return n
+}
+
+// insertAt is SeenOrAdd (or, with refresh, Add) of the key at l at time t.
+func (w *Window) insertAt(t uint64, l loc, refresh bool) bool {
 retry:
 	// Phase 1: read the 16 candidates at once (the two cache misses
 	// overlap), then find k among them, or where it could go.

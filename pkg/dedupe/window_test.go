@@ -518,3 +518,38 @@ func TestWindowRivalCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowSeenOrAddBatch checks that a batch gives the answers of a loop
+// over SeenOrAdd, repeats within one batch included.
+func TestWindowSeenOrAddBatch(t *testing.T) {
+	c := newFakeClock()
+	batch := newTestWindow(t, 0, time.Minute, c)
+	single := newTestWindow(t, 0, time.Minute, c)
+	rng := rand.New(rand.NewPCG(3, 4))
+	pool := make([]uint64, 500)
+	for i := range pool {
+		pool[i] = rng.Uint64()
+	}
+	for round := 0; round < 200; round++ {
+		keys := make([]uint64, rng.IntN(40))
+		for i := range keys {
+			keys[i] = pool[rng.IntN(len(pool))]
+		}
+		seen := make([]bool, len(keys))
+		n := batch.SeenOrAddBatch(keys, seen)
+		want := 0
+		for i, k := range keys {
+			w := single.SeenOrAdd(k)
+			if w {
+				want++
+			}
+			if seen[i] != w {
+				t.Fatalf("round %d: SeenOrAddBatch seen[%d] (key %#x) = %v; SeenOrAdd says %v", round, i, k, seen[i], w)
+			}
+		}
+		if n != want {
+			t.Fatalf("round %d: SeenOrAddBatch = %d; want %d", round, n, want)
+		}
+		c.Advance(time.Second)
+	}
+}
