@@ -189,8 +189,11 @@ func (l *BadgerLedger) update(ctx context.Context, key Key, fn func(cur *Record,
 		}
 	}
 	if err != nil {
-		if errors.Is(err, badger.ErrDBClosed) {
+		switch {
+		case errors.Is(err, badger.ErrDBClosed):
 			return fmt.Errorf("%w: %w", ErrClosed, err)
+		case errors.Is(err, badger.ErrConflict):
+			return fmt.Errorf("dedupe: key %v: lost %d transaction conflicts in a row: %w", key, maxConflictRetries, err)
 		}
 		return err
 	}
