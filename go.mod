@@ -11,6 +11,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/puzpuzpuz/xsync/v4 v4.5.0
+	github.com/sashabaranov/go-openai v1.43.0
 )
 
 require (
