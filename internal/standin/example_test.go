@@ -10,7 +10,10 @@ import (
 )
 
 func Example() {
-	s := standin.New(standin.Options{})
+	s, err := standin.New(standin.Options{})
+	if err != nil {
+		panic(err)
+	}
 	url, stop, err := s.Start("127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)

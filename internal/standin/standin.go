@@ -127,12 +127,11 @@ type Server struct {
 	promptTokens, completionTokens                         atomic.Int64
 }
 
-// New returns a Server configured by opts. It panics with the error of
-// [Options.Validate] if opts are invalid: options are written by the
-// programmer, as a regexp passed to regexp.MustCompile is.
-func New(opts Options) *Server {
+// New returns a Server configured by opts, or the error of
+// [Options.Validate] if opts are invalid (they may come from a config file).
+func New(opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
-		panic(err)
+		return nil, err
 	}
 	if opts.RetryAfter == 0 {
 		opts.RetryAfter = time.Second
@@ -152,7 +151,7 @@ func New(opts Options) *Server {
 		opts:   opts,
 		rng:    rand.New(rand.NewPCG(opts.Seed, 0x6f6e636567617465)), // "oncegate"
 		closed: make(chan struct{}),
-	}
+	}, nil
 }
 
 // Stats returns a snapshot of the counters. Counters are read one by one,

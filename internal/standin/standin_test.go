@@ -25,7 +25,10 @@ var fixedClock = func() time.Time { return time.Unix(1700000000, 0) }
 // t.Cleanup, hanging requests first.
 func newTestServer(t *testing.T, opts standin.Options) (*standin.Server, *openai.Client, *httptest.Server) {
 	t.Helper()
-	s := standin.New(opts)
+	s, err := standin.New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
 	ts := httptest.NewServer(s)
 	t.Cleanup(func() {
 		s.Close()
@@ -551,7 +554,10 @@ func TestCloseReleasesHangs(t *testing.T) {
 }
 
 func TestStart(t *testing.T) {
-	s := standin.New(standin.Options{})
+	s, err := standin.New(standin.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	url, stop, err := s.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -597,12 +603,9 @@ func TestOptionsValidate(t *testing.T) {
 			if err != nil && !strings.HasPrefix(err.Error(), "standin: ") {
 				t.Errorf("Validate() = %q; want a \"standin: \" prefix", err)
 			}
-			defer func() {
-				if r := recover(); (r != nil) != tt.wantErr {
-					t.Errorf("New panic = %v; want panic %v", r, tt.wantErr)
-				}
-			}()
-			standin.New(tt.opts)
+			if _, err := standin.New(tt.opts); (err != nil) != tt.wantErr {
+				t.Errorf("New error = %v; want error %v", err, tt.wantErr)
+			}
 		})
 	}
 }
