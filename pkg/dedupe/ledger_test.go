@@ -3,8 +3,8 @@ package dedupe_test
 import (
 	"bytes"
 	"encoding/binary"
-	"hash/crc32"
 	"errors"
+	"hash/crc32"
 	"reflect"
 	"testing"
 	"time"
