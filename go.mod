@@ -12,6 +12,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/puzpuzpuz/xsync/v4 v4.5.0
 	github.com/sashabaranov/go-openai v1.43.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
