@@ -10,6 +10,6 @@
 // interpolate unless it is in the messages, and never the API key.
 //
 // The Badger-backed cache, the go-openai integration, single-flight misses
-// and token accounting are being built on these keys (issue 4); this
+// and token accounting are being built on these keys; this
 // package holds only the key derivation so far.
 package llmcache
