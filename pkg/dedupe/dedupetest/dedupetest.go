@@ -396,35 +396,49 @@ func (s *suite) testClosed(t *testing.T) {
 // exactly one winner, and every other caller is told it is held.
 func (s *suite) testRaceBegin(t *testing.T) {
 	l, _ := s.open(t, dedupe.LedgerOptions{})
-	const goroutines, keys = 64, 1000
-	n := keys
+	n := 1000
 	if testing.Short() {
 		n = 100
 	}
+	keys := make([]dedupe.Key, n)
+	for i := range keys {
+		keys[i] = key(t, i)
+	}
+	RaceBegin(t, []dedupe.Ledger{l}, 64, keys, time.Hour, dedupe.StatusNew)
+}
+
+// RaceBegin has goroutines (spread evenly over ledgers, which may be
+// several handles on one store, as consumer replicas are) call Begin on
+// every one of keys, each goroutine starting at a different key, and checks
+// that for each key exactly one caller got want and every other one
+// StatusHeld.
+func RaceBegin(t *testing.T, ledgers []dedupe.Ledger, goroutines int, keys []dedupe.Key, lease time.Duration, want dedupe.Status) {
+	t.Helper()
+	n := len(keys)
 	winners := make([]atomic.Int32, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
 	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		l := ledgers[g%len(ledgers)]
+		owner := fmt.Sprintf("ledger%d/g%d", g%len(ledgers), g)
+		wg.Go(func() {
 			for j := range n {
 				i := (j + g*(n/goroutines+1)) % n // start at different keys
-				c, err := l.Begin(ctx, key(t, i), dedupe.BeginOptions{Owner: fmt.Sprint("g", g), Lease: time.Hour})
+				c, err := l.Begin(ctx, keys[i], dedupe.BeginOptions{Owner: owner, Lease: lease})
 				if err != nil {
-					errs <- fmt.Errorf("Begin(key %d) by g%d: %w", i, g, err)
+					errs <- fmt.Errorf("Begin(key %d) by %s: %w", i, owner, err)
 					return
 				}
 				switch c.Status {
-				case dedupe.StatusNew:
+				case want:
 					winners[i].Add(1)
 				case dedupe.StatusHeld:
 				default:
-					errs <- fmt.Errorf("Begin(key %d) by g%d = %v; want new or held", i, g, c.Status)
+					errs <- fmt.Errorf("Begin(key %d) by %s = %v; want %v or held", i, owner, c.Status, want)
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -433,7 +447,7 @@ func (s *suite) testRaceBegin(t *testing.T) {
 	}
 	for i := range winners {
 		if w := winners[i].Load(); w != 1 {
-			t.Errorf("key %d had %d winners; want 1", i, w)
+			t.Errorf("key %d: %d callers got %v; want 1", i, w, want)
 		}
 	}
 }

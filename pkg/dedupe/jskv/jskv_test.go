@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,49 +61,15 @@ func TestTwoReplicas(t *testing.T) {
 	opts := jskv.Options{Bucket: "two-replicas", LedgerOptions: dedupe.LedgerOptions{Clock: clock}}
 	ledgers := []*jskv.Ledger{newLedger(t, jsA, opts), newLedger(t, jsB, opts)}
 
-	const perLedger, keys, lease = 8, 200, time.Minute
-	race := func(want dedupe.Status) {
-		t.Helper()
-		winners := make([]atomic.Int32, keys)
-		var wg sync.WaitGroup
-		errs := make(chan error, len(ledgers)*perLedger)
-		for li, l := range ledgers {
-			for g := range perLedger {
-				wg.Go(func() {
-					owner := fmt.Sprintf("replica%d/g%d", li, g)
-					for j := range keys {
-						i := (j + g*keys/perLedger) % keys
-						c, err := l.Begin(ctx, key(i), dedupe.BeginOptions{Owner: owner, Lease: lease})
-						if err != nil {
-							errs <- fmt.Errorf("Begin(key %d) by %s: %w", i, owner, err)
-							return
-						}
-						switch c.Status {
-						case want:
-							winners[i].Add(1)
-						case dedupe.StatusHeld:
-						default:
-							errs <- fmt.Errorf("Begin(key %d) by %s = %v; want %v or held", i, owner, c.Status, want)
-							return
-						}
-					}
-				})
-			}
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		for i := range winners {
-			if n := winners[i].Load(); n != 1 {
-				t.Errorf("key %d: %d callers got %v; want 1", i, n, want)
-			}
-		}
+	const lease = time.Minute
+	keys := make([]dedupe.Key, 200)
+	for i := range keys {
+		keys[i] = key(i)
 	}
-	race(dedupe.StatusNew)
+	handles := []dedupe.Ledger{ledgers[0], ledgers[1]}
+	dedupetest.RaceBegin(t, handles, 16, keys, lease, dedupe.StatusNew)
 	clock.Advance(lease)
-	race(dedupe.StatusTakenOver)
+	dedupetest.RaceBegin(t, handles, 16, keys, lease, dedupe.StatusTakenOver)
 
 	rec, err := ledgers[1].Get(ctx, key(0))
 	if err != nil || rec.Token != 2 || rec.Attempts != 2 {
