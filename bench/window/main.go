@@ -213,22 +213,11 @@ func timeNowCost() time.Duration {
 // them, and records its memory per live key.
 func measureMemory(impl altset.Impl, live int, res *results) error {
 	runtime.GOMAXPROCS(runtime.NumCPU())
-	wl := altset.NewWorkload(live, 0, seed)
-	s, grew, err := altset.HeapGrowth(func() (altset.Set, error) {
-		s, err := impl.New(live, altset.TTL)
-		if err == nil {
-			wl.Prefill(s)
-		}
-		return s, err
-	})
+	heap, table, err := altset.MemoryPerKey(impl, live, seed)
 	if err != nil {
-		return fmt.Errorf("%s: %w", impl.Name, err)
+		return err
 	}
-	m := memCost{heap: float64(grew) / float64(live)}
-	if w, ok := s.(*dedupe.Window); ok {
-		m.table = float64(w.Bytes()) / float64(live)
-	}
-	altset.Close(s)
+	m := memCost{heap: heap, table: table}
 	res.mem[memKey{live, impl.Name}] = m
 	freeMemory()
 	return nil

@@ -70,22 +70,11 @@ func bytesPerKey(b *testing.B, impl altset.Impl, live int) memCost {
 	if c, ok := memPerKey[key]; ok {
 		return c
 	}
-	wl := altset.NewWorkload(live, 0, benchSeed)
-	s, grew, err := altset.HeapGrowth(func() (altset.Set, error) {
-		s, err := impl.New(live, altset.TTL)
-		if err == nil {
-			wl.Prefill(s)
-		}
-		return s, err
-	})
+	heap, table, err := altset.MemoryPerKey(impl, live, benchSeed)
 	if err != nil {
-		b.Fatalf("%s: New(%d) error = %v", impl.Name, live, err)
+		b.Fatal(err)
 	}
-	c := memCost{heap: float64(grew) / float64(live)}
-	if w, ok := s.(*dedupe.Window); ok {
-		c.table = float64(w.Bytes()) / float64(live)
-	}
-	altset.Close(s)
+	c := memCost{heap: heap, table: table}
 	memPerKey[key] = c
 	return c
 }

@@ -275,3 +275,26 @@ func ParseCounts(s string) ([]int, error) {
 	}
 	return ns, nil
 }
+
+// MemoryPerKey builds a set of impl made for exactly live keys, holding
+// them, and returns its heap growth per live key and, for a set that reports
+// its table size (the window's Bytes), the table bytes per live key. It
+// closes the set before returning.
+func MemoryPerKey(impl Impl, live int, seed uint64) (heap, table float64, err error) {
+	wl := NewWorkload(live, 0, seed)
+	s, grew, err := HeapGrowth(func() (Set, error) {
+		s, err := impl.New(live, TTL)
+		if err == nil {
+			wl.Prefill(s)
+		}
+		return s, err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", impl.Name, err)
+	}
+	defer Close(s)
+	if b, ok := s.(interface{ Bytes() int }); ok {
+		table = float64(b.Bytes()) / float64(live)
+	}
+	return float64(grew) / float64(live), table, nil
+}
