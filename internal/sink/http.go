@@ -1,0 +1,316 @@
+package sink
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ReplayHeader is the response header by which an HTTP receiver says that
+// it replayed the stored response of an earlier request with the same
+// Idempotency-Key ("Idempotent-Replayed: true", as Stripe sends it).
+const ReplayHeader = "Idempotent-Replayed"
+
+// HTTPOptions configures an [HTTP] sink. The zero value is not valid: URL
+// is required.
+type HTTPOptions struct {
+	// URL is where effects are sent, http or https. Errors name only its
+	// scheme and host: the path and query may hold a secret (a webhook
+	// token). Required.
+	URL string
+
+	// Method is POST, PUT or PATCH. The default is POST.
+	Method string
+
+	// Header holds static headers sent with every request, such as an
+	// Authorization from the configuration. They replace an effect's
+	// headers of the same name. Their values never appear in errors.
+	Header map[string]string
+
+	// Client sends the requests. The default is a client of its own that
+	// does not follow redirects (a redirect is a permanent error: configure
+	// the final URL); its idle connections are closed by Close.
+	Client *http.Client
+
+	// Timeout bounds one attempt, reading the response included. The
+	// default is 10s.
+	Timeout time.Duration
+
+	// Attempts is how many times one Deliver tries before it gives up with
+	// a retryable error. The default is 5.
+	Attempts int
+
+	// Backoff is the wait before the first retry; each further wait
+	// doubles, up to MaxBackoff, and is drawn at random from its upper
+	// half. The default is 200ms.
+	Backoff time.Duration
+
+	// MaxBackoff caps the wait between attempts, that of a Retry-After
+	// header included. The default is 10s.
+	MaxBackoff time.Duration
+
+	// MaxResponseBytes limits the response body kept in Result.Body; the
+	// rest is dropped. The default is MaxResultBytes (16 KiB).
+	MaxResponseBytes int
+}
+
+// HTTP sends each effect as an HTTP request with the intent key as
+// Idempotency-Key, retrying within one Deliver while the answer says that
+// a retry may succeed.
+//
+// A retry after a lost response is safe only if the receiver honours
+// Idempotency-Key; an effect on a receiver that does not is one-shot and
+// belongs behind the outbox.
+type HTTP struct {
+	url        string
+	target     string // scheme://host, for errors
+	method     string
+	header     http.Header
+	client     *http.Client
+	ownClient  bool
+	timeout    time.Duration
+	attempts   int
+	backoff    time.Duration
+	maxBackoff time.Duration
+	maxBody    int
+
+	// wait blocks for d or until ctx is done; tests replace it.
+	wait func(ctx context.Context, d time.Duration) error
+}
+
+// NewHTTP returns an HTTP sink. It fails with an error matching
+// [ErrPermanent] if the options are invalid.
+func NewHTTP(opts HTTPOptions) (*HTTP, error) {
+	u, err := url.Parse(opts.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// Not even the host: an unparsable URL could be anything.
+		return nil, optionsError("http", "URL must be an absolute http or https URL")
+	}
+	s := &HTTP{
+		url:        opts.URL,
+		target:     u.Scheme + "://" + u.Host,
+		method:     cmp.Or(opts.Method, http.MethodPost),
+		header:     make(http.Header, len(opts.Header)),
+		client:     opts.Client,
+		timeout:    cmp.Or(opts.Timeout, 10*time.Second),
+		attempts:   cmp.Or(opts.Attempts, 5),
+		backoff:    cmp.Or(opts.Backoff, 200*time.Millisecond),
+		maxBackoff: cmp.Or(opts.MaxBackoff, 10*time.Second),
+		maxBody:    cmp.Or(opts.MaxResponseBytes, MaxResultBytes),
+		wait:       wait,
+	}
+	switch {
+	case u.User != nil:
+		return nil, optionsError("http", "URL %s must not hold credentials: use an Authorization header", s.target)
+	case s.method != http.MethodPost && s.method != http.MethodPut && s.method != http.MethodPatch:
+		return nil, optionsError("http", "Method %q is not POST, PUT or PATCH", s.method)
+	case s.timeout < 0, s.backoff < 0, s.maxBackoff < 0, s.attempts < 0, s.maxBody < 0:
+		return nil, optionsError("http", "negative Timeout, Attempts, Backoff, MaxBackoff or MaxResponseBytes")
+	case s.backoff > s.maxBackoff:
+		return nil, optionsError("http", "Backoff %v is over MaxBackoff %v", s.backoff, s.maxBackoff)
+	}
+	for k, v := range opts.Header {
+		if err := checkHeader(k, v); err != nil {
+			return nil, optionsError("http", "%v", err)
+		}
+		s.header.Set(k, v)
+	}
+	if s.client == nil {
+		s.ownClient = true
+		s.client = &http.Client{
+			Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		}
+	}
+	return s, nil
+}
+
+// Deliver sends e.Body with the headers Idempotency-Key (the key),
+// Content-Type (application/json unless a header sets it),
+// Oncegate-Pipeline and Oncegate-Step, and returns on the first 2xx answer
+// with its status and body; Result.Duplicate is set if the answer carries
+// "Idempotent-Replayed: true".
+//
+// An answer of 408, 409, 425, 429 or 5xx, or no answer at all, is retried
+// after a jittered exponential backoff, or after the Retry-After the
+// answer asks for, until Attempts are spent or ctx is done; the error is
+// then retryable. Deliver gives up early, with the same error, when ctx's
+// deadline would pass during the wait. Any other answer (3xx, other 4xx)
+// is a permanent error at once. With an error, Result holds the status and
+// body of the last answer, if there was one.
+func (s *HTTP) Deliver(ctx context.Context, e Effect) (Result, error) {
+	if err := checkKey("http", e.Key); err != nil {
+		return Result{}, err
+	}
+	h := make(http.Header, len(e.Header)+len(s.header)+4)
+	for k, v := range e.Header {
+		if err := checkHeader(k, v); err != nil {
+			return Result{}, &Error{Sink: "http", Key: e.Key, Err: err}
+		}
+		h.Set(k, v)
+	}
+	for k, v := range s.header {
+		h[k] = v
+	}
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	h.Set("Idempotency-Key", e.Key)
+	h.Set(PipelineHeader, e.Pipeline)
+	h.Set(StepHeader, e.Step)
+
+	var res Result
+	for attempt := 1; ; attempt++ {
+		res = Result{Attempts: attempt}
+		retryAfter, err := s.try(ctx, h, e.Body, &res)
+		if err == nil {
+			return res, nil
+		}
+		serr := &Error{
+			Sink:      "http",
+			Key:       e.Key,
+			Status:    res.Status,
+			Retryable: res.Status == 0 || retryableStatus(res.Status),
+			Err:       fmt.Errorf("attempt %d of %d: %w", attempt, s.attempts, err),
+		}
+		if !serr.Retryable || attempt >= s.attempts || ctx.Err() != nil {
+			return res, serr
+		}
+		d := s.backoffFor(attempt, retryAfter)
+		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < d {
+			return res, serr
+		}
+		if err := s.wait(ctx, d); err != nil {
+			serr.Err = fmt.Errorf("%w; waiting to retry: %w", serr.Err, err)
+			return res, serr
+		}
+	}
+}
+
+// try makes one attempt, filling in res.Status and res.Body when an answer
+// comes. It returns the answer's Retry-After, or 0, and an error unless
+// the answer is 2xx.
+func (s *HTTP) try(ctx context.Context, h http.Header, body []byte, res *Result) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, s.method, s.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, fmt.Errorf("%s %q: building the request failed", s.method, s.target)
+	}
+	req.Header = h
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if ue, ok := errors.AsType[*url.Error](err); ok {
+			// The URL's path and query may hold a secret.
+			err = &url.Error{Op: ue.Op, URL: s.target, Err: ue.Err}
+		}
+		return 0, err
+	}
+	defer func() {
+		// Drain a little so that the connection can be reused.
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+	}()
+	res.Status = resp.StatusCode
+	res.Duplicate = strings.EqualFold(resp.Header.Get(ReplayHeader), "true")
+	res.Body, err = io.ReadAll(io.LimitReader(resp.Body, int64(s.maxBody)))
+	if err != nil && resp.StatusCode/100 == 2 {
+		// The effect happened, but without the whole body the ledger
+		// would store a wrong result; the retry gets a replay.
+		res.Status = 0
+		return 0, fmt.Errorf("%s %q: reading the response: %w", s.method, s.target, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return 0, nil
+	}
+	return parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		fmt.Errorf("%s %q: %s", s.method, s.target, resp.Status)
+}
+
+// backoffFor returns the wait after the given failed attempt: the server's
+// Retry-After if it gave one, or Backoff doubled attempt-1 times and drawn
+// from its upper half; either way at most MaxBackoff.
+func (s *HTTP) backoffFor(attempt int, retryAfter time.Duration) time.Duration {
+	if retryAfter > 0 {
+		return min(retryAfter, s.maxBackoff)
+	}
+	d := s.backoff
+	for i := 1; i < attempt && d < s.maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, s.maxBackoff)
+	if half := d / 2; half > 0 {
+		d = half + rand.N(d-half+1)
+	}
+	return d
+}
+
+// Close closes the idle connections of the sink's own client; a client
+// from the options is left alone.
+func (s *HTTP) Close() error {
+	if s.ownClient {
+		s.client.CloseIdleConnections()
+	}
+	return nil
+}
+
+// parseRetryAfter returns the wait a Retry-After value asks for, in
+// seconds or as an HTTP date, or 0 if there is none.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(min(n, int64(24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// wait blocks for d or until ctx is done, returning ctx's error then.
+func wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkHeader returns an error, naming the header but not its value, if
+// the name is not an HTTP token or the value holds control characters.
+func checkHeader(name, value string) error {
+	if name == "" {
+		return errors.New("empty header name")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return fmt.Errorf("header name %q is not a token", name)
+		}
+	}
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return fmt.Errorf("value of header %q holds a control character", name)
+		}
+	}
+	return nil
+}
