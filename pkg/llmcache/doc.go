@@ -1,15 +1,72 @@
 // Package llmcache makes a retried pipeline step reuse the model's answer
-// instead of paying for it again.
+// instead of paying for it again, and stops a retry storm from spending
+// without limit.
+//
+// # Usage
+//
+// A [Cache] keeps answers in Badger. Put a go-openai client behind it in
+// one line, and say per call who is asking:
+//
+//	cache, err := llmcache.Open("data/llm-cache", llmcache.Options{Budget: 20_000})
+//	...
+//	cfg := openai.DefaultConfig(os.Getenv("OPENAI_API_KEY"))
+//	cfg.HTTPClient = cache.HTTPClient(nil)
+//	client := openai.NewClientWithConfig(cfg)
+//
+//	ctx = llmcache.WithCall(ctx, llmcache.Call{Namespace: "acme/alerts", Step: "triage", Intent: key.String()})
+//	resp, err := client.CreateChatCompletion(ctx, req) // or CreateChatCompletionStream
+//
+// It works with any OpenAI-compatible endpoint the client can reach:
+// OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp's server.
+//
+// # Why a RoundTripper
+//
+// The cache sits under go-openai, as the http.RoundTripper of the client's
+// HTTP client, rather than over it as a wrapper. go-openai's
+// ChatCompletionStream cannot be built outside its package, so a wrapper
+// could not hand a replayed stream back as the type callers already use;
+// under the client, a stored stream is replayed as the same server-sent
+// events and go-openai parses it as it parsed the original. The same
+// transport serves plain and streamed calls, every current and future
+// field of the request (it keys the request body, not a Go struct), and
+// leaves every other endpoint alone. What a wrapper would take as
+// arguments (namespace, step, intent, mode) rides on the request context.
 //
 // # Keys
 //
-// A cached answer is found by [KeyOf]: the namespace (a tenant or pipeline,
-// so that one tenant never reads another's answers) and the canonical form
-// (RFC 8785, package canon) of every field of the go-openai request that can
-// change the answer. Not the rendered timestamp a prompt template might
-// interpolate unless it is in the messages, and never the API key.
+// An answer is found by its [Key]: the namespace (one tenant never reads
+// another's answers), and the canonical form (RFC 8785, package canon) of
+// every field of the request body that can change the answer; see [KeyOf].
+// A [Template] in the Call stands for the rendered messages, so a prompt
+// that interpolates a timestamp still hits. The API key is never part of a
+// key, a log record, an error or a stored byte.
 //
-// The Badger-backed cache, the go-openai integration, single-flight misses
-// and token accounting are being built on these keys; this
-// package holds only the key derivation so far.
+// # What is stored
+//
+// Only complete, successful answers: status 200, every choice finished
+// with "stop" or a tool call (not "length", not "content_filter"), and for
+// a stream the final [DONE] marker. Errors, rate limits, truncated answers
+// and streams cut off are passed to the caller and not stored, so the retry
+// asks again. The stored bytes are the response body as the model sent it,
+// returned byte for byte on a hit with the header X-Oncegate-Cache: hit.
+// Each entry has a TTL (Options.TTL, or Call.TTL), and a size cap.
+// [Mode] controls reading and writing per call.
+//
+// # Concurrent misses
+//
+// Identical requests that miss at the same time make one upstream call;
+// every caller reads the answer as it arrives. The call runs detached from
+// the callers' contexts, under Options.FillTimeout: a caller that gives up
+// stops waiting, and the others still get the answer, which is stored.
+//
+// # Tokens and budgets
+//
+// Before each upstream call the prompt is counted with an offline
+// tokenizer (github.com/tiktoken-go/tokenizer); after it, the API's usage
+// is what is counted. [Cache.Stats] reports per namespace and step the
+// tokens spent, the tokens hits saved, and both priced by [Prices]. A
+// budget per intent ([Options.Budget], [Call.Budget]) reserves each call's
+// worst case (prompt estimate plus max tokens) before it goes out and
+// refuses, with a [*BudgetError], a call that could pass the budget;
+// spending is kept in Badger, so it outlives restarts.
 package llmcache

@@ -25,7 +25,7 @@ func baseRequest() openai.ChatCompletionRequest {
 
 func mustKey(t *testing.T, ns string, req openai.ChatCompletionRequest) llmcache.Key {
 	t.Helper()
-	k, err := llmcache.KeyOf(ns, req)
+	k, err := llmcache.KeyOf(llmcache.Call{Namespace: ns}, req)
 	if err != nil {
 		t.Fatalf("KeyOf(%q, …): %v", ns, err)
 	}
@@ -36,7 +36,7 @@ func mustKey(t *testing.T, ns string, req openai.ChatCompletionRequest) llmcache
 // change would turn every cached answer into a miss (and every retry into a
 // paid call). A deliberate change bumps the key domain's version.
 func TestKeyGolden(t *testing.T) {
-	if got, want := mustKey(t, "tenant-a/alerts", baseRequest()).String(), "93717d9b3208f993cc516d6231e52cb6"; got != want {
+	if got, want := mustKey(t, "tenant-a/alerts", baseRequest()).String(), "5efa51fd8771a39aaf6329149e211101"; got != want {
 		t.Errorf("KeyOf(base request) = %s; want %s", got, want)
 	}
 }
@@ -71,6 +71,12 @@ func TestKeyChangesWithTheAnswer(t *testing.T) {
 		}},
 		{"tool choice", func(r *openai.ChatCompletionRequest) { r.ToolChoice = "none" }},
 		{"reasoning effort", func(r *openai.ChatCompletionRequest) { r.ReasoningEffort = "high" }},
+		// A streamed answer is stored and replayed as a stream, a plain one
+		// as JSON: they are different entries.
+		{"stream", func(r *openai.ChatCompletionRequest) { r.Stream = true }},
+		{"stream options", func(r *openai.ChatCompletionRequest) {
+			r.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := baseRequest()
@@ -88,10 +94,6 @@ func TestKeyIgnoresTransport(t *testing.T) {
 		name string
 		edit func(r *openai.ChatCompletionRequest)
 	}{
-		{"stream", func(r *openai.ChatCompletionRequest) { r.Stream = true }},
-		{"stream options", func(r *openai.ChatCompletionRequest) {
-			r.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
-		}},
 		{"end-user id", func(r *openai.ChatCompletionRequest) { r.User = "user-81" }},
 		{"store", func(r *openai.ChatCompletionRequest) { r.Store = true }},
 		{"metadata", func(r *openai.ChatCompletionRequest) { r.Metadata = map[string]string{"run": "r-9"} }},
@@ -137,8 +139,67 @@ func TestKeyRejectsInexactSeed(t *testing.T) {
 	r := baseRequest()
 	seed := 1<<53 + 1
 	r.Seed = &seed
-	_, err := llmcache.KeyOf("ns", r)
+	_, err := llmcache.KeyOf(llmcache.Call{Namespace: "ns"}, r)
 	if !errors.Is(err, llmcache.ErrInvalidRequest) || !errors.Is(err, canon.ErrInexactInteger) {
 		t.Errorf("KeyOf with seed 2^53+1: error = %v; want ErrInvalidRequest wrapping canon.ErrInexactInteger", err)
+	}
+}
+
+// TestKeyTemplate: with a template named, the rendered messages (which may
+// carry a timestamp) do not split the cache, and the template's input,
+// name and version do.
+func TestKeyTemplate(t *testing.T) {
+	render := func(at string) openai.ChatCompletionRequest {
+		r := baseRequest()
+		r.Messages[1].Content = "Disk /var is 93% full on db-2. Rendered at " + at
+		return r
+	}
+	tmpl := func(name, version, input string) llmcache.Call {
+		return llmcache.Call{Namespace: "ns", Template: &llmcache.Template{Name: name, Version: version, Input: []byte(input)}}
+	}
+	key := func(c llmcache.Call, r openai.ChatCompletionRequest) llmcache.Key {
+		t.Helper()
+		k, err := llmcache.KeyOf(c, r)
+		if err != nil {
+			t.Fatalf("KeyOf: %v", err)
+		}
+		return k
+	}
+	in := `{"host":"db-2","mount":"/var","used":93}`
+	base := key(tmpl("triage", "3", in), render("10:00:00"))
+	if k := key(tmpl("triage", "3", `{ "used": 93, "mount": "/var", "host": "db-2" }`), render("10:00:07")); k != base {
+		t.Errorf("same template input rendered at another time: key %v; want %v", k, base)
+	}
+	for name, c := range map[string]llmcache.Call{
+		"input":   tmpl("triage", "3", `{"host":"db-3","mount":"/var","used":93}`),
+		"name":    tmpl("summarize", "3", in),
+		"version": tmpl("triage", "4", in),
+	} {
+		if k := key(c, render("10:00:00")); k == base {
+			t.Errorf("another template %s kept the key %v", name, k)
+		}
+	}
+	if k := key(llmcache.Call{Namespace: "ns"}, render("10:00:00")); k == base {
+		t.Errorf("the call without a template shares the templated key %v", k)
+	}
+	if _, err := llmcache.KeyOf(tmpl("triage", "3", `{"a":1,"a":2}`), render("x")); !errors.Is(err, llmcache.ErrInvalidRequest) || !errors.Is(err, canon.ErrDuplicateName) {
+		t.Errorf("template input with a duplicate name: error %v; want ErrInvalidRequest wrapping canon.ErrDuplicateName", err)
+	}
+}
+
+func TestKeyByIntent(t *testing.T) {
+	r := baseRequest()
+	a := llmcache.Call{Namespace: "ns", Intent: "0123456789abcdef0123456789abcdef"}
+	b := llmcache.Call{Namespace: "ns", Intent: "fedcba9876543210fedcba9876543210"}
+	ka, _ := llmcache.KeyOf(a, r)
+	kb, _ := llmcache.KeyOf(b, r)
+	if ka != kb {
+		t.Errorf("intents without KeyByIntent: keys %v and %v; want one shared key", ka, kb)
+	}
+	a.KeyByIntent, b.KeyByIntent = true, true
+	ka2, _ := llmcache.KeyOf(a, r)
+	kb2, _ := llmcache.KeyOf(b, r)
+	if ka2 == kb2 || ka2 == ka {
+		t.Errorf("KeyByIntent: keys %v and %v (shared %v); want two new keys", ka2, kb2, ka)
 	}
 }

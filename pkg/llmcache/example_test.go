@@ -1,0 +1,68 @@
+package llmcache_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/oncegate/oncegate/internal/standin"
+	"github.com/oncegate/oncegate/pkg/llmcache"
+)
+
+// Example puts a go-openai client behind the cache and asks the offline
+// stand-in model the same question three times, as a retried step would.
+func Example() {
+	model, err := standin.New(standin.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	url, stop, err := model.Start("127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stop()
+
+	dir, err := os.MkdirTemp("", "llmcache-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	cache, err := llmcache.Open(dir, llmcache.Options{
+		Prices: llmcache.Prices{"gpt-4o-mini": {Prompt: 0.15, Completion: 0.60}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cache.Close()
+
+	cfg := openai.DefaultConfig("sk-...")
+	cfg.BaseURL = url
+	cfg.HTTPClient = cache.HTTPClient(nil)
+	client := openai.NewClientWithConfig(cfg)
+
+	ctx := llmcache.WithCall(context.Background(), llmcache.Call{Namespace: "acme/alerts", Step: "triage"})
+	req := openai.ChatCompletionRequest{
+		Model: "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessage{
+			{Role: openai.ChatMessageRoleUser, Content: "Triage: disk /var 93% full on db-2."},
+		},
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		resp, err := client.CreateChatCompletion(ctx, req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("attempt %d: %s, %d+%d tokens\n", attempt, resp.Header().Get(llmcache.HeaderCache),
+			resp.Usage.PromptTokens, resp.Usage.CompletionTokens)
+	}
+	s := cache.Stats()[0]
+	fmt.Printf("model calls: %d; tokens spent %d, saved %d\n", model.Stats().Completions, s.TokensSpent(), s.TokensSaved())
+	// Output:
+	// attempt 1: miss, 17+29 tokens
+	// attempt 2: hit, 17+29 tokens
+	// attempt 3: hit, 17+29 tokens
+	// model calls: 1; tokens spent 46, saved 92
+}

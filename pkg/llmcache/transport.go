@@ -1,0 +1,499 @@
+package llmcache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Response headers the transport adds.
+const (
+	// HeaderCache says how the cache answered: "hit" (from the store),
+	// "shared" (joined an identical call in flight), "miss" (called the
+	// model) or "bypass".
+	HeaderCache = "X-Oncegate-Cache"
+	// HeaderCacheKey is the cache key of the request, for inspection.
+	HeaderCacheKey = "X-Oncegate-Cache-Key"
+)
+
+type transport struct {
+	c    *Cache
+	next http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/chat/completions") {
+		return t.next.RoundTrip(req)
+	}
+	c := t.c
+	call, _ := CallFrom(req.Context())
+	if call.Namespace == "" {
+		call.Namespace = c.opts.Namespace
+	}
+	st := c.stats.step(call.Namespace, call.Step)
+	st.requests.Add(1)
+
+	body, whole, err := readBody(req, c.opts.MaxRequestBytes)
+	if err != nil {
+		st.invalid.Add(1)
+		return nil, fmt.Errorf("llmcache: read request body: %w", err)
+	}
+	if !whole { // too large to key: send it as it is
+		st.bypassed.Add(1)
+		return t.next.RoundTrip(req)
+	}
+	key, err := keyBody(call, body, nil)
+	if err != nil {
+		st.invalid.Add(1)
+		return nil, err
+	}
+	readable := call.Mode == ModeDefault || call.Mode == ModeNoStore
+	if readable {
+		if a, ok := t.lookup(key); ok {
+			return t.hit(req, key, a, st), nil
+		}
+	}
+
+	// A miss: what the call may spend, before it goes out.
+	q, err := parseRequest(body)
+	if err != nil {
+		st.invalid.Add(1)
+		return nil, err
+	}
+	f := &fill{
+		t: t, req: req, body: body, call: call, q: q, key: key, st: st,
+		estimate: estimatePrompt(q),
+		unit:     call.Intent,
+	}
+	if f.unit == "" {
+		f.unit = key.String()
+	}
+	f.need = f.estimate
+	if q.MaxTokens > 0 {
+		f.need += q.N * q.MaxTokens
+	}
+	f.limit = call.Budget
+	if f.limit == 0 {
+		f.limit = c.opts.Budget
+	}
+	if f.limit <= 0 {
+		f.limit = math.MaxInt64
+	}
+
+	if call.Mode == ModeBypass {
+		if err := c.budgets.reserve(call.Namespace, f.unit, f.need, f.limit); err != nil {
+			return nil, t.denied(st, err)
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			c.budgets.settle(call.Namespace, f.unit, f.need, 0)
+			return nil, ErrClosed
+		}
+		c.fills.Add(1)
+		c.mu.Unlock()
+		st.bypassed.Add(1)
+		fl := newFlight(q.Stream)
+		go f.run(fl, false)
+		return fl.response(req, key, "bypass")
+	}
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if fl := c.flights[key]; fl != nil {
+		fl.join(st)
+		c.mu.Unlock()
+		st.shared.Add(1)
+		return fl.response(req, key, "shared")
+	}
+	if readable { // a call for key may have finished since the lookup
+		if a, ok := t.lookup(key); ok {
+			c.mu.Unlock()
+			return t.hit(req, key, a, st), nil
+		}
+	}
+	if err := c.budgets.reserve(call.Namespace, f.unit, f.need, f.limit); err != nil {
+		c.mu.Unlock()
+		return nil, t.denied(st, err)
+	}
+	fl := newFlight(q.Stream)
+	c.flights[key] = fl
+	c.fills.Add(1)
+	c.mu.Unlock()
+	st.misses.Add(1)
+	go f.run(fl, call.Mode != ModeNoStore)
+	return fl.response(req, key, "miss")
+}
+
+func (t *transport) denied(st *stepCounters, err error) error {
+	if errors.Is(err, ErrBudgetExceeded) {
+		st.budgetDenied.Add(1)
+	} else {
+		st.errors.Add(1)
+	}
+	return err
+}
+
+// lookup reads the store; a read error is logged and taken for a miss, so
+// a damaged entry is asked again and overwritten.
+func (t *transport) lookup(k Key) (*Answer, bool) {
+	a, ok, err := t.c.Get(k)
+	if err != nil {
+		t.c.opts.Logger.Warn("llmcache: read failed; treating as a miss", "key", k.String(), "err", err)
+		return nil, false
+	}
+	return a, ok
+}
+
+func (t *transport) hit(req *http.Request, k Key, a *Answer, st *stepCounters) *http.Response {
+	st.hits.Add(1)
+	st.save(a.Usage, t.c.opts.Prices.Cost(a.Model, a.Usage))
+	h := http.Header{}
+	h.Set("Content-Type", a.ContentType)
+	h.Set(HeaderCache, "hit")
+	h.Set(HeaderCacheKey, k.String())
+	return &http.Response{
+		Status: "200 OK", StatusCode: http.StatusOK,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: io.NopCloser(bytes.NewReader(a.Body)),
+		ContentLength: int64(len(a.Body)), Request: req,
+	}
+}
+
+// readBody reads and closes req.Body if it is at most limit bytes; whole
+// is false, and req.Body is left to read in full, if it is larger.
+func readBody(req *http.Request, limit int) (body []byte, whole bool, err error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, true, nil
+	}
+	body, err = io.ReadAll(io.LimitReader(req.Body, int64(limit)+1))
+	if err != nil {
+		req.Body.Close()
+		return nil, false, err
+	}
+	if len(body) > limit {
+		req.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), req.Body), req.Body}
+		return nil, false, nil
+	}
+	return body, true, req.Body.Close()
+}
+
+// fill is one upstream call made for the callers of a flight.
+type fill struct {
+	t     *transport
+	req   *http.Request
+	body  []byte
+	call  Call
+	q     request
+	key   Key
+	st    *stepCounters
+	unit  string
+	limit int64
+
+	estimate int64 // prompt tokens, estimated before the call
+	need     int64 // tokens reserved from the budget
+}
+
+// run calls the model, streams the answer into fl, and then accounts for
+// it and stores it if store is set and the answer is complete.
+func (f *fill) run(fl *flight, store bool) {
+	c := f.t.c
+	defer c.fills.Done()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.req.Context()), c.opts.FillTimeout)
+	defer cancel()
+	stop := context.AfterFunc(c.ctx, cancel)
+	defer stop()
+
+	up := f.req.Clone(ctx)
+	up.Body = io.NopCloser(bytes.NewReader(f.body))
+	up.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(f.body)), nil }
+	up.ContentLength = int64(len(f.body))
+
+	start := time.Now()
+	resp, err := f.t.next.RoundTrip(up)
+	var status int
+	var readErr error
+	if err != nil {
+		fl.fail(err)
+	} else {
+		status = resp.StatusCode
+		fl.start(status, resp.Header)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := resp.Body.Read(buf)
+			fl.write(buf[:n])
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				readErr = err
+				break
+			}
+		}
+		resp.Body.Close()
+	}
+	if err == nil && c.ctx.Err() != nil && readErr != nil {
+		readErr = ErrClosed
+	}
+	// The answer is stored, and the flight gone from the map, before its
+	// readers see the end: a caller whose call has returned finds the
+	// answer in the store on its next call.
+	f.finish(fl, store, status, err, readErr, time.Since(start))
+	if err == nil {
+		fl.end(readErr)
+	}
+}
+
+func (f *fill) finish(fl *flight, store bool, status int, callErr, readErr error, took time.Duration) {
+	c := f.t.c
+	body := fl.bytes()
+	var v verdict
+	switch {
+	case callErr != nil:
+		v.reason = "upstream call failed"
+	case readErr != nil:
+		v.reason = "answer cut off"
+	case status != http.StatusOK:
+		v.reason = fmt.Sprintf("status %d", status)
+	case f.q.Stream:
+		v = inspectStream(body)
+	default:
+		v = inspectJSON(body)
+	}
+
+	// What the call spent: the API's usage if it gave one; an error
+	// status is not billed; a call that failed or was cut off may have
+	// been, so its prompt (estimated) and what arrived of the answer count.
+	var spent Usage
+	switch {
+	case v.usage != nil:
+		spent = *v.usage
+	case callErr == nil && status >= 400:
+	default:
+		codec := codecFor(f.q.Model)
+		spent = Usage{PromptTokens: f.estimate, CompletionTokens: countTokens(codec, v.text), Estimated: true}
+	}
+	cost := c.opts.Prices.Cost(f.q.Model, spent)
+	f.st.spend(spent, cost)
+	f.st.estimated.Add(f.estimate)
+	if err := c.budgets.settle(f.call.Namespace, f.unit, f.need, spent.Total()); err != nil {
+		c.opts.Logger.Warn("llmcache: recording spent tokens failed", "unit", f.unit, "err", err)
+	}
+	if callErr != nil || status >= 400 {
+		f.st.errors.Add(1)
+	}
+
+	stored := false
+	switch {
+	case !v.complete:
+	case !store:
+		v.reason = "not stored (mode)"
+	case len(body) > c.opts.MaxEntryBytes:
+		v.reason = fmt.Sprintf("answer of %d bytes exceeds MaxEntryBytes", len(body))
+	default:
+		ttl := f.call.TTL
+		if ttl <= 0 {
+			ttl = c.opts.TTL
+		}
+		now := c.opts.Clock()
+		a := &Answer{
+			Created: now, Expires: now.Add(ttl), Status: status,
+			ContentType: fl.header.Get("Content-Type"), Model: f.q.Model,
+			Stream: f.q.Stream, Usage: spent, Body: body,
+		}
+		if err := c.put(f.key, a); err != nil {
+			c.opts.Logger.Warn("llmcache: store failed", "key", f.key.String(), "err", err)
+			v.reason = "store failed"
+		} else {
+			stored = true
+		}
+	}
+	if stored {
+		f.st.stored.Add(1)
+	} else {
+		f.st.notStored.Add(1)
+	}
+	c.mu.Lock()
+	if c.flights[f.key] == fl {
+		delete(c.flights, f.key)
+	}
+	sharers := fl.sharers
+	c.mu.Unlock()
+	if status == http.StatusOK && readErr == nil {
+		for _, s := range sharers {
+			s.save(spent, cost)
+		}
+	}
+	c.opts.Logger.Debug("llmcache: upstream call",
+		"namespace", f.call.Namespace, "step", f.call.Step, "key", f.key.String(),
+		"status", status, "took", took, "prompt_tokens", spent.PromptTokens,
+		"completion_tokens", spent.CompletionTokens, "estimated", spent.Estimated,
+		"stored", stored, "reason", v.reason, "shared_with", len(sharers))
+}
+
+// flight is one upstream answer as it arrives, readable from the start by
+// every caller waiting for it, each at its own pace. A plain answer is shown
+// once it is whole and judged (JSON is of no use in part); a stream event
+// by event, but for the final [DONE] marker.
+type flight struct {
+	head   chan struct{} // closed once status and header, or err, are set
+	status int
+	header http.Header
+	err    error
+
+	mu      sync.Mutex
+	buf     []byte
+	shown   int  // readers see buf[:shown]; all of it once done
+	stream  bool // buf is a server-sent event stream
+	done    bool
+	readErr error
+	more    chan struct{} // closed and replaced whenever buf grows or done is set
+
+	sharers []*stepCounters // guarded by the Cache's mu
+}
+
+func newFlight(stream bool) *flight {
+	return &flight{head: make(chan struct{}), more: make(chan struct{}), stream: stream}
+}
+
+func (f *flight) join(st *stepCounters) { f.sharers = append(f.sharers, st) }
+
+func (f *flight) fail(err error) {
+	f.err = err
+	close(f.head)
+	f.end(err)
+}
+
+func (f *flight) start(status int, h http.Header) {
+	f.status, f.header = status, h.Clone()
+	close(f.head)
+}
+
+func (f *flight) write(p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	f.mu.Lock()
+	f.buf = append(f.buf, p...)
+	if f.stream {
+		f.shown = streamShown(f.buf, f.shown)
+	}
+	close(f.more)
+	f.more = make(chan struct{})
+	f.mu.Unlock()
+}
+
+// streamShown returns how much of a stream its readers may see before it
+// ends: every complete event up to, not including, the [DONE] marker, so a
+// caller that stops reading at the marker (as go-openai does) returns only
+// after the answer is stored. from is the previous result.
+func streamShown(buf []byte, from int) int {
+	for {
+		i := bytes.Index(buf[from:], []byte("\n\n"))
+		if i < 0 {
+			return from
+		}
+		event := buf[from : from+i]
+		if data, ok := bytes.CutPrefix(bytes.TrimSpace(event), []byte("data:")); ok && string(bytes.TrimSpace(data)) == "[DONE]" {
+			return from
+		}
+		from += i + 2
+	}
+}
+
+func (f *flight) end(err error) {
+	f.mu.Lock()
+	f.done, f.readErr = true, err
+	f.shown = len(f.buf)
+	close(f.more)
+	f.mu.Unlock()
+}
+
+// bytes returns the answer so far; the whole answer once the fill has
+// read it.
+func (f *flight) bytes() []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.buf
+}
+
+// response waits for the status and header of the flight's answer, or for
+// req's context, and returns a response whose body reads the answer as it
+// arrives. The caller's context ends the caller's wait and its reads, not
+// the flight.
+func (f *flight) response(req *http.Request, k Key, how string) (*http.Response, error) {
+	ctx := req.Context()
+	select {
+	case <-f.head:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	h := f.header.Clone()
+	h.Set(HeaderCache, how)
+	h.Set(HeaderCacheKey, k.String())
+	return &http.Response{
+		Status:     fmt.Sprintf("%d %s", f.status, http.StatusText(f.status)),
+		StatusCode: f.status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: &flightReader{f: f, ctx: ctx},
+		ContentLength: -1, Request: req,
+	}, nil
+}
+
+type flightReader struct {
+	f      *flight
+	ctx    context.Context
+	off    int
+	closed bool
+}
+
+func (r *flightReader) Read(p []byte) (int, error) {
+	if r.closed {
+		return 0, errors.New("llmcache: read on closed response body")
+	}
+	for {
+		r.f.mu.Lock()
+		if r.off < r.f.shown {
+			n := copy(p, r.f.buf[r.off:r.f.shown])
+			r.off += n
+			r.f.mu.Unlock()
+			return n, nil
+		}
+		if r.f.done {
+			err := r.f.readErr
+			r.f.mu.Unlock()
+			if err == nil {
+				err = io.EOF
+			}
+			return 0, err
+		}
+		more := r.f.more
+		r.f.mu.Unlock()
+		select {
+		case <-more:
+		case <-r.ctx.Done():
+			return 0, r.ctx.Err()
+		}
+	}
+}
+
+func (r *flightReader) Close() error {
+	r.closed = true
+	return nil
+}
