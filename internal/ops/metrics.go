@@ -1,0 +1,336 @@
+package ops
+
+import (
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/oncegate/oncegate/pkg/llmcache"
+)
+
+// namespace prefixes every Oncegate metric name.
+const namespace = "oncegate"
+
+// other is the label value recorded for a Guard, ClaimStatus, Outcome,
+// Reason or Ack outside its constants, so that a bad conversion costs one
+// series rather than an unbounded number.
+const other = "other"
+
+// Guard names the guard that dropped a duplicate trigger.
+type Guard string
+
+// The guards, from the cheapest to the last resort.
+const (
+	GuardWindow Guard = "window" // the in-memory window saw the key
+	GuardLedger Guard = "ledger" // the ledger holds the key committed
+	GuardStream Guard = "stream" // a PubAck marked duplicate (Nats-Msg-Id)
+)
+
+// ClaimStatus is what a ledger claim (Begin) answered.
+type ClaimStatus string
+
+// The claim statuses.
+const (
+	ClaimNew       ClaimStatus = "new"        // this worker holds a fresh lease
+	ClaimCommitted ClaimStatus = "committed"  // the work was done before
+	ClaimHeld      ClaimStatus = "held"       // another worker's lease is live
+	ClaimTakenOver ClaimStatus = "taken_over" // a dead holder's lease was taken over
+	ClaimFailed    ClaimStatus = "failed"     // the ledger returned an error
+)
+
+// Outcome is how one effect attempt ended.
+type Outcome string
+
+// The effect outcomes.
+const (
+	OutcomeDone      Outcome = "done"      // the sink performed the effect
+	OutcomeDuplicate Outcome = "duplicate" // the sink had performed it already
+	OutcomeRetry     Outcome = "retry"     // a retryable failure
+	OutcomeDead      Outcome = "dead"      // a permanent failure: dead-lettered
+)
+
+// Reason is why a trigger was dead-lettered.
+type Reason string
+
+// The dead-letter reasons.
+const (
+	ReasonInvalidJSON     Reason = "invalid_json"     // the payload is not I-JSON
+	ReasonTooLarge        Reason = "too_large"        // the payload is over the size limit
+	ReasonMissingField    Reason = "missing_field"    // a key field is absent
+	ReasonPoison          Reason = "poison"           // the step fails on this input every time
+	ReasonExhausted       Reason = "exhausted"        // MaxDeliver deliveries failed
+	ReasonPermanentEffect Reason = "permanent_effect" // the sink refused the effect for good
+	ReasonBudget          Reason = "budget"           // the key's token budget is spent
+)
+
+// Ack is how the consumer settled, or extended, a JetStream message.
+type Ack string
+
+// The acknowledgement kinds.
+const (
+	AckAck        Ack = "ack"
+	AckNak        Ack = "nak"
+	AckTerm       Ack = "term"
+	AckInProgress Ack = "in_progress"
+)
+
+var (
+	guards   = []Guard{GuardWindow, GuardLedger, GuardStream}
+	claims   = []ClaimStatus{ClaimNew, ClaimCommitted, ClaimHeld, ClaimTakenOver, ClaimFailed}
+	outcomes = []Outcome{OutcomeDone, OutcomeDuplicate, OutcomeRetry, OutcomeDead}
+	reasons  = []Reason{ReasonInvalidJSON, ReasonTooLarge, ReasonMissingField, ReasonPoison,
+		ReasonExhausted, ReasonPermanentEffect, ReasonBudget}
+	acks = []Ack{AckAck, AckNak, AckTerm, AckInProgress}
+)
+
+// label returns v if it is one of known, else "other".
+func label[T ~string](v T, known []T) string {
+	if slices.Contains(known, v) {
+		return string(v)
+	}
+	return other
+}
+
+// Histogram bucket bounds, in seconds.
+var (
+	// effectBuckets covers a sink call from 1ms (a file, a loopback
+	// publish) to 30s (an HTTP API retrying with backoff).
+	effectBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	// stepBuckets covers a model step from a cache hit (milliseconds) to a
+	// long completion (two minutes).
+	stepBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+)
+
+// WindowStats is one pipeline's duplicate window, as its metrics see it;
+// fill it from dedupe.Window.Stats.
+type WindowStats struct {
+	Pipeline  string
+	Capacity  int    // keys the window holds without eviction
+	Bytes     int    // memory held by the table
+	Live      int    // keys currently live
+	Hits      uint64 // lookups that found the key live, since start
+	Evictions uint64 // live keys pushed out, since start
+	Expired   uint64 // slots reclaimed after their key expired, since start
+}
+
+// MetricsOptions configures [NewMetrics]. The zero value is valid: the
+// metrics then have no LLM cache or window figures.
+type MetricsOptions struct {
+	// LLMStats returns the LLM cache's cumulative figures, such as
+	// llmcache.Cache.Stats. It is called on every scrape, possibly
+	// concurrently, and must be safe for that. Rows with the same
+	// namespace and step are summed. The default (nil) exposes no
+	// oncegate_llm_* metrics.
+	LLMStats func() []llmcache.StepStats
+	// WindowStats returns each pipeline's window figures. It is called on
+	// every scrape, possibly concurrently; dedupe.Window.Stats scans the
+	// whole table, which is why it belongs here and not on the hot path.
+	// Rows with the same pipeline are summed. The default (nil) exposes
+	// no oncegate_window_* metrics.
+	WindowStats func() []WindowStats
+}
+
+// Metrics holds Oncegate's Prometheus collectors on a registry of its own,
+// with the Go runtime and process collectors.
+//
+// The recording methods take the pipeline name and a typed label value,
+// never a label string, and are safe for concurrent use by multiple
+// goroutines. A nil *Metrics records nothing, so code under test can run
+// without one.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	triggers     *prometheus.CounterVec   // pipeline
+	duplicates   *prometheus.CounterVec   // pipeline, guard
+	claims       *prometheus.CounterVec   // pipeline, status
+	effects      *prometheus.CounterVec   // pipeline, sink, outcome
+	effectTime   *prometheus.HistogramVec // pipeline, sink
+	stepTime     *prometheus.HistogramVec // pipeline, step
+	deadLetters  *prometheus.CounterVec   // pipeline, reason
+	acks         *prometheus.CounterVec   // pipeline, kind
+	pendingLease *prometheus.GaugeVec     // pipeline
+	inflight     *prometheus.GaugeVec     // pipeline
+}
+
+// NewMetrics returns Metrics registered on a new registry.
+func NewMetrics(opts MetricsOptions) *Metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: name, Help: help, Buckets: buckets,
+		}, labels)
+	}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		triggers: counter("triggers_total",
+			"Triggers received from JetStream, redeliveries included.", "pipeline"),
+		duplicates: counter("duplicates_total",
+			"Duplicate triggers dropped, by the guard that caught them (window, ledger, stream).", "pipeline", "guard"),
+		claims: counter("ledger_claims_total",
+			"Ledger claims, by answer (new, committed, held, taken_over, failed).", "pipeline", "status"),
+		effects: counter("effects_total",
+			"Effect attempts, by outcome (done, duplicate, retry, dead).", "pipeline", "sink", "outcome"),
+		effectTime: histogram("effect_seconds",
+			"Time one effect attempt took in its sink, whatever its outcome.", effectBuckets, "pipeline", "sink"),
+		stepTime: histogram("step_seconds",
+			"Time one model step took, cache hits included.", stepBuckets, "pipeline", "step"),
+		deadLetters: counter("dead_letters_total",
+			"Triggers sent to the dead-letter subject, by reason.", "pipeline", "reason"),
+		acks: counter("acks_total",
+			"JetStream acknowledgements sent, by kind (ack, nak, term, in_progress).", "pipeline", "kind"),
+		pendingLease: gauge("pending_leases",
+			"Ledger leases taken and not yet committed.", "pipeline"),
+		inflight: gauge("inflight",
+			"Triggers being worked on now.", "pipeline"),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.triggers, m.duplicates, m.claims, m.effects, m.effectTime, m.stepTime,
+		m.deadLetters, m.acks, m.pendingLease, m.inflight,
+	)
+	if opts.LLMStats != nil {
+		m.reg.MustRegister(newLLMCollector(opts.LLMStats))
+	}
+	if opts.WindowStats != nil {
+		m.reg.MustRegister(newWindowCollector(opts.WindowStats))
+	}
+	return m
+}
+
+// Registry returns the registry the metrics are on, to serve it or to
+// register more collectors; nil for a nil *Metrics.
+func (m *Metrics) Registry() *prometheus.Registry {
+	if m == nil {
+		return nil
+	}
+	return m.reg
+}
+
+// AddPipeline creates the pipeline's series for every guard, claim status,
+// dead-letter reason and ack kind, and its gauges, so that they are
+// exposed at 0 before the first event. Calling it again is harmless.
+func (m *Metrics) AddPipeline(name string) {
+	if m == nil {
+		return
+	}
+	m.triggers.WithLabelValues(name)
+	for _, g := range guards {
+		m.duplicates.WithLabelValues(name, string(g))
+	}
+	for _, s := range claims {
+		m.claims.WithLabelValues(name, string(s))
+	}
+	for _, r := range reasons {
+		m.deadLetters.WithLabelValues(name, string(r))
+	}
+	for _, a := range acks {
+		m.acks.WithLabelValues(name, string(a))
+	}
+	m.pendingLease.WithLabelValues(name)
+	m.inflight.WithLabelValues(name)
+}
+
+// AddSink creates the pipeline's effect series for sink (its kind:
+// "jetstream", "http", "file") and every outcome, at 0.
+func (m *Metrics) AddSink(pipeline, sink string) {
+	if m == nil {
+		return
+	}
+	for _, o := range outcomes {
+		m.effects.WithLabelValues(pipeline, sink, string(o))
+	}
+	m.effectTime.WithLabelValues(pipeline, sink)
+}
+
+// AddStep creates the pipeline's step duration series, empty.
+func (m *Metrics) AddStep(pipeline, step string) {
+	if m == nil {
+		return
+	}
+	m.stepTime.WithLabelValues(pipeline, step)
+}
+
+// Trigger counts a trigger received, redeliveries included.
+func (m *Metrics) Trigger(pipeline string) {
+	if m == nil {
+		return
+	}
+	m.triggers.WithLabelValues(pipeline).Inc()
+}
+
+// Duplicate counts a duplicate trigger dropped by guard g.
+func (m *Metrics) Duplicate(pipeline string, g Guard) {
+	if m == nil {
+		return
+	}
+	m.duplicates.WithLabelValues(pipeline, label(g, guards)).Inc()
+}
+
+// Claim counts a ledger claim that answered s.
+func (m *Metrics) Claim(pipeline string, s ClaimStatus) {
+	if m == nil {
+		return
+	}
+	m.claims.WithLabelValues(pipeline, label(s, claims)).Inc()
+}
+
+// Effect counts an effect attempt on sink (its kind, never its URL or
+// subject) that ended with o after took.
+func (m *Metrics) Effect(pipeline, sink string, o Outcome, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.effects.WithLabelValues(pipeline, sink, label(o, outcomes)).Inc()
+	m.effectTime.WithLabelValues(pipeline, sink).Observe(took.Seconds())
+}
+
+// Step records a model step that took took, whether the cache answered
+// or the model did.
+func (m *Metrics) Step(pipeline, step string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.stepTime.WithLabelValues(pipeline, step).Observe(took.Seconds())
+}
+
+// DeadLetter counts a trigger dead-lettered for r.
+func (m *Metrics) DeadLetter(pipeline string, r Reason) {
+	if m == nil {
+		return
+	}
+	m.deadLetters.WithLabelValues(pipeline, label(r, reasons)).Inc()
+}
+
+// Ack counts an acknowledgement of kind k sent to JetStream.
+func (m *Metrics) Ack(pipeline string, k Ack) {
+	if m == nil {
+		return
+	}
+	m.acks.WithLabelValues(pipeline, label(k, acks)).Inc()
+}
+
+// SetPendingLeases sets the number of the pipeline's leases taken and not
+// yet committed.
+func (m *Metrics) SetPendingLeases(pipeline string, n int) {
+	if m == nil {
+		return
+	}
+	m.pendingLease.WithLabelValues(pipeline).Set(float64(n))
+}
+
+// AddInflight adds delta (+1 when work on a trigger starts, -1 when it
+// ends) to the pipeline's triggers in flight.
+func (m *Metrics) AddInflight(pipeline string, delta int) {
+	if m == nil {
+		return
+	}
+	m.inflight.WithLabelValues(pipeline).Add(float64(delta))
+}
