@@ -2,6 +2,10 @@
 //
 // Usage:
 //
+//	consumer demo                      # the whole story, embedded, in under a minute
+//	consumer run [-config FILE]        # the pipelines, until SIGTERM
+//	consumer inspect [flags]           # keys, ledger records, leases, cache figures
+//	consumer config check [FILE]       # validate and explain a configuration
 //	consumer key [flags] < payload.json
 //
 // The key command reads one trigger payload from standard input, validates it
@@ -37,7 +41,14 @@ func main() {
 const usage = `usage: consumer <command> [flags]
 
 commands:
-  key    derive the intent key of a payload read from standard input
+  demo     run the whole story on a fresh machine: embedded NATS, stand-in model,
+           a burst of triggers with retries and duplicates, and a report
+  run      run the pipelines until SIGINT/SIGTERM (embedded NATS unless -nats-url)
+  inspect  show a trigger's key and ledger record, pending leases, cache figures
+  config   check FILE: validate a configuration and explain it
+  key      derive the intent key of a payload read from standard input
+
+Run "consumer <command> -h" for a command's flags.
 `
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -48,6 +59,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "key":
 		return runKey(ctx, args[1:], stdin, stdout, stderr)
+	case "run":
+		return runRun(ctx, args[1:], stdin, stdout, stderr)
+	case "demo":
+		return runDemo(ctx, args[1:], stdin, stdout, stderr)
+	case "inspect":
+		return runInspect(ctx, args[1:], stdin, stdout, stderr)
+	case "config":
+		return runConfig(ctx, args[1:], stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -63,6 +63,8 @@ const (
 	ReasonExhausted       Reason = "exhausted"        // MaxDeliver deliveries failed
 	ReasonPermanentEffect Reason = "permanent_effect" // the sink refused the effect for good
 	ReasonBudget          Reason = "budget"           // the key's token budget is spent
+	ReasonMismatch        Reason = "mismatch"         // a key reused for another payload, refused by policy
+	ReasonTemplate        Reason = "template"         // the prompt template failed on this trigger
 )
 
 // Ack is how the consumer settled, or extended, a JetStream message.
@@ -81,7 +83,7 @@ var (
 	claims   = []ClaimStatus{ClaimNew, ClaimCommitted, ClaimHeld, ClaimTakenOver, ClaimFailed}
 	outcomes = []Outcome{OutcomeDone, OutcomeDuplicate, OutcomeRetry, OutcomeDead}
 	reasons  = []Reason{ReasonInvalidJSON, ReasonTooLarge, ReasonMissingField, ReasonPoison,
-		ReasonExhausted, ReasonPermanentEffect, ReasonBudget}
+		ReasonExhausted, ReasonPermanentEffect, ReasonBudget, ReasonMismatch, ReasonTemplate}
 	acks = []Ack{AckAck, AckNak, AckTerm, AckInProgress}
 )
 

@@ -152,7 +152,7 @@ func TestAddPipelineSeriesAtZero(t *testing.T) {
 		{"oncegate_ledger_claims_total", "status", []string{"new", "committed", "held", "taken_over", "failed"}},
 		{"oncegate_effects_total", "outcome", []string{"done", "duplicate", "retry", "dead"}},
 		{"oncegate_dead_letters_total", "reason",
-			[]string{"invalid_json", "too_large", "missing_field", "poison", "exhausted", "permanent_effect", "budget"}},
+			[]string{"invalid_json", "too_large", "missing_field", "poison", "exhausted", "permanent_effect", "budget", "mismatch", "template"}},
 		{"oncegate_acks_total", "kind", []string{"ack", "nak", "term", "in_progress"}},
 		{"oncegate_pending_leases", "pipeline", []string{"alerts"}},
 		{"oncegate_inflight", "pipeline", []string{"alerts"}},

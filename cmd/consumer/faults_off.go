@@ -1,0 +1,11 @@
+//go:build !oncegate_faults
+
+package main
+
+import (
+	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// faultHook is nil in normal builds: no crash points.
+func faultHook() func(consumer.Point, dedupe.Key) { return nil }

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/oncegate/oncegate/internal/app"
+	"github.com/oncegate/oncegate/internal/config"
+)
+
+// common holds the flags run, demo and inspect share. Flags override the
+// file and the environment; secrets never come from flags.
+type common struct {
+	file      string
+	dataDir   string
+	natsURL   string
+	listen    string
+	metrics   string
+	logFormat string
+	logLevel  string
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.file, "config", "", "configuration `file` (default: the built-in configuration, see examples/oncegate.yaml)")
+	fs.StringVar(&c.dataDir, "data", "", "data `directory` for the embedded NATS server, the ledger and the cache (overrides data_dir)")
+	fs.StringVar(&c.natsURL, "nats-url", "", "NATS `URL` to join a deployment; empty starts an embedded server (overrides nats.url; credentials come from the file or the environment, never from flags)")
+	fs.StringVar(&c.listen, "listen", "", "embedded server's loopback `address` (overrides nats.embedded.listen)")
+	fs.StringVar(&c.metrics, "metrics", "", "metrics and health `address`, or \"off\" (overrides metrics.listen)")
+	fs.StringVar(&c.logFormat, "log-format", "", "log `format`: text or json (overrides log.format)")
+	fs.StringVar(&c.logLevel, "log-level", "", "log `level`: debug, info, warn, error (overrides log.level)")
+}
+
+// load reads the configuration and applies the flags; it validates the
+// result again, so a flag cannot bring in a bad value.
+func (c *common) load() (*config.Config, error) {
+	cfg, err := config.Load(c.file)
+	if err != nil {
+		return nil, err
+	}
+	if c.dataDir != "" {
+		old := cfg.DataDir
+		cfg.DataDir = c.dataDir
+		if cfg.NATS.Embedded.StoreDir == old+"/nats" || strings.HasPrefix(cfg.NATS.Embedded.StoreDir, old+string(os.PathSeparator)) {
+			cfg.NATS.Embedded.StoreDir = c.dataDir + cfg.NATS.Embedded.StoreDir[len(old):]
+		}
+	}
+	if c.natsURL != "" {
+		cfg.NATS.URL = c.natsURL
+	}
+	if c.listen != "" {
+		cfg.NATS.Embedded.Listen = c.listen
+	}
+	switch c.metrics {
+	case "":
+	case "off":
+		cfg.Metrics.Listen = ""
+	default:
+		cfg.Metrics.Listen = c.metrics
+	}
+	if c.logFormat != "" {
+		cfg.Log.Format = c.logFormat
+	}
+	if c.logLevel != "" {
+		cfg.Log.Level = c.logLevel
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == config.LogJSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: consumer run [flags]\n\nRuns the pipelines until SIGINT or SIGTERM, then drains.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("run: unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	a, err := app.Start(ctx, cfg, app.Options{Logger: log, Fault: faultHook()})
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	if a.Embedded != nil {
+		fmt.Fprintf(stdout, "Oncegate: embedded NATS at %s; publish triggers to %s\n", a.Embedded.ClientURL(), strings.Join(cfg.Stream.Subjects, ", "))
+	}
+	err = a.Run(ctx)
+	if cerr := a.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func runConfig(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "check" {
+		fmt.Fprintln(stderr, "usage: consumer config check [FILE]\n\nValidates FILE (or the built-in configuration) with the ONCEGATE_* environment applied, and explains it.")
+		return flag.ErrHelp
+	}
+	file := ""
+	if len(args) > 2 {
+		return fmt.Errorf("config check: one file at most")
+	}
+	if len(args) == 2 {
+		file = args[1]
+	}
+	cfg, err := config.Load(file)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Explain(stdout); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "\nconfiguration is valid")
+	return nil
+}

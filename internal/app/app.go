@@ -1,0 +1,331 @@
+// Package app wires Oncegate's parts into one running process: NATS
+// (embedded or a deployment), the ledger, the LLM cache and model client,
+// the consumer, and the ops server. cmd/consumer's run and demo commands
+// and the integration tests start it the same way.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/natsrun"
+	"github.com/oncegate/oncegate/internal/ops"
+	"github.com/oncegate/oncegate/internal/sink"
+	"github.com/oncegate/oncegate/internal/standin"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
+	"github.com/oncegate/oncegate/pkg/llmcache"
+)
+
+// ErrLedgerInUse is wrapped by the error Start returns when another process
+// holds the Badger ledger's directory.
+var ErrLedgerInUse = errors.New("app: the ledger directory is in use by another process")
+
+// Options are what a caller adds to the configuration.
+type Options struct {
+	// Logger receives the process's logs. The default discards.
+	Logger *slog.Logger
+
+	// Standin configures the stand-in model used when llm.base_url is
+	// empty (the demo injects faults with it).
+	Standin standin.Options
+
+	// Fault is passed to the consumer; tests crash the process with it.
+	Fault func(consumer.Point, dedupe.Key)
+
+	// Getenv reads the environment (the LLM API key). The default is
+	// os.Getenv.
+	Getenv func(string) string
+
+	// NoOps skips the metrics and health server even if configured.
+	NoOps bool
+
+	// WrapSink, if set, wraps each pipeline's sink (the demo injects
+	// effect failures with it).
+	WrapSink func(pipeline string, s sink.Sink) sink.Sink
+}
+
+// App is one running Oncegate process.
+type App struct {
+	Config   *config.Config
+	Embedded *natsrun.Embedded // nil when joining a deployment
+	Conn     *nats.Conn
+	JS       jetstream.JetStream
+	Ledger   dedupe.Ledger // nil when no pipeline needs one
+	Cache    *llmcache.Cache
+	Standin  *standin.Server // nil when a model endpoint is configured
+	Consumer *consumer.Consumer
+	Metrics  *ops.Metrics
+	Ops      *ops.Server
+	OpsAddr  string
+	ModelURL string
+
+	log          *slog.Logger
+	closers      []func() error
+	consumerOpts consumer.Options
+}
+
+// RestartConsumer replaces the consumer with a new one on the same
+// connection, ledger and cache, as a restarted process would have: its
+// windows start empty. Call it after Run has returned.
+func (a *App) RestartConsumer() error {
+	c, err := consumer.New(a.consumerOpts)
+	if err != nil {
+		return err
+	}
+	a.Consumer = c
+	return nil
+}
+
+// Start brings everything up, in order, and undoes what it did if a step
+// fails. The caller runs the consumer with Run and releases it all with
+// Close.
+func Start(ctx context.Context, cfg *config.Config, o Options) (a *App, err error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	a = &App{Config: cfg, log: o.Logger}
+	defer func() {
+		if err != nil {
+			a.Close()
+			a = nil
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("app: data directory: %w", err)
+	}
+
+	// NATS.
+	url := cfg.NATS.URL
+	if url == "" {
+		e, err := natsrun.StartEmbedded(cfg.NATS.Embedded, cfg.DataDir, o.Logger.With("component", "nats-server"))
+		if err != nil {
+			return nil, err
+		}
+		a.Embedded = e
+		a.closers = append(a.closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return e.Shutdown(ctx)
+		})
+		url = e.ClientURL()
+		o.Logger.Info("embedded NATS server", "url", url, "store", e.StoreDir())
+	}
+	nc, err := natsrun.Connect(ctx, cfg.NATS, url, "oncegate", o.Logger.With("component", "nats"))
+	if err != nil {
+		return nil, err
+	}
+	a.Conn = nc
+	a.closers = append(a.closers, func() error { nc.Close(); return nil })
+	if a.JS, err = jetstream.New(nc); err != nil {
+		return nil, err
+	}
+
+	// Ledger.
+	if needsLedger(cfg) {
+		if a.Ledger, err = a.openLedger(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	// Model and cache.
+	var client *openai.Client
+	if needsModel(cfg) {
+		if client, err = a.openModel(cfg, o); err != nil {
+			return nil, err
+		}
+	}
+
+	// Metrics.
+	a.Metrics = ops.NewMetrics(ops.MetricsOptions{LLMStats: a.llmStats, WindowStats: a.windowStats})
+	for _, p := range cfg.Pipelines {
+		a.Metrics.AddPipeline(p.Name)
+		a.Metrics.AddSink(p.Name, p.Effect.Sink)
+		if p.Step != nil {
+			a.Metrics.AddStep(p.Name, p.Step.Name)
+		}
+	}
+
+	a.consumerOpts = consumer.Options{
+		Config: cfg, Conn: nc, Ledger: a.Ledger, Model: client,
+		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"), Fault: o.Fault,
+	}
+	if o.WrapSink != nil {
+		a.consumerOpts.Sinks = map[string]sink.Sink{}
+		for i := range cfg.Pipelines {
+			p := &cfg.Pipelines[i]
+			s, err := consumer.BuildSink(a.JS, &p.Effect)
+			if err != nil {
+				return nil, fmt.Errorf("app: pipeline %s: %w", p.Name, err)
+			}
+			a.consumerOpts.Sinks[p.Name] = o.WrapSink(p.Name, s)
+		}
+	}
+	if a.Consumer, err = consumer.New(a.consumerOpts); err != nil {
+		return nil, err
+	}
+
+	if cfg.Metrics.Listen != "" && !o.NoOps {
+		a.Ops = ops.NewServer(cfg.Metrics.Listen, a.Metrics, func() error { return a.Consumer.Ready() }, o.Logger.With("component", "ops"))
+		if a.OpsAddr, err = a.Ops.Start(); err != nil {
+			return nil, fmt.Errorf("app: metrics server: %w", err)
+		}
+		a.closers = append(a.closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return a.Ops.Shutdown(ctx)
+		})
+		o.Logger.Info("metrics and health", "url", "http://"+a.OpsAddr+"/metrics")
+	}
+	return a, nil
+}
+
+func needsLedger(cfg *config.Config) bool {
+	for _, p := range cfg.Pipelines {
+		if p.Mode != config.ModeGateWindow {
+			return true
+		}
+	}
+	return false
+}
+
+func needsModel(cfg *config.Config) bool {
+	for _, p := range cfg.Pipelines {
+		if p.Step != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *App) openLedger(ctx context.Context) (dedupe.Ledger, error) {
+	cfg := a.Config
+	switch cfg.Ledger.Store {
+	case config.StoreKV:
+		l, err := jskv.New(ctx, a.JS, jskv.Options{
+			LedgerOptions: cfg.Ledger.Options(), Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas,
+		})
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, l.Close)
+		return l, nil
+	default:
+		dir := cfg.BadgerDir()
+		db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{})
+		if err != nil {
+			if strings.Contains(err.Error(), "Cannot acquire directory lock") {
+				return nil, fmt.Errorf("%w: %s is held by another Oncegate process. A Badger ledger serves one process; "+
+					"to run several replicas on one durable consumer, set ledger.store: kv (the JetStream KV ledger): %w", ErrLedgerInUse, dir, err)
+			}
+			return nil, err
+		}
+		a.closers = append(a.closers, db.Close)
+		l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: cfg.Ledger.Options()})
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, l.Close)
+		go a.collect(db)
+		return l, nil
+	}
+}
+
+// collect runs Badger's value log GC every ten minutes until the DB closes.
+func (a *App) collect(db *badger.DB) {
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for range t.C {
+		if db.IsClosed() {
+			return
+		}
+		for db.RunValueLogGC(0.5) == nil {
+		}
+	}
+}
+
+func (a *App) openModel(cfg *config.Config, o Options) (*openai.Client, error) {
+	prices := llmcache.Prices{}
+	for m, p := range cfg.LLM.Prices {
+		prices[m] = llmcache.Price{Prompt: p.PromptPerMTok, Completion: p.CompletionPerMTok}
+	}
+	cache, err := llmcache.Open(filepath.Join(cfg.DataDir, "llm-cache"), llmcache.Options{
+		TTL: cfg.LLM.Cache.TTL, MaxEntryBytes: int(cfg.LLM.Cache.MaxEntryBytes), Budget: cfg.LLM.Cache.BudgetTokens,
+		BudgetTTL: cfg.Ledger.Retention, Prices: prices, Logger: o.Logger.With("component", "llmcache"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.Cache = cache
+	a.closers = append(a.closers, cache.Close)
+
+	base, key := cfg.LLM.BaseURL, o.Getenv(cfg.LLM.APIKeyEnv)
+	if base == "" {
+		s, err := standin.New(o.Standin)
+		if err != nil {
+			return nil, err
+		}
+		url, stop, err := s.Start("127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		a.Standin = s
+		a.closers = append(a.closers, stop)
+		base, key = url, "standin"
+		o.Logger.Info("no llm.base_url: answering model steps with the offline stand-in model", "url", url)
+	}
+	a.ModelURL = base
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	a.closers = append(a.closers, func() error { tr.CloseIdleConnections(); return nil })
+	oc := openai.DefaultConfig(key)
+	oc.BaseURL = base
+	oc.HTTPClient = cache.HTTPClient(&http.Client{Transport: tr})
+	return openai.NewClientWithConfig(oc), nil
+}
+
+func (a *App) llmStats() []llmcache.StepStats {
+	if a.Cache == nil {
+		return nil
+	}
+	return a.Cache.Stats()
+}
+
+func (a *App) windowStats() []ops.WindowStats {
+	if a.Consumer == nil {
+		return nil
+	}
+	return a.Consumer.WindowStats()
+}
+
+// Run runs the consumer until ctx is done, then drains it.
+func (a *App) Run(ctx context.Context) error { return a.Consumer.Run(ctx) }
+
+// Close releases everything Start acquired, in reverse order.
+func (a *App) Close() error {
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		if err := a.closers[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.closers = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,610 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// Config is the whole configuration of one consumer process. The YAML keys
+// are the snake_case names in the field tags; every field's doc states its
+// default. Load and Parse return a Config with the defaults filled in.
+//
+// A Config is a plain value: Validate and Explain only read it, and may be
+// called concurrently; LoadEnv changes it.
+type Config struct {
+	// DataDir is the directory the embedded NATS server and the Badger
+	// database (ledger and LLM cache) keep their data below. The default
+	// is "./oncegate-data".
+	DataDir string `yaml:"data_dir"`
+
+	NATS      NATS       `yaml:"nats"`
+	Ledger    Ledger     `yaml:"ledger"`
+	LLM       LLM        `yaml:"llm"`
+	Metrics   Metrics    `yaml:"metrics"`
+	Log       Log        `yaml:"log"`
+	Stream    Stream     `yaml:"stream"`
+	Pipelines []Pipeline `yaml:"pipelines"`
+
+	// meta records where each value came from: a line of the file, an
+	// environment variable, or nowhere (a default). Nil for a Config built
+	// in Go.
+	meta *meta
+}
+
+// BadgerDir is the directory of the Badger database that holds the ledger
+// (when Ledger.Store is StoreBadger) and the LLM cache: DataDir/badger.
+func (c *Config) BadgerDir() string { return filepath.Join(c.DataDir, "badger") }
+
+// NATS says which NATS server to use and how to authenticate to it.
+//
+// Secrets are never read from the file: a password or token is read from a
+// file named here, or from the environment variable ONCEGATE_NATS_PASSWORD
+// or ONCEGATE_NATS_TOKEN. A "password" or "token" key is an error.
+type NATS struct {
+	// URL is the server to connect to: one URL, or several separated by
+	// commas ("nats://a:4222,nats://b:4222"). It must not carry a user or
+	// password. Empty (the default) starts an embedded server with
+	// JetStream, listening on loopback only, with its data in
+	// Embedded.StoreDir.
+	URL string `yaml:"url"`
+	// Embedded configures the embedded server; it is ignored when URL is
+	// set.
+	Embedded Embedded `yaml:"embedded"`
+	// CredsFile is a NATS credentials file (user JWT and nkey seed).
+	CredsFile string `yaml:"creds_file"`
+	// NKeySeedFile is a file holding an nkey seed.
+	NKeySeedFile string `yaml:"nkey_seed_file"`
+	// User is the user name for user and password authentication. The
+	// password comes from PasswordFile or ONCEGATE_NATS_PASSWORD.
+	User string `yaml:"user"`
+	// PasswordFile is a file holding User's password.
+	PasswordFile string `yaml:"password_file"`
+	// TokenFile is a file holding an authentication token. The token may
+	// also come from ONCEGATE_NATS_TOKEN.
+	TokenFile string `yaml:"token_file"`
+	// TLS configures TLS to the server; empty means the URL's scheme
+	// decides.
+	TLS TLS `yaml:"tls"`
+	// ConnectTimeout bounds the dial of each server. The default is 5s.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+}
+
+// Embedded configures the embedded NATS server.
+type Embedded struct {
+	// Listen is the loopback address the embedded server listens on. The
+	// default is "127.0.0.1:4222". A loopback listener is used even
+	// in-process: an in-process-only connection stalls under async publish
+	// load.
+	Listen string `yaml:"listen"`
+	// StoreDir is where the server keeps JetStream data. The default is
+	// DataDir/nats.
+	StoreDir string `yaml:"store_dir"`
+	// SyncInterval is how often JetStream data is fsynced, or "always" to
+	// fsync every write. The default is 100ms.
+	SyncInterval SyncInterval `yaml:"sync_interval"`
+}
+
+// TLS names the files of a TLS client configuration.
+type TLS struct {
+	// CAFile is a PEM file of the CAs that sign the server's certificate.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are the client certificate and its key, for
+	// mutual TLS; set both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Ledger stores.
+const (
+	// StoreBadger keeps the ledger in the local Badger database: one
+	// process owns it.
+	StoreBadger = "badger"
+	// StoreKV keeps the ledger in a JetStream KV bucket, shared by every
+	// consumer replica.
+	StoreKV = "kv"
+)
+
+// Mismatch policies; see dedupe.MismatchPolicy.
+const (
+	MismatchAccept = "accept"
+	MismatchReject = "reject"
+)
+
+// Ledger configures the durable idempotency ledger.
+type Ledger struct {
+	// Store is StoreBadger (the default) or StoreKV.
+	Store string `yaml:"store"`
+	// Retention is how long a record lives after its last change. It must
+	// exceed every pipeline's redelivery horizon (see Validate). The
+	// default is 168h (7 days).
+	Retention time.Duration `yaml:"retention"`
+	// Lease is how long a claim holds before another worker may take the
+	// work over; workers renew it while they work. The default is 30s.
+	Lease time.Duration `yaml:"lease"`
+	// KV configures the bucket, when Store is StoreKV.
+	KV KV `yaml:"kv"`
+	// Mismatch is what happens when a key comes back with a different
+	// payload: MismatchAccept (the default: count it, dedupe it) or
+	// MismatchReject (fail the trigger).
+	Mismatch string `yaml:"mismatch"`
+}
+
+// Options returns the ledger options this configuration asks for.
+func (l *Ledger) Options() dedupe.LedgerOptions {
+	o := dedupe.LedgerOptions{Retention: l.Retention}
+	if l.Mismatch == MismatchReject {
+		o.Mismatch = dedupe.MismatchReject
+	}
+	return o
+}
+
+// KV configures the JetStream KV ledger.
+type KV struct {
+	// Bucket is the KV bucket's name. The default is "oncegate-ledger".
+	Bucket string `yaml:"bucket"`
+	// Replicas is the bucket's replication factor, 1 to 5. The default is
+	// 1.
+	Replicas int `yaml:"replicas"`
+}
+
+// LLM configures the model endpoint and the response cache.
+type LLM struct {
+	// BaseURL is an OpenAI-compatible endpoint (OpenAI, Azure, vLLM,
+	// Ollama, llama.cpp server). Empty (the default) uses the built-in
+	// offline stand-in model, labelled as such in every output.
+	BaseURL string `yaml:"base_url"`
+	// APIKeyEnv names the environment variable holding the API key; the
+	// key itself is never in the file. The default is "OPENAI_API_KEY".
+	APIKeyEnv string `yaml:"api_key_env"`
+	// Model is the model steps use unless they name one. The default is
+	// "gpt-4o-mini".
+	Model string `yaml:"model"`
+	// Timeout bounds one model call. The default is 60s.
+	Timeout time.Duration `yaml:"timeout"`
+	// Cache configures the response cache.
+	Cache Cache `yaml:"cache"`
+	// Prices are the USD prices per million tokens, by model, for the
+	// cost and savings figures. The default lists gpt-4o-mini; a prices
+	// key in the file replaces the whole list.
+	Prices map[string]Price `yaml:"prices"`
+}
+
+// Cache configures the LLM response cache.
+type Cache struct {
+	// TTL is how long an answer is kept. The default is 24h.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxEntryBytes bounds one cached answer; larger answers are returned
+	// but not cached. The default is 1MiB.
+	MaxEntryBytes ByteSize `yaml:"max_entry_bytes"`
+	// BudgetTokens caps the tokens spent on one intent key, across all its
+	// retries; 0 (the default) means no cap. Steps inherit it.
+	BudgetTokens int64 `yaml:"budget_tokens"`
+}
+
+// Price is what a model costs, in USD per million tokens.
+type Price struct {
+	PromptPerMTok     float64 `yaml:"prompt_per_mtok"`
+	CompletionPerMTok float64 `yaml:"completion_per_mtok"`
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	// Listen is the address of the metrics, health and readiness
+	// endpoints. The default is "127.0.0.1:9464"; an explicit empty
+	// string ("") disables them.
+	Listen string `yaml:"listen"`
+}
+
+// Log formats and levels.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
+// Log configures the structured log.
+type Log struct {
+	// Format is LogText (the default) or LogJSON.
+	Format string `yaml:"format"`
+	// Level is debug, info (the default), warn or error.
+	Level string `yaml:"level"`
+}
+
+// Stream configures the JetStream stream triggers arrive on.
+type Stream struct {
+	// Name is the stream's name. The default is "ONCEGATE".
+	Name string `yaml:"name"`
+	// Subjects are the subjects the stream captures; they must not
+	// overlap. The default is ["triggers.>"].
+	Subjects []string `yaml:"subjects"`
+	// Duplicates is the stream's Nats-Msg-Id duplicate window. The default
+	// is 2m.
+	Duplicates time.Duration `yaml:"duplicates"`
+	// MaxAge is how long the stream keeps a message; 0 (the default)
+	// means no limit. When set it counts towards the redelivery horizon.
+	MaxAge time.Duration `yaml:"max_age"`
+	// DeadLetterSubject is where a trigger goes, with the reason, after
+	// its last delivery fails. "{pipeline}" is replaced by the pipeline's
+	// name. It must not be consumed by any pipeline. The default is
+	// "oncegate.dead.{pipeline}".
+	DeadLetterSubject string `yaml:"dead_letter_subject"`
+}
+
+// DeadLetter returns the dead-letter subject of the named pipeline.
+func (s *Stream) DeadLetter(pipeline string) string {
+	return strings.ReplaceAll(s.DeadLetterSubject, "{pipeline}", pipeline)
+}
+
+// Pipeline modes.
+const (
+	// ModeFull runs the whole flow: key, window, ledger, step, effect.
+	ModeFull = "full"
+	// ModeGateWindow drops duplicates with the in-memory window alone and
+	// publishes to JetStream with Nats-Msg-Id: no ledger, no step. Fast,
+	// and only as good as the window's memory and the target stream's
+	// duplicate window.
+	ModeGateWindow = "gate-window"
+	// ModeGateLedger gates the effect through the ledger, without a step.
+	ModeGateLedger = "gate-ledger"
+)
+
+// Pipeline is one flow from a subject to an effect.
+type Pipeline struct {
+	// Name identifies the pipeline in keys, metrics, logs and environment
+	// variables: lower-case letters, digits and '-', unique. Required.
+	Name string `yaml:"name"`
+	// Subject is the filter of the pipeline's consumer; the stream's
+	// subjects must cover it. Required.
+	Subject string `yaml:"subject"`
+	// Mode is ModeFull, ModeGateWindow or ModeGateLedger. The default is
+	// ModeFull when Step is set, else ModeGateLedger.
+	Mode string `yaml:"mode"`
+	// Key says which part of a trigger identifies the work.
+	Key Key `yaml:"key"`
+	// Step is the model call; nil for gate pipelines.
+	Step *Step `yaml:"step"`
+	// Effect is what the pipeline does, once per intent.
+	Effect Effect `yaml:"effect"`
+	// Window configures the in-memory duplicate window.
+	Window Window `yaml:"window"`
+	// AckWait is how long JetStream waits for an ack before redelivering.
+	// With Backoff set, NATS uses Backoff[0] instead, so the two must
+	// agree. The default is Backoff[0] if set, else 30s.
+	AckWait time.Duration `yaml:"ack_wait"`
+	// MaxDeliver is how many times a trigger is delivered before it is
+	// dead-lettered. The default is 5.
+	MaxDeliver int `yaml:"max_deliver"`
+	// Backoff are the redelivery delays after each failed delivery; the
+	// last repeats. At most MaxDeliver of them. The default is none
+	// (every redelivery waits AckWait).
+	Backoff []time.Duration `yaml:"backoff"`
+	// MaxAckPending bounds the triggers delivered and not yet acked. The
+	// default is 1000.
+	MaxAckPending int `yaml:"max_ack_pending"`
+	// Concurrency is how many triggers are worked on at once, at most
+	// MaxAckPending. The default is 64.
+	Concurrency int `yaml:"concurrency"`
+}
+
+// gateStep is the step name of the key spec of a pipeline without a step.
+const gateStep = "gate"
+
+// KeySpec returns the key spec of the pipeline's step (or, for a gate
+// pipeline, of its gate).
+func (p *Pipeline) KeySpec() dedupe.KeySpec {
+	ks := dedupe.KeySpec{
+		Pipeline: p.Name,
+		Step:     gateStep,
+		Fields:   p.Key.Fields,
+		Volatile: p.Key.Volatile,
+		Version:  p.Key.Version,
+	}
+	if p.Step != nil {
+		ks.Step = p.Step.Name
+	}
+	if p.Key.Scope == ScopeRun {
+		ks.Scope = dedupe.ScopeRun
+	}
+	if p.Key.Hash == HashSHA256 {
+		ks.Hash = dedupe.HashSHA256
+	}
+	return ks
+}
+
+// Horizon is the redelivery horizon of the pipeline: the longest a trigger
+// can keep coming back after its first delivery. Each of the MaxDeliver
+// deliveries waits out its ack deadline (AckWait, or with Backoff the
+// delay for that delivery, the last repeating) before the next one or the
+// dead letter. A ledger record must outlive it, or a late redelivery would
+// find no record and run the effect again.
+func (p *Pipeline) Horizon() time.Duration {
+	n := max(p.MaxDeliver, 0)
+	waits := p.Backoff
+	if len(waits) == 0 {
+		waits = []time.Duration{p.AckWait}
+	}
+	var h time.Duration
+	for _, w := range waits[:min(n, len(waits))] {
+		h = addSat(h, w)
+	}
+	if extra := n - len(waits); extra > 0 {
+		h = addSat(h, mulSat(waits[len(waits)-1], extra))
+	}
+	return h
+}
+
+const maxDuration = time.Duration(math.MaxInt64)
+
+// addSat adds the non-negative part of d to h, saturating at maxDuration.
+func addSat(h, d time.Duration) time.Duration {
+	d = max(d, 0)
+	if h > maxDuration-d {
+		return maxDuration
+	}
+	return h + d
+}
+
+// mulSat multiplies the non-negative part of d by n ≥ 0, saturating.
+func mulSat(d time.Duration, n int) time.Duration {
+	d = max(d, 0)
+	if d != 0 && time.Duration(n) > maxDuration/d {
+		return maxDuration
+	}
+	return d * time.Duration(n)
+}
+
+// Key scopes and hashes; see dedupe.Scope and dedupe.Hash.
+const (
+	ScopeInput = "input"
+	ScopeRun   = "run"
+	HashXXH    = "xxh"
+	HashSHA256 = "sha256"
+)
+
+// Key is a pipeline's key spec; see dedupe.KeySpec.
+type Key struct {
+	// Fields are JSON Pointers to the values that identify the work. Empty
+	// means the whole payload, less Volatile.
+	Fields []string `yaml:"fields"`
+	// Volatile are JSON Pointers to members dropped from the whole payload
+	// (delivery ids, timestamps); only without Fields.
+	Volatile []string `yaml:"volatile"`
+	// Version is a JSON Pointer to a value that starts new work when it
+	// changes (an alert's occurrence, an invoice revision).
+	Version string `yaml:"version"`
+	// Scope is ScopeInput (the default) or ScopeRun.
+	Scope string `yaml:"scope"`
+	// RunIDField is a JSON Pointer to the run id; required with ScopeRun,
+	// not allowed otherwise.
+	RunIDField string `yaml:"run_id_field"`
+	// Hash is HashXXH (the default) or HashSHA256; choose sha256 when
+	// payloads come from parties who might craft collisions.
+	Hash string `yaml:"hash"`
+}
+
+// Step is a pipeline's model call.
+type Step struct {
+	// Name names the step in keys and cache entries: lower-case letters,
+	// digits and '-'. Required. Renaming a step changes its keys.
+	Name string `yaml:"name"`
+	// Model is the model to call. The default is LLM.Model.
+	Model string `yaml:"model"`
+	// System is the system message, a text/template like Prompt.
+	System string `yaml:"system"`
+	// Prompt is a text/template executed with the trigger's JSON decoded
+	// into a map ({{.alert.labels.alertname}}); see Step.Templates.
+	// Required.
+	Prompt string `yaml:"prompt"`
+	// Temperature is the sampling temperature, 0 to 2. The default is 0.
+	Temperature float64 `yaml:"temperature"`
+	// MaxTokens caps the completion; 0 (the default) leaves it to the
+	// model.
+	MaxTokens int `yaml:"max_tokens"`
+	// Seed, if set, is sent for reproducible sampling.
+	Seed *int64 `yaml:"seed"`
+	// BudgetTokens caps the tokens spent on one intent; 0 means no cap.
+	// The default is LLM.Cache.BudgetTokens.
+	BudgetTokens int64 `yaml:"budget_tokens"`
+}
+
+// Effect sinks and classes.
+const (
+	SinkJetStream = "jetstream"
+	SinkHTTP      = "http"
+	SinkFile      = "file"
+
+	// ClassReplayable effects are safe to send twice (the sink dedupes by
+	// the intent key) and are sent directly.
+	ClassReplayable = "replayable"
+	// ClassOneShot effects must not be sent twice; they go through the
+	// ledger's outbox, may wait Delay, and may need approval.
+	ClassOneShot = "one-shot"
+)
+
+// Effect is what a pipeline does once per intent.
+type Effect struct {
+	// Sink is SinkJetStream, SinkHTTP or SinkFile. Required.
+	Sink string `yaml:"sink"`
+	// Subject is the subject a jetstream sink publishes to, with header
+	// Nats-Msg-Id set to the intent key. A literal subject.
+	Subject string `yaml:"subject"`
+	// URL is where an http sink POSTs, with header Idempotency-Key set to
+	// the intent key.
+	URL string `yaml:"url"`
+	// HeadersEnv maps an HTTP header to the environment variable holding
+	// its value, for secrets such as Authorization: values never come from
+	// the file.
+	HeadersEnv map[string]string `yaml:"headers_env"`
+	// Dir is the directory a file sink writes to.
+	Dir string `yaml:"dir"`
+	// Class is ClassReplayable (the default) or ClassOneShot.
+	Class string `yaml:"class"`
+	// Delay holds a one-shot effect this long, collapsing duplicates and
+	// allowing cancellation. The default is 0.
+	Delay time.Duration `yaml:"delay"`
+	// ApprovalSubject, for a one-shot effect, is the subject on which the
+	// effect waits for approval before it goes out.
+	ApprovalSubject string `yaml:"approval_subject"`
+}
+
+// Window configures a pipeline's in-memory duplicate window.
+type Window struct {
+	// TTL is how long a key is remembered. The default is 10m.
+	TTL time.Duration `yaml:"ttl"`
+	// Capacity is how many keys fit. The default is 1000000.
+	Capacity int `yaml:"capacity"`
+}
+
+// SyncInterval is how often the embedded server fsyncs JetStream data: a
+// positive duration, or SyncAlways. Its text form is a Go duration
+// ("100ms") or "always".
+type SyncInterval time.Duration
+
+// SyncAlways fsyncs every write.
+const SyncAlways SyncInterval = -1
+
+func (s SyncInterval) String() string {
+	if s == SyncAlways {
+		return "always"
+	}
+	return formatDuration(time.Duration(s))
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s SyncInterval) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *SyncInterval) UnmarshalText(b []byte) error {
+	if string(b) == "always" {
+		*s = SyncAlways
+		return nil
+	}
+	d, err := parseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%w, or \"always\"", err)
+	}
+	*s = SyncInterval(d)
+	return nil
+}
+
+// ByteSize is a size in bytes. Its text form is a whole number with an
+// optional unit: B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers
+// of 1024): "1MiB", "512KiB", "65536".
+type ByteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	n      int64
+}{
+	{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+	{"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1},
+}
+
+func (s ByteSize) String() string {
+	for _, u := range byteUnits[:3] {
+		if s != 0 && int64(s)%u.n == 0 {
+			return strconv.FormatInt(int64(s)/u.n, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(s), 10)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s ByteSize) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *ByteSize) UnmarshalText(b []byte) error {
+	t := strings.TrimSpace(string(b))
+	mul := int64(1)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mul = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.ReplaceAll(t, "_", ""), 10, 64)
+	if err != nil || n < 0 || n > (1<<63-1)/mul {
+		return fmt.Errorf("invalid size %q: want a whole number of bytes, optionally with a unit such as KiB or MiB", b)
+	}
+	*s = ByteSize(n * mul)
+	return nil
+}
+
+// parseDuration is time.ParseDuration that also takes a bare "0".
+func parseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q: want a Go duration such as \"30s\", \"10m\" or \"168h\"", s)
+	}
+	return d, nil
+}
+
+// formatDuration prints d without zero units: "168h", "2m30s", "100ms".
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// Load reads the configuration file at path and returns the effective
+// configuration: the file, overridden by the ONCEGATE_* variables of the
+// process environment (see Config.LoadEnv), with the defaults filled in,
+// validated. An empty path means the built-in demo configuration (see
+// Default).
+//
+// The error joins every problem found, each a *FieldError. If only
+// validation failed, the Config is returned too, so that a checker can
+// still explain it.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return parseDefault(os.Environ())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return ParseEnv(data, path, os.Environ())
+}
+
+// Parse decodes a configuration document, fills in the defaults and
+// validates the result; name is the file name to report problems against.
+// It does not consult the environment. Keys the Config does not have are
+// errors (ErrUnknownKey) that name the key and its line.
+//
+// Like Load, Parse returns the Config along with the error when only
+// validation failed.
+func Parse(data []byte, name string) (*Config, error) {
+	return ParseEnv(data, name, nil)
+}
+
+// ParseEnv is Parse with the overrides of environ (in the form of
+// os.Environ) applied, as Load applies the process environment's.
+func ParseEnv(data []byte, name string, environ []string) (*Config, error) {
+	c, issues := decode(data, name)
+	if issues != nil {
+		return nil, c.fieldErrors(issues)
+	}
+	return c.finish(environ)
+}
+
+// finish applies environ and the defaults to a decoded c and validates it.
+func (c *Config) finish(environ []string) (*Config, error) {
+	if err := c.LoadEnv(environ); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, err
+	}
+	return c, nil
+}

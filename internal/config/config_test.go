@@ -1,0 +1,244 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+func newKeyer(p Pipeline) (*dedupe.Keyer, error) { return dedupe.NewKeyer(p.KeySpec()) }
+
+// fieldErrors returns the *FieldErrors joined in err.
+func fieldErrors(t *testing.T, err error) []*FieldError {
+	t.Helper()
+	if err == nil {
+		return nil
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var out []*FieldError
+	for _, e := range errs {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("error %v (%T) is not a *FieldError", e, e)
+		}
+		out = append(out, fe)
+	}
+	return out
+}
+
+// findError returns the FieldError for path, failing the test if there is
+// none or if it does not wrap kind.
+func findError(t *testing.T, err error, path string, kind error) *FieldError {
+	t.Helper()
+	fes := fieldErrors(t, err)
+	for _, fe := range fes {
+		if fe.Path == path {
+			if !errors.Is(fe, kind) {
+				t.Fatalf("error for %s = %v; want one wrapping %v", path, fe, kind)
+			}
+			return fe
+		}
+	}
+	t.Fatalf("no error for path %q; got %d errors:\n%v", path, len(fes), err)
+	return nil
+}
+
+// stripMeta returns a copy of c without provenance, for comparisons.
+func stripMeta(c *Config) Config {
+	cp := *c
+	cp.meta = nil
+	return cp
+}
+
+func TestDefaultValidates(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v; want nil", err)
+	}
+	if got := len(c.Pipelines); got != 2 {
+		t.Fatalf("Default() has %d pipelines; want 2", got)
+	}
+	a, w := c.Pipelines[0], c.Pipelines[1]
+	if a.Name != "alerts" || a.Mode != ModeFull || a.Step == nil || a.Step.Name != "triage" ||
+		a.Effect.Subject != "effects.alerts" || a.Effect.Class != ClassReplayable {
+		t.Errorf("Default() alerts pipeline = %+v", a)
+	}
+	if w.Name != "webhooks" || w.Mode != ModeGateLedger || w.Step != nil || w.Effect.Subject != "effects.webhooks" {
+		t.Errorf("Default() webhooks pipeline = %+v", w)
+	}
+	if c.NATS.URL != "" || c.LLM.BaseURL != "" {
+		t.Errorf("Default() NATS.URL = %q, LLM.BaseURL = %q; want embedded server and stand-in model", c.NATS.URL, c.LLM.BaseURL)
+	}
+	// Each call returns a fresh value.
+	c.Pipelines[0].Name = "changed"
+	if Default().Pipelines[0].Name != "alerts" {
+		t.Error("Default() shares state between calls")
+	}
+}
+
+// TestDefaultKeysDeriveFromExample checks the alert pipeline's key spec
+// against the example payloads: a re-delivery of the same alert occurrence
+// (new delivery id and timestamp, reordered members) has the same key.
+func TestDefaultKeysDeriveFromExample(t *testing.T) {
+	first, err := os.ReadFile("../../examples/alert.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := os.ReadFile("../../examples/alert-retry.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range Default().Pipelines {
+		k, err := newKeyer(p)
+		if err != nil {
+			t.Fatalf("pipeline %s: %v", p.Name, err)
+		}
+		i1, err := k.Intent(first)
+		if err != nil {
+			t.Fatalf("pipeline %s: Intent(alert.json) error = %v", p.Name, err)
+		}
+		i2, err := k.Intent(retry)
+		if err != nil {
+			t.Fatalf("pipeline %s: Intent(alert-retry.json) error = %v", p.Name, err)
+		}
+		if p.Name == "alerts" && i1.Key != i2.Key {
+			t.Errorf("pipeline alerts: retry key %v != first key %v", i2.Key, i1.Key)
+		}
+	}
+}
+
+func TestExampleFileEqualsDefault(t *testing.T) {
+	data, err := os.ReadFile("../../examples/oncegate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(data, "examples/oncegate.yaml")
+	if err != nil {
+		t.Fatalf("Parse(examples/oncegate.yaml) error = %v", err)
+	}
+	got, want := stripMeta(c), stripMeta(Default())
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("examples/oncegate.yaml differs from Default():\n got  %+v\n want %+v", got, want)
+	}
+}
+
+// TestLoadMissingFile covers Load's own work; everything after reading the
+// file is ParseEnv, tested with an injected environment.
+func TestLoadMissingFile(t *testing.T) {
+	if _, err := Load("testdata/does-not-exist.yaml"); err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load(missing file) error = %v; want one wrapping os.ErrNotExist", err)
+	}
+}
+
+func TestParseReturnsConfigOnValidationError(t *testing.T) {
+	c, err := Parse([]byte("pipelines: []\n"), "x.yaml")
+	if err == nil {
+		t.Fatal("Parse(no pipelines) error = nil; want ErrMissing")
+	}
+	findError(t, err, "pipelines", ErrMissing)
+	if c == nil {
+		t.Fatal("Parse returned a nil Config with a validation error")
+	}
+	if c.LLM.Model != DefaultModel {
+		t.Errorf("defaults not applied: LLM.Model = %q", c.LLM.Model)
+	}
+}
+
+func TestFieldErrorFormat(t *testing.T) {
+	tests := []struct {
+		fe   FieldError
+		want string
+	}{
+		{FieldError{File: "f.yaml", Line: 3, Path: "a.b", Err: invalid("bad")}, "f.yaml:3: a.b: bad"},
+		{FieldError{File: "f.yaml", Path: "a.b", Err: missing("gone")}, "f.yaml: a.b: gone"},
+		{FieldError{Line: 7, Path: "a", Err: invalid("bad")}, "line 7: a: bad"},
+		{FieldError{File: "f.yaml", Env: "ONCEGATE_A", Path: "a", Err: invalid("bad")}, "env ONCEGATE_A: a: bad"},
+		{FieldError{Env: "ONCEGATE_X", Err: unknown("nope")}, "env ONCEGATE_X: nope"},
+	}
+	for _, tt := range tests {
+		if got := tt.fe.Error(); got != tt.want {
+			t.Errorf("FieldError%+v.Error() = %q; want %q", tt.fe, got, tt.want)
+		}
+	}
+}
+
+func TestHorizon(t *testing.T) {
+	const s = 1e9
+	tests := []struct {
+		name    string
+		p       Pipeline
+		wantSec float64
+	}{
+		{"ack wait only", Pipeline{AckWait: 30 * s, MaxDeliver: 5}, 150},
+		{"backoff shorter than deliveries repeats the last", Pipeline{AckWait: 1 * s, MaxDeliver: 5, Backoff: []time.Duration{1 * s, 10 * s, 60 * s}}, 1 + 10 + 60 + 60 + 60},
+		{"backoff as long as deliveries", Pipeline{AckWait: 2 * s, MaxDeliver: 2, Backoff: []time.Duration{2 * s, 5 * s}}, 7},
+		{"one delivery", Pipeline{AckWait: 30 * s, MaxDeliver: 1}, 30},
+	}
+	for _, tt := range tests {
+		if got := tt.p.Horizon().Seconds(); got != tt.wantSec {
+			t.Errorf("%s: Horizon() = %vs; want %vs", tt.name, got, tt.wantSec)
+		}
+	}
+}
+
+func TestHorizonSaturates(t *testing.T) {
+	p := Pipeline{AckWait: time.Hour, MaxDeliver: math.MaxInt}
+	if got := p.Horizon(); got != maxDuration {
+		t.Errorf("Horizon() with max_deliver MaxInt = %v; want the largest duration", got)
+	}
+	p = Pipeline{AckWait: -time.Second, MaxDeliver: 3}
+	if got := p.Horizon(); got != 0 {
+		t.Errorf("Horizon() with a negative ack wait = %v; want 0", got)
+	}
+}
+
+func TestDefaultPromptRenders(t *testing.T) {
+	data, err := os.ReadFile("../../examples/alert.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trigger map[string]any
+	if err := json.Unmarshal(data, &trigger); err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := Default().Pipelines[0].Step.Templates()
+	if err != nil {
+		t.Fatalf("Templates() error = %v", err)
+	}
+	var b strings.Builder
+	if err := tmpl.ExecuteTemplate(&b, "prompt", trigger); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"DiskAlmostFull on db-2:9100 (severity page)", "occurrence 3", "https://runbooks.example/disk"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("rendered prompt lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := tmpl.ExecuteTemplate(&b, "system", trigger); err != nil || !strings.Contains(b.String(), "site reliability") {
+		t.Errorf("system template: %q, %v", b.String(), err)
+	}
+}
+
+func TestProblemsAreCapped(t *testing.T) {
+	var doc strings.Builder
+	doc.WriteString("pipelines:\n")
+	for range 2 * maxProblems {
+		doc.WriteString("  - {name: BAD}\n")
+	}
+	_, err := Parse([]byte(doc.String()), "many.yaml")
+	fes := fieldErrors(t, err)
+	if len(fes) != maxProblems+1 || !strings.Contains(fes[maxProblems].Error(), "more problems not shown") {
+		t.Errorf("got %d problems, the last %v; want %d and a count of the rest", len(fes), fes[len(fes)-1], maxProblems+1)
+	}
+}

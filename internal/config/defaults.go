@@ -1,0 +1,199 @@
+package config
+
+import (
+	"path/filepath"
+	"reflect"
+	"time"
+)
+
+// Defaults of the fields that have one. Each field's doc states its
+// default too.
+const (
+	DefaultDataDir           = "./oncegate-data"
+	DefaultEmbeddedListen    = "127.0.0.1:4222"
+	DefaultSyncInterval      = SyncInterval(100 * time.Millisecond)
+	DefaultConnectTimeout    = 5 * time.Second
+	DefaultRetention         = 7 * 24 * time.Hour
+	DefaultLease             = 30 * time.Second
+	DefaultKVBucket          = "oncegate-ledger"
+	DefaultAPIKeyEnv         = "OPENAI_API_KEY"
+	DefaultModel             = "gpt-4o-mini"
+	DefaultLLMTimeout        = 60 * time.Second
+	DefaultCacheTTL          = 24 * time.Hour
+	DefaultMaxEntryBytes     = ByteSize(1 << 20)
+	DefaultMetricsListen     = "127.0.0.1:9464"
+	DefaultStreamName        = "ONCEGATE"
+	DefaultStreamSubject     = "triggers.>"
+	DefaultDuplicates        = 2 * time.Minute
+	DefaultDeadLetterSubject = "oncegate.dead.{pipeline}"
+	DefaultWindowTTL         = 10 * time.Minute
+	DefaultWindowCapacity    = 1_000_000
+	DefaultAckWait           = 30 * time.Second
+	DefaultMaxDeliver        = 5
+	DefaultMaxAckPending     = 1000
+	DefaultConcurrency       = 64
+)
+
+// defaultPrices are the prices filled in when the file has no llm.prices.
+func defaultPrices() map[string]Price {
+	return map[string]Price{
+		"gpt-4o-mini": {PromptPerMTok: 0.15, CompletionPerMTok: 0.60},
+	}
+}
+
+const defaultName = "built-in default"
+
+// defaultYAML is the demo configuration, less what the defaults fill in.
+// examples/oncegate.yaml spells the same configuration out in full.
+const defaultYAML = `
+pipelines:
+  - name: alerts
+    subject: triggers.alerts
+    key:
+      fields: [/alert/fingerprint]
+      version: /alert/occurrence
+    step:
+      name: triage
+      system: You are an experienced site reliability engineer. Be brief and concrete.
+      prompt: |
+        Triage this alert for the on-call engineer.
+
+        Alert:    {{.alert.labels.alertname}} on {{.alert.labels.instance}} (severity {{.alert.labels.severity}})
+        Status:   {{.status}} since {{.alert.startsAt}}, occurrence {{.alert.occurrence}}
+        Summary:  {{.alert.annotations.summary}}
+        Runbook:  {{.alert.annotations.runbook}}
+
+        Answer with the likely cause, the first thing to check, and whether to page now (yes or no).
+    effect:
+      sink: jetstream
+      subject: effects.alerts
+  - name: webhooks
+    subject: triggers.webhooks
+    key:
+      volatile: [/delivery_id, /sent_at, /received_at]
+    effect:
+      sink: jetstream
+      subject: effects.webhooks
+`
+
+// Default returns the configuration the consumer runs with when it is given
+// no file: an embedded NATS server, the stand-in model, stream ONCEGATE on
+// triggers.>, and two pipelines.
+//
+// "alerts" triages each new occurrence of an alert (keyed by the alert's
+// fingerprint and occurrence) with the model and publishes the triage to
+// effects.alerts. "webhooks" is a gate: each distinct webhook payload,
+// whatever its delivery id and timestamps, is published to
+// effects.webhooks once.
+func Default() *Config {
+	c, err := parseDefault(nil)
+	if err != nil {
+		panic("config: the default configuration is invalid: " + err.Error())
+	}
+	return c
+}
+
+// parseDefault returns the default configuration with environ applied.
+// Problems name no line: the document is not one the user can see.
+func parseDefault(environ []string) (*Config, error) {
+	c, issues := decode([]byte(defaultYAML), defaultName)
+	if issues != nil {
+		panic("config: the default configuration does not decode: " + c.fieldErrors(issues).Error())
+	}
+	clear(c.meta.lines)
+	return c.finish(environ)
+}
+
+// setDefault puts val at *dst, the field at path, unless the file or the
+// environment set it or Go code changed it. A value it put there before is
+// recomputed, so that derived defaults follow the values they derive from.
+func setDefault[T any](c *Config, path string, dst *T, val T) {
+	m := c.meta
+	if m.present(path) {
+		return
+	}
+	if !reflect.ValueOf(dst).Elem().IsZero() {
+		if m == nil {
+			return
+		}
+		if old, ok := m.defaulted[path]; !ok || !reflect.DeepEqual(old, *dst) {
+			return
+		}
+	}
+	*dst = val
+	if m != nil {
+		m.defaulted[path] = clone(val)
+	}
+}
+
+// applyDefaults fills in every field the file and the environment left
+// unset. It may run more than once.
+func (c *Config) applyDefaults() {
+	setDefault(c, "data_dir", &c.DataDir, DefaultDataDir)
+
+	n := &c.NATS
+	setDefault(c, "nats.url", &n.URL, "")
+	setDefault(c, "nats.embedded.listen", &n.Embedded.Listen, DefaultEmbeddedListen)
+	setDefault(c, "nats.embedded.store_dir", &n.Embedded.StoreDir, filepath.Join(c.DataDir, "nats"))
+	setDefault(c, "nats.embedded.sync_interval", &n.Embedded.SyncInterval, DefaultSyncInterval)
+	setDefault(c, "nats.connect_timeout", &n.ConnectTimeout, DefaultConnectTimeout)
+
+	l := &c.Ledger
+	setDefault(c, "ledger.store", &l.Store, StoreBadger)
+	setDefault(c, "ledger.retention", &l.Retention, DefaultRetention)
+	setDefault(c, "ledger.lease", &l.Lease, DefaultLease)
+	setDefault(c, "ledger.kv.bucket", &l.KV.Bucket, DefaultKVBucket)
+	setDefault(c, "ledger.kv.replicas", &l.KV.Replicas, 1)
+	setDefault(c, "ledger.mismatch", &l.Mismatch, MismatchAccept)
+
+	m := &c.LLM
+	setDefault(c, "llm.base_url", &m.BaseURL, "")
+	setDefault(c, "llm.api_key_env", &m.APIKeyEnv, DefaultAPIKeyEnv)
+	setDefault(c, "llm.model", &m.Model, DefaultModel)
+	setDefault(c, "llm.timeout", &m.Timeout, DefaultLLMTimeout)
+	setDefault(c, "llm.cache.ttl", &m.Cache.TTL, DefaultCacheTTL)
+	setDefault(c, "llm.cache.max_entry_bytes", &m.Cache.MaxEntryBytes, DefaultMaxEntryBytes)
+	setDefault(c, "llm.cache.budget_tokens", &m.Cache.BudgetTokens, 0)
+	setDefault(c, "llm.prices", &m.Prices, defaultPrices())
+
+	setDefault(c, "metrics.listen", &c.Metrics.Listen, DefaultMetricsListen)
+	setDefault(c, "log.format", &c.Log.Format, LogText)
+	setDefault(c, "log.level", &c.Log.Level, "info")
+
+	s := &c.Stream
+	setDefault(c, "stream.name", &s.Name, DefaultStreamName)
+	setDefault(c, "stream.subjects", &s.Subjects, []string{DefaultStreamSubject})
+	setDefault(c, "stream.duplicates", &s.Duplicates, DefaultDuplicates)
+	setDefault(c, "stream.max_age", &s.MaxAge, 0)
+	setDefault(c, "stream.dead_letter_subject", &s.DeadLetterSubject, DefaultDeadLetterSubject)
+
+	for i := range c.Pipelines {
+		p := &c.Pipelines[i]
+		at := func(field string) string { return joinPath(indexPath("pipelines", i), field) }
+		mode := ModeGateLedger
+		if p.Step != nil {
+			mode = ModeFull
+		}
+		setDefault(c, at("mode"), &p.Mode, mode)
+		setDefault(c, at("key.scope"), &p.Key.Scope, ScopeInput)
+		setDefault(c, at("key.hash"), &p.Key.Hash, HashXXH)
+		if p.Step != nil {
+			setDefault(c, at("step.model"), &p.Step.Model, c.LLM.Model)
+			setDefault(c, at("step.temperature"), &p.Step.Temperature, 0)
+			setDefault(c, at("step.max_tokens"), &p.Step.MaxTokens, 0)
+			setDefault(c, at("step.budget_tokens"), &p.Step.BudgetTokens, c.LLM.Cache.BudgetTokens)
+		}
+		setDefault(c, at("effect.class"), &p.Effect.Class, ClassReplayable)
+		setDefault(c, at("effect.delay"), &p.Effect.Delay, 0)
+		setDefault(c, at("window.ttl"), &p.Window.TTL, DefaultWindowTTL)
+		setDefault(c, at("window.capacity"), &p.Window.Capacity, DefaultWindowCapacity)
+		ackWait := DefaultAckWait
+		if len(p.Backoff) > 0 {
+			ackWait = p.Backoff[0]
+		}
+		setDefault(c, at("ack_wait"), &p.AckWait, ackWait)
+		setDefault(c, at("max_deliver"), &p.MaxDeliver, DefaultMaxDeliver)
+		setDefault(c, at("max_ack_pending"), &p.MaxAckPending, DefaultMaxAckPending)
+		setDefault(c, at("concurrency"), &p.Concurrency, DefaultConcurrency)
+	}
+}

@@ -1,0 +1,343 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"text/template"
+)
+
+// TemplateFuncs returns the functions step templates may call besides
+// text/template's built-ins: json renders a value as compact JSON.
+func TemplateFuncs() template.FuncMap {
+	return template.FuncMap{
+		"json": func(v any) (string, error) {
+			b, err := json.Marshal(v)
+			return string(b), err
+		},
+	}
+}
+
+// Templates parses the step's system and prompt templates into one set,
+// with TemplateFuncs. Execute the templates named "system" and "prompt"
+// with the trigger's JSON decoded into a map[string]any. Validate has
+// parsed them already: for a validated Config the error is nil.
+func (s *Step) Templates() (*template.Template, error) {
+	t := template.New("prompt").Funcs(TemplateFuncs())
+	if _, err := t.New("system").Parse(s.System); err != nil {
+		return nil, err
+	}
+	if _, err := t.Parse(s.Prompt); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Explain writes a summary of the effective configuration to w, for
+// people: the process-wide settings, then each pipeline's flow (subject →
+// key → window → ledger → step → effect → acks). Values nobody set are
+// marked "(default)". Secrets are never printed: the file does not hold
+// them, and Explain names only the files and environment variables they
+// come from; URLs are printed without user information or query values.
+func (c *Config) Explain(w io.Writer) error {
+	x := &explainer{c: c}
+	from := "built in code"
+	if c.meta != nil && c.meta.file != "" {
+		from = c.meta.file
+	}
+	fmt.Fprintf(&x.b, "Oncegate configuration (%s). \"(default)\" marks values set neither in the file nor by ONCEGATE_* variables.\n\n", from)
+	tw := tabwriter.NewWriter(&x.b, 0, 4, 2, ' ', 0)
+	x.tw = tw
+	x.process()
+	tw.Flush()
+	for i := range c.Pipelines {
+		x.pipeline(i)
+	}
+	_, err := io.WriteString(w, x.b.String())
+	return err
+}
+
+type explainer struct {
+	c  *Config
+	b  strings.Builder
+	tw *tabwriter.Writer
+}
+
+// d returns text, marked if the value at path is a default.
+func (x *explainer) d(path string, v any, text string) string {
+	if x.c.meta.isDefault(path, v) {
+		return text + " (default)"
+	}
+	return text
+}
+
+func (x *explainer) row(label string, parts ...string) {
+	fmt.Fprintf(x.tw, "%s\t%s\n", label, strings.Join(parts, "; "))
+}
+
+func orNone(s, none string) string {
+	if s == "" {
+		return none
+	}
+	return s
+}
+
+func (x *explainer) process() {
+	c := x.c
+	x.row("data_dir", x.d("data_dir", c.DataDir, c.DataDir))
+
+	n := &c.NATS
+	if n.URL == "" {
+		x.row("nats", "embedded server with JetStream on "+x.d("nats.embedded.listen", n.Embedded.Listen, n.Embedded.Listen),
+			"store "+x.d("nats.embedded.store_dir", n.Embedded.StoreDir, n.Embedded.StoreDir),
+			"fsync "+x.d("nats.embedded.sync_interval", n.Embedded.SyncInterval, syncText(n.Embedded.SyncInterval)))
+	} else {
+		urls := strings.Split(n.URL, ",")
+		for i, u := range urls {
+			urls[i] = redactURL(strings.TrimSpace(u))
+		}
+		x.row("nats", "server "+strings.Join(urls, ", "),
+			"connect timeout "+x.d("nats.connect_timeout", n.ConnectTimeout, formatDuration(n.ConnectTimeout)))
+		x.row("", "auth: "+natsAuth(n))
+		if n.TLS != (TLS{}) {
+			var t []string
+			if n.TLS.CAFile != "" {
+				t = append(t, "CA file "+n.TLS.CAFile)
+			}
+			if n.TLS.CertFile != "" {
+				t = append(t, "client certificate "+n.TLS.CertFile+", key file "+n.TLS.KeyFile)
+			}
+			x.row("", "tls: "+strings.Join(t, "; "))
+		}
+	}
+
+	l := &c.Ledger
+	where := "badger in " + c.BadgerDir()
+	if l.Store == StoreKV {
+		where = fmt.Sprintf("JetStream KV bucket %s, %s",
+			x.d("ledger.kv.bucket", l.KV.Bucket, l.KV.Bucket),
+			x.d("ledger.kv.replicas", l.KV.Replicas, plural(l.KV.Replicas, "replica")))
+	}
+	x.row("ledger", x.d("ledger.store", l.Store, where),
+		"retention "+x.d("ledger.retention", l.Retention, formatDuration(l.Retention)),
+		"lease "+x.d("ledger.lease", l.Lease, formatDuration(l.Lease)),
+		"on payload mismatch "+x.d("ledger.mismatch", l.Mismatch, l.Mismatch))
+
+	m := &c.LLM
+	endpoint := "the built-in stand-in model (offline; set llm.base_url for a real endpoint)"
+	if m.BaseURL != "" {
+		endpoint = "OpenAI-compatible endpoint " + redactURL(m.BaseURL)
+	}
+	x.row("llm", x.d("llm.base_url", m.BaseURL, endpoint),
+		"model "+x.d("llm.model", m.Model, m.Model),
+		"timeout "+x.d("llm.timeout", m.Timeout, formatDuration(m.Timeout)))
+	key := "no API key"
+	if m.APIKeyEnv != "" {
+		key = "API key from $" + m.APIKeyEnv
+	}
+	x.row("", x.d("llm.api_key_env", m.APIKeyEnv, key))
+	x.row("llm cache", "ttl "+x.d("llm.cache.ttl", m.Cache.TTL, formatDuration(m.Cache.TTL)),
+		"max entry "+x.d("llm.cache.max_entry_bytes", m.Cache.MaxEntryBytes, m.Cache.MaxEntryBytes.String()),
+		"token budget per intent "+x.d("llm.cache.budget_tokens", m.Cache.BudgetTokens, budgetText(m.Cache.BudgetTokens)))
+	if len(m.Prices) == 0 {
+		x.row("prices", "none (costs are not reported)")
+	}
+	for i, model := range slices.Sorted(mapKeys(m.Prices)) {
+		label := ""
+		if i == 0 {
+			label = "prices"
+		}
+		p := m.Prices[model]
+		x.row(label, x.d("llm.prices", m.Prices, fmt.Sprintf("%s: $%v prompt, $%v completion per million tokens", model, p.PromptPerMTok, p.CompletionPerMTok)))
+	}
+
+	metrics := "disabled"
+	if c.Metrics.Listen != "" {
+		metrics = "http://" + c.Metrics.Listen + "/metrics, health and readiness endpoints"
+	}
+	x.row("metrics", x.d("metrics.listen", c.Metrics.Listen, metrics))
+	x.row("log", x.d("log.format", c.Log.Format, c.Log.Format)+", level "+x.d("log.level", c.Log.Level, c.Log.Level))
+
+	s := &c.Stream
+	maxAge := "none"
+	if s.MaxAge > 0 {
+		maxAge = formatDuration(s.MaxAge)
+	}
+	x.row("stream", x.d("stream.name", s.Name, s.Name)+" on "+x.d("stream.subjects", s.Subjects, strings.Join(s.Subjects, ", ")),
+		"duplicate window "+x.d("stream.duplicates", s.Duplicates, formatDuration(s.Duplicates)),
+		"max age "+x.d("stream.max_age", s.MaxAge, maxAge))
+	x.row("dead letters", x.d("stream.dead_letter_subject", s.DeadLetterSubject, s.DeadLetterSubject))
+}
+
+func natsAuth(n *NATS) string {
+	switch {
+	case n.CredsFile != "":
+		return "credentials file " + n.CredsFile
+	case n.NKeySeedFile != "":
+		return "nkey seed file " + n.NKeySeedFile
+	case n.User != "" && n.PasswordFile != "":
+		return "user " + n.User + ", password from file " + n.PasswordFile
+	case n.User != "":
+		return "user " + n.User + ", password from $ONCEGATE_NATS_PASSWORD"
+	case n.TokenFile != "":
+		return "token from file " + n.TokenFile
+	}
+	return "token from $ONCEGATE_NATS_TOKEN if set, else none"
+}
+
+func (x *explainer) pipeline(i int) {
+	c := x.c
+	p := &c.Pipelines[i]
+	at := func(field string) string { return joinPath(indexPath("pipelines", i), field) }
+	fmt.Fprintf(&x.b, "\npipeline %s: mode %s\n", p.Name, x.d(at("mode"), p.Mode, p.Mode))
+	tw := tabwriter.NewWriter(&x.b, 0, 4, 2, ' ', 0)
+	x.tw = tw
+	row := func(label string, parts ...string) { x.row("  "+label, parts...) }
+
+	row("1 subject", p.Subject+" (stream "+c.Stream.Name+")")
+
+	k := &p.Key
+	var key []string
+	switch {
+	case len(k.Fields) > 0:
+		key = append(key, "fields "+strings.Join(k.Fields, ", "))
+	case len(k.Volatile) > 0:
+		key = append(key, "the whole payload less "+strings.Join(k.Volatile, ", "))
+	default:
+		key = append(key, "the whole payload")
+	}
+	if k.Version != "" {
+		key = append(key, "version "+k.Version)
+	}
+	scope := x.d(at("key.scope"), k.Scope, k.Scope)
+	if k.Scope == ScopeRun {
+		scope += ", run id " + k.RunIDField
+	}
+	key = append(key, "scope "+scope, "hash "+x.d(at("key.hash"), k.Hash, k.Hash))
+	row("2 key", key...)
+
+	row("3 window", "ttl "+x.d(at("window.ttl"), p.Window.TTL, formatDuration(p.Window.TTL)),
+		"capacity "+x.d(at("window.capacity"), p.Window.Capacity, strconv.Itoa(p.Window.Capacity)+" keys"))
+
+	if p.Mode == ModeGateWindow {
+		row("4 ledger", "none: mode gate-window trusts the window and the target stream's Nats-Msg-Id duplicate window")
+	} else {
+		row("4 ledger", c.Ledger.Store, "lease "+formatDuration(c.Ledger.Lease),
+			fmt.Sprintf("retention %s, redelivery horizon %s", formatDuration(c.Ledger.Retention), formatDuration(max(p.Horizon(), c.Stream.MaxAge))))
+	}
+
+	if s := p.Step; s == nil {
+		row("5 step", "none")
+	} else {
+		maxTok := "unset (the model decides)"
+		if s.MaxTokens > 0 {
+			maxTok = strconv.Itoa(s.MaxTokens)
+		}
+		parts := []string{
+			s.Name + " on model " + x.d(at("step.model"), s.Model, s.Model),
+			"temperature " + x.d(at("step.temperature"), s.Temperature, strconv.FormatFloat(s.Temperature, 'g', -1, 64)),
+			"max_tokens " + x.d(at("step.max_tokens"), s.MaxTokens, maxTok),
+		}
+		if s.Seed != nil {
+			parts = append(parts, "seed "+strconv.FormatInt(*s.Seed, 10))
+		}
+		parts = append(parts, "token budget per intent "+x.d(at("step.budget_tokens"), s.BudgetTokens, budgetText(s.BudgetTokens)))
+		if c.LLM.BaseURL == "" {
+			parts = append(parts, "served by the stand-in model")
+		}
+		row("5 step", parts...)
+	}
+
+	e := &p.Effect
+	var effect []string
+	switch e.Sink {
+	case SinkJetStream:
+		effect = append(effect, "jetstream publish to "+e.Subject+" with Nats-Msg-Id = intent key")
+	case SinkHTTP:
+		effect = append(effect, "http POST to "+redactURL(e.URL)+" with Idempotency-Key = intent key")
+		for _, h := range slices.Sorted(mapKeys(e.HeadersEnv)) {
+			effect = append(effect, "header "+h+" from $"+e.HeadersEnv[h])
+		}
+	case SinkFile:
+		effect = append(effect, "file in "+e.Dir+", written under a temporary name and renamed")
+	default:
+		effect = append(effect, "sink "+e.Sink)
+	}
+	class := x.d(at("effect.class"), e.Class, e.Class)
+	if e.Class == ClassOneShot {
+		class += " (through the ledger's outbox)"
+	}
+	effect = append(effect, "class "+class)
+	if e.Delay > 0 {
+		effect = append(effect, "held "+formatDuration(e.Delay)+" to collapse duplicates")
+	}
+	if e.ApprovalSubject != "" {
+		effect = append(effect, "approval on "+e.ApprovalSubject)
+	}
+	row("6 effect", effect...)
+
+	backoff := "none (each redelivery after ack_wait)"
+	if len(p.Backoff) > 0 {
+		bs := make([]string, len(p.Backoff))
+		for j, b := range p.Backoff {
+			bs[j] = formatDuration(b)
+		}
+		backoff = strings.Join(bs, ", ") + " (the last repeats)"
+	}
+	row("7 ack", "ack_wait "+x.d(at("ack_wait"), p.AckWait, formatDuration(p.AckWait)),
+		"max_deliver "+x.d(at("max_deliver"), p.MaxDeliver, strconv.Itoa(p.MaxDeliver)),
+		"backoff "+backoff,
+		"max_ack_pending "+x.d(at("max_ack_pending"), p.MaxAckPending, strconv.Itoa(p.MaxAckPending)),
+		"concurrency "+x.d(at("concurrency"), p.Concurrency, strconv.Itoa(p.Concurrency)))
+	row("  then", "dead letter to "+c.Stream.DeadLetter(p.Name))
+	tw.Flush()
+}
+
+func syncText(s SyncInterval) string {
+	if s == SyncAlways {
+		return "on every write"
+	}
+	return "every " + s.String()
+}
+
+func budgetText(n int64) string {
+	if n == 0 {
+		return "unlimited"
+	}
+	return strconv.FormatInt(n, 10) + " tokens"
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// redactURL returns s without user information or query values, which may
+// carry secrets.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		if i := strings.LastIndexByte(s, '@'); i >= 0 {
+			return "REDACTED@" + s[i+1:]
+		}
+		return s
+	}
+	if u.User != nil {
+		u.User = url.User("REDACTED")
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			q[k] = []string{"REDACTED"}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}

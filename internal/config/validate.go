@@ -1,0 +1,630 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/oncegate/oncegate/pkg/canon"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// Validate reports every problem with c, joined with errors.Join; each is a
+// *FieldError naming the field's path and, for a Config from a file, the
+// line (or the environment variable) its value came from. It does not
+// touch the file system: files named in c are opened when they are used.
+//
+// Besides the checks of each field on its own, Validate enforces:
+//   - the ledger's retention exceeds every pipeline's redelivery horizon
+//     (Pipeline.Horizon), and the stream's max_age when set, so that a late
+//     redelivery always finds its record;
+//   - each pipeline's subject is covered by the stream's subjects, and
+//     neither its effect nor the dead letters feed back into it;
+//   - backoff has at most max_deliver entries and ack_wait equals its first
+//     (NATS replaces ack_wait with it);
+//   - a gate-window pipeline has no step and a replayable jetstream effect,
+//     a gate-ledger pipeline no step, a full pipeline a step;
+//   - credentials only with a NATS URL, and never in the URL itself.
+func (c *Config) Validate() error {
+	v := &validator{c: c}
+	v.top()
+	v.nats()
+	v.ledger()
+	v.llm()
+	v.stream()
+	v.pipelines()
+	v.retention()
+	return c.fieldErrors(v.issues)
+}
+
+type validator struct {
+	c      *Config
+	issues []issue
+}
+
+func (v *validator) add(path string, err error) {
+	v.issues = append(v.issues, issue{path: path, err: err})
+}
+
+func (v *validator) positive(path string, d time.Duration) {
+	if d <= 0 {
+		v.add(path, invalid("must be positive, got %s", formatDuration(d)))
+	}
+}
+
+func (v *validator) oneOf(path, s string, allowed ...string) bool {
+	if slices.Contains(allowed, s) {
+		return true
+	}
+	if s == "" {
+		v.add(path, missing("want one of %s", strings.Join(allowed, ", ")))
+	} else {
+		v.add(path, invalid("%q is not one of %s", s, strings.Join(allowed, ", ")))
+	}
+	return false
+}
+
+func (v *validator) top() {
+	if v.c.DataDir == "" {
+		v.add("data_dir", missing("a directory is required"))
+	}
+	if l := v.c.Metrics.Listen; l != "" {
+		if err := checkListen(l, false); err != nil {
+			v.add("metrics.listen", err)
+		}
+	}
+	v.oneOf("log.format", v.c.Log.Format, LogText, LogJSON)
+	v.oneOf("log.level", v.c.Log.Level, "debug", "info", "warn", "error")
+}
+
+func (v *validator) nats() {
+	n := &v.c.NATS
+	v.positive("nats.connect_timeout", n.ConnectTimeout)
+	if n.URL == "" {
+		if err := checkListen(n.Embedded.Listen, true); err != nil {
+			v.add("nats.embedded.listen", err)
+		}
+		if n.Embedded.StoreDir == "" {
+			v.add("nats.embedded.store_dir", missing("a directory is required"))
+		}
+		if s := n.Embedded.SyncInterval; s != SyncAlways && s <= 0 {
+			v.add("nats.embedded.sync_interval", invalid("must be positive or \"always\", got %s", formatDuration(time.Duration(s))))
+		}
+		for _, f := range []struct{ path, val string }{
+			{"nats.creds_file", n.CredsFile}, {"nats.nkey_seed_file", n.NKeySeedFile}, {"nats.user", n.User},
+			{"nats.password_file", n.PasswordFile}, {"nats.token_file", n.TokenFile},
+			{"nats.tls.ca_file", n.TLS.CAFile}, {"nats.tls.cert_file", n.TLS.CertFile}, {"nats.tls.key_file", n.TLS.KeyFile},
+		} {
+			if f.val != "" {
+				v.add(f.path, invalid("only used with nats.url: the embedded server runs on loopback without authentication"))
+			}
+		}
+		return
+	}
+	for u := range strings.SplitSeq(n.URL, ",") {
+		if err := checkURL(strings.TrimSpace(u), "nats", "tls", "ws", "wss"); err != nil {
+			v.add("nats.url", err)
+		}
+	}
+	if n.CredsFile != "" && n.NKeySeedFile != "" {
+		v.add("nats.nkey_seed_file", invalid("set creds_file or nkey_seed_file, not both"))
+	}
+	if n.TokenFile != "" && (n.CredsFile != "" || n.NKeySeedFile != "" || n.User != "") {
+		v.add("nats.token_file", invalid("a token is an alternative to creds_file, nkey_seed_file and user; set one"))
+	}
+	if n.PasswordFile != "" && n.User == "" {
+		v.add("nats.user", missing("password_file needs a user"))
+	}
+	if (n.TLS.CertFile == "") != (n.TLS.KeyFile == "") {
+		p := "nats.tls.key_file"
+		if n.TLS.CertFile == "" {
+			p = "nats.tls.cert_file"
+		}
+		v.add(p, missing("a client certificate needs both cert_file and key_file"))
+	}
+}
+
+func (v *validator) ledger() {
+	l := &v.c.Ledger
+	v.oneOf("ledger.store", l.Store, StoreBadger, StoreKV)
+	v.positive("ledger.retention", l.Retention)
+	v.positive("ledger.lease", l.Lease)
+	if l.Lease > 0 && l.Retention > 0 && l.Lease >= l.Retention {
+		v.add("ledger.lease", invalid("lease %s must be shorter than retention %s", formatDuration(l.Lease), formatDuration(l.Retention)))
+	}
+	v.oneOf("ledger.mismatch", l.Mismatch, MismatchAccept, MismatchReject)
+	if l.KV.Replicas < 1 || l.KV.Replicas > 5 {
+		v.add("ledger.kv.replicas", invalid("must be 1 to 5, got %d", l.KV.Replicas))
+	}
+	if l.Store == StoreKV {
+		if err := checkBucketName(l.KV.Bucket); err != nil {
+			v.add("ledger.kv.bucket", err)
+		}
+		if v.c.NATS.URL == "" && l.KV.Replicas > 1 {
+			v.add("ledger.kv.replicas", invalid("the embedded server is a single node: replicas must be 1, got %d", l.KV.Replicas))
+		}
+	}
+}
+
+func (v *validator) llm() {
+	m := &v.c.LLM
+	if m.BaseURL != "" {
+		if err := checkURL(m.BaseURL, "http", "https"); err != nil {
+			v.add("llm.base_url", err)
+		}
+	}
+	if m.APIKeyEnv != "" {
+		if err := checkEnvName(m.APIKeyEnv); err != nil {
+			v.add("llm.api_key_env", err)
+		}
+	}
+	if m.Model == "" {
+		v.add("llm.model", missing("a model is required"))
+	}
+	v.positive("llm.timeout", m.Timeout)
+	v.positive("llm.cache.ttl", m.Cache.TTL)
+	if m.Cache.MaxEntryBytes <= 0 {
+		v.add("llm.cache.max_entry_bytes", invalid("must be positive, got %d", m.Cache.MaxEntryBytes))
+	}
+	if m.Cache.BudgetTokens < 0 {
+		v.add("llm.cache.budget_tokens", invalid("must be 0 (no cap) or positive, got %d", m.Cache.BudgetTokens))
+	}
+	for _, model := range slices.Sorted(mapKeys(m.Prices)) {
+		p := m.Prices[model]
+		at := keyPath("llm.prices", model)
+		if model == "" {
+			v.add(at, invalid("a price needs a model name"))
+		}
+		for _, f := range []struct {
+			key string
+			val float64
+		}{{"prompt_per_mtok", p.PromptPerMTok}, {"completion_per_mtok", p.CompletionPerMTok}} {
+			if f.val < 0 || math.IsInf(f.val, 0) || math.IsNaN(f.val) {
+				v.add(joinPath(at, f.key), invalid("must be a finite price of 0 or more, got %v", f.val))
+			}
+		}
+	}
+}
+
+func (v *validator) stream() {
+	s := &v.c.Stream
+	if err := checkStreamName(s.Name); err != nil {
+		v.add("stream.name", err)
+	}
+	if len(s.Subjects) == 0 {
+		v.add("stream.subjects", missing("at least one subject is required"))
+	}
+	var valid []int // indexes of the valid subjects
+	for i, subj := range s.Subjects {
+		at := indexPath("stream.subjects", i)
+		if err := checkSubject(subj, false); err != nil {
+			v.add(at, err)
+			continue
+		}
+		for _, j := range valid {
+			if subjectsCollide(s.Subjects[j], subj) {
+				v.add(at, invalid("%q overlaps %q: a stream's subjects must not overlap", subj, s.Subjects[j]))
+				break
+			}
+		}
+		valid = append(valid, i)
+	}
+	v.positive("stream.duplicates", s.Duplicates)
+	if s.MaxAge < 0 {
+		v.add("stream.max_age", invalid("must be 0 (no limit) or positive, got %s", formatDuration(s.MaxAge)))
+	}
+	if s.MaxAge > 0 && s.Duplicates > s.MaxAge {
+		v.add("stream.duplicates", invalid("the duplicate window %s is longer than max_age %s", formatDuration(s.Duplicates), formatDuration(s.MaxAge)))
+	}
+	if s.DeadLetterSubject == "" {
+		v.add("stream.dead_letter_subject", missing("a subject is required: failed triggers are dead-lettered, never dropped"))
+		return
+	}
+	probe := strings.ReplaceAll(s.DeadLetterSubject, "{pipeline}", "p")
+	if strings.ContainsAny(probe, "{}") {
+		v.add("stream.dead_letter_subject", invalid("%q: the only placeholder is {pipeline}", s.DeadLetterSubject))
+		return
+	}
+	if err := checkSubject(probe, true); err != nil {
+		v.add("stream.dead_letter_subject", err)
+		return
+	}
+	// Each distinct valid pipeline subject, split, with the first pipeline
+	// that has it.
+	type consumer struct {
+		toks []string
+		name string
+	}
+	var consumers []consumer
+	seen := map[string]bool{}
+	for i := range v.c.Pipelines {
+		q := &v.c.Pipelines[i]
+		if !seen[q.Subject] && checkSubject(q.Subject, false) == nil {
+			seen[q.Subject] = true
+			consumers = append(consumers, consumer{strings.Split(q.Subject, "."), q.Name})
+		}
+	}
+	for i := range v.c.Pipelines {
+		p := &v.c.Pipelines[i]
+		dl := s.DeadLetter(p.Name)
+		if checkSubject(dl, true) != nil {
+			continue // a bad name, reported with the pipeline
+		}
+		dlToks := strings.Split(dl, ".")
+		for _, q := range consumers {
+			if tokensCover(q.toks, dlToks) {
+				v.add("stream.dead_letter_subject", invalid("dead letters of pipeline %q go to %q, which pipeline %q consumes: they would come back as triggers", p.Name, dl, q.name))
+				break
+			}
+		}
+	}
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
+
+func checkName(s string) error {
+	if s == "" {
+		return missing("a name is required")
+	}
+	if len(s) > 64 || !nameRE.MatchString(s) {
+		return invalid("%q: want 1 to 64 lower-case letters, digits and '-'", s)
+	}
+	return nil
+}
+
+func (v *validator) pipelines() {
+	if len(v.c.Pipelines) == 0 {
+		v.add("pipelines", missing("at least one pipeline is required"))
+	}
+	first := make(map[string]int, len(v.c.Pipelines))
+	for i := range v.c.Pipelines {
+		v.pipeline(i)
+		name := v.c.Pipelines[i].Name
+		if j, dup := first[name]; dup && name != "" {
+			v.add(joinPath(indexPath("pipelines", i), "name"), invalid("pipeline %q is defined twice (also pipelines[%d])", name, j))
+		} else if !dup {
+			first[name] = i
+		}
+	}
+}
+
+func (v *validator) pipeline(i int) {
+	p := &v.c.Pipelines[i]
+	at := func(field string) string { return joinPath(indexPath("pipelines", i), field) }
+
+	if err := checkName(p.Name); err != nil {
+		v.add(at("name"), err)
+	}
+
+	subjectOK := false
+	if err := checkSubject(p.Subject, false); err != nil {
+		v.add(at("subject"), err)
+	} else {
+		subjectOK = true
+		covered := slices.ContainsFunc(v.c.Stream.Subjects, func(s string) bool {
+			return checkSubject(s, false) == nil && subjectCovers(s, p.Subject)
+		})
+		if !covered {
+			v.add(at("subject"), invalid("%q is not covered by the stream's subjects %s: the pipeline would never see a trigger", p.Subject, quoteSubjects(v.c.Stream.Subjects)))
+		}
+	}
+
+	if v.oneOf(at("mode"), p.Mode, ModeFull, ModeGateWindow, ModeGateLedger) {
+		switch {
+		case p.Mode == ModeFull && p.Step == nil:
+			v.add(at("step"), missing("mode full runs a step; add one, or use mode gate-ledger"))
+		case p.Mode != ModeFull && p.Step != nil:
+			v.add(at("step"), invalid("mode %s runs no step; remove it, or use mode full", p.Mode))
+		}
+		if p.Mode == ModeGateWindow {
+			if p.Effect.Sink != SinkJetStream {
+				v.add(at("effect.sink"), invalid("mode gate-window has no ledger and relies on the jetstream sink's Nats-Msg-Id: want sink jetstream, got %q", p.Effect.Sink))
+			}
+			if p.Effect.Class != ClassReplayable {
+				v.add(at("effect.class"), invalid("mode gate-window has no ledger for a one-shot effect's outbox: want class replayable"))
+			}
+		}
+	}
+
+	v.key(at, p)
+	if p.Step != nil {
+		v.step(at, p.Step)
+	}
+	v.effect(at, p, subjectOK)
+
+	v.positive(at("window.ttl"), p.Window.TTL)
+	if p.Window.Capacity < 1 {
+		v.add(at("window.capacity"), invalid("must be positive, got %d", p.Window.Capacity))
+	}
+
+	v.positive(at("ack_wait"), p.AckWait)
+	if p.MaxDeliver < 1 {
+		v.add(at("max_deliver"), invalid("must be at least 1, got %d: unlimited redelivery would never dead-letter", p.MaxDeliver))
+	}
+	for j, b := range p.Backoff {
+		v.positive(indexPath(at("backoff"), j), b)
+	}
+	if p.MaxDeliver >= 1 && len(p.Backoff) > p.MaxDeliver {
+		v.add(at("backoff"), invalid("%d delays for max_deliver %d: NATS allows at most max_deliver", len(p.Backoff), p.MaxDeliver))
+	}
+	if len(p.Backoff) > 0 && p.AckWait != p.Backoff[0] {
+		v.add(at("ack_wait"), invalid("%s differs from the first backoff %s, which NATS uses as the ack wait; make them equal or drop ack_wait", formatDuration(p.AckWait), formatDuration(p.Backoff[0])))
+	}
+	if p.MaxAckPending < 1 {
+		v.add(at("max_ack_pending"), invalid("must be positive, got %d", p.MaxAckPending))
+	}
+	if p.Concurrency < 1 {
+		v.add(at("concurrency"), invalid("must be positive, got %d", p.Concurrency))
+	} else if p.MaxAckPending >= 1 && p.Concurrency > p.MaxAckPending {
+		v.add(at("concurrency"), invalid("%d workers for max_ack_pending %d: the extra workers would never get a trigger", p.Concurrency, p.MaxAckPending))
+	}
+}
+
+func (v *validator) key(at func(string) string, p *Pipeline) {
+	k := &p.Key
+	n := len(v.issues)
+	pointer := func(path, s string) {
+		if _, err := canon.ParsePointer(s); err != nil {
+			v.add(path, invalid("%q is not a JSON Pointer: %v", s, err))
+		}
+	}
+	for j, f := range k.Fields {
+		pointer(indexPath(at("key.fields"), j), f)
+	}
+	for j, f := range k.Volatile {
+		pointer(indexPath(at("key.volatile"), j), f)
+	}
+	if len(k.Fields) > 0 && len(k.Volatile) > 0 {
+		v.add(at("key.volatile"), invalid("volatile members are dropped only from the whole payload, when no fields are named: set fields or volatile, not both"))
+	}
+	if k.Version != "" {
+		pointer(at("key.version"), k.Version)
+	}
+	if v.oneOf(at("key.scope"), k.Scope, ScopeInput, ScopeRun) {
+		switch {
+		case k.Scope == ScopeRun && k.RunIDField == "":
+			v.add(at("key.run_id_field"), missing("scope run needs the JSON Pointer of the run id"))
+		case k.Scope == ScopeRun:
+			pointer(at("key.run_id_field"), k.RunIDField)
+		case k.RunIDField != "":
+			v.add(at("key.run_id_field"), invalid("only used with scope run"))
+		}
+	}
+	v.oneOf(at("key.hash"), k.Hash, HashXXH, HashSHA256)
+	if len(v.issues) > n || p.Name == "" || (p.Step != nil && p.Step.Name == "") {
+		return
+	}
+	if _, err := dedupe.NewKeyer(p.KeySpec()); err != nil {
+		v.add(at("key"), invalid("%v", err))
+	}
+}
+
+func (v *validator) step(at func(string) string, s *Step) {
+	if err := checkName(s.Name); err != nil {
+		v.add(at("step.name"), err)
+	}
+	if s.Model == "" {
+		v.add(at("step.model"), missing("a model is required"))
+	}
+	if s.Prompt == "" {
+		v.add(at("step.prompt"), missing("a prompt template is required"))
+	}
+	for _, t := range []struct{ key, text string }{{"system", s.System}, {"prompt", s.Prompt}} {
+		if _, err := template.New(t.key).Funcs(TemplateFuncs()).Parse(t.text); err != nil {
+			v.add(at("step."+t.key), invalid("%v", err))
+		}
+	}
+	if s.Temperature < 0 || s.Temperature > 2 || math.IsNaN(s.Temperature) {
+		v.add(at("step.temperature"), invalid("must be 0 to 2, got %v", s.Temperature))
+	}
+	if s.MaxTokens < 0 {
+		v.add(at("step.max_tokens"), invalid("must be 0 (the model's default) or positive, got %d", s.MaxTokens))
+	}
+	if s.BudgetTokens < 0 {
+		v.add(at("step.budget_tokens"), invalid("must be 0 (no cap) or positive, got %d", s.BudgetTokens))
+	}
+}
+
+// reservedHeaders are set by the http sink itself.
+var reservedHeaders = []string{"Idempotency-Key", "Content-Type", "Content-Length", "Host"}
+
+func (v *validator) effect(at func(string) string, p *Pipeline, subjectOK bool) {
+	e := &p.Effect
+	only := func(field, val, sink string) {
+		if val != "" {
+			v.add(at("effect."+field), invalid("only used with sink %s", sink))
+		}
+	}
+	if v.oneOf(at("effect.sink"), e.Sink, SinkJetStream, SinkHTTP, SinkFile) {
+		if e.Sink != SinkJetStream {
+			only("subject", e.Subject, SinkJetStream)
+		}
+		if e.Sink != SinkHTTP {
+			only("url", e.URL, SinkHTTP)
+			if len(e.HeadersEnv) > 0 {
+				v.add(at("effect.headers_env"), invalid("only used with sink http"))
+			}
+		}
+		if e.Sink != SinkFile {
+			only("dir", e.Dir, SinkFile)
+		}
+		switch e.Sink {
+		case SinkJetStream:
+			if e.Subject == "" {
+				v.add(at("effect.subject"), missing("required for sink jetstream"))
+			} else if err := checkSubject(e.Subject, true); err != nil {
+				v.add(at("effect.subject"), err)
+			} else if subjectOK && subjectCovers(p.Subject, e.Subject) {
+				v.add(at("effect.subject"), invalid("%q is consumed by the pipeline itself (%q): every effect would trigger it again", e.Subject, p.Subject))
+			}
+		case SinkHTTP:
+			if e.URL == "" {
+				v.add(at("effect.url"), missing("required for sink http"))
+			} else if err := checkURL(e.URL, "http", "https"); err != nil {
+				v.add(at("effect.url"), err)
+			}
+			for _, h := range slices.Sorted(mapKeys(e.HeadersEnv)) {
+				hp := keyPath(at("effect.headers_env"), h)
+				if !validHeaderName(h) {
+					v.add(hp, invalid("%q is not an HTTP header name", h))
+				} else if i := slices.IndexFunc(reservedHeaders, func(r string) bool { return strings.EqualFold(r, h) }); i >= 0 {
+					v.add(hp, invalid("the sink sets %s itself", reservedHeaders[i]))
+				}
+				if err := checkEnvName(e.HeadersEnv[h]); err != nil {
+					v.add(hp, err)
+				}
+			}
+		case SinkFile:
+			if e.Dir == "" {
+				v.add(at("effect.dir"), missing("required for sink file"))
+			}
+		}
+	}
+	v.oneOf(at("effect.class"), e.Class, ClassReplayable, ClassOneShot)
+	if e.Delay < 0 {
+		v.add(at("effect.delay"), invalid("must be 0 or positive, got %s", formatDuration(e.Delay)))
+	} else if e.Delay > 0 && e.Class != ClassOneShot {
+		v.add(at("effect.delay"), invalid("a delay window is for one-shot effects; this one is %s", e.Class))
+	}
+	if e.ApprovalSubject != "" {
+		if e.Class != ClassOneShot {
+			v.add(at("effect.approval_subject"), invalid("approval is for one-shot effects; this one is %s", e.Class))
+		} else if err := checkSubject(e.ApprovalSubject, true); err != nil {
+			v.add(at("effect.approval_subject"), err)
+		}
+	}
+}
+
+// retention checks the ledger's retention against the redelivery horizon
+// of every pipeline that uses the ledger.
+func (v *validator) retention() {
+	ret := v.c.Ledger.Retention
+	if ret <= 0 {
+		return // reported already
+	}
+	worst, horizon := -1, time.Duration(0)
+	for i := range v.c.Pipelines {
+		p := &v.c.Pipelines[i]
+		if p.Mode == ModeGateWindow {
+			continue
+		}
+		if h := p.Horizon(); worst < 0 || h > horizon {
+			worst, horizon = i, h
+		}
+	}
+	if worst < 0 {
+		return
+	}
+	p := &v.c.Pipelines[worst]
+	if maxAge := v.c.Stream.MaxAge; maxAge > horizon {
+		if ret <= maxAge {
+			v.add("ledger.retention", invalid("%s does not exceed the stream's max_age %s: a trigger redelivered late in its life would find no record and run its effect again",
+				formatDuration(ret), formatDuration(maxAge)))
+		}
+		return
+	}
+	if ret <= horizon {
+		v.add("ledger.retention", invalid("%s does not exceed the redelivery horizon %s of pipeline %q (%s): a late redelivery would find no record and run its effect again; raise the retention, or lower max_deliver, ack_wait or backoff",
+			formatDuration(ret), formatDuration(horizon), p.Name, horizonTerms(p)))
+	}
+}
+
+// horizonTerms explains a pipeline's horizon: "5 deliveries × ack_wait 30s".
+func horizonTerms(p *Pipeline) string {
+	if len(p.Backoff) == 0 {
+		return fmt.Sprintf("%d deliveries × ack_wait %s", p.MaxDeliver, formatDuration(p.AckWait))
+	}
+	bs := make([]string, len(p.Backoff))
+	for i, b := range p.Backoff {
+		bs[i] = formatDuration(b)
+	}
+	return fmt.Sprintf("%d deliveries with backoff [%s], the last repeating", p.MaxDeliver, strings.Join(bs, " "))
+}
+
+// checkURL checks a URL of one of the schemes, without credentials. A
+// NATS URL may leave out its scheme ("host:4222"), as nats.go allows.
+func checkURL(s string, schemes ...string) error {
+	if s == "" {
+		return missing("a URL is required")
+	}
+	raw := s
+	if !strings.Contains(s, "://") {
+		if schemes[0] != "nats" {
+			return invalid("%q: want a URL with a scheme (%s)", redactURL(s), strings.Join(schemes, ", "))
+		}
+		raw = "nats://" + s
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return invalid("%q is not a URL", redactURL(s))
+	}
+	if !slices.Contains(schemes, u.Scheme) {
+		return invalid("%q: the scheme must be %s", redactURL(s), strings.Join(schemes, ", "))
+	}
+	if u.User != nil {
+		return invalid("%q carries credentials; secrets are never read from the config file (use a creds, nkey, password or token file, or an environment variable)", redactURL(s))
+	}
+	if u.Host == "" {
+		return invalid("%q has no host", redactURL(s))
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return invalid("%q: port %s is out of range", redactURL(s), p)
+		}
+	}
+	return nil
+}
+
+// checkListen checks a host:port listen address; loopback requires a
+// loopback host.
+func checkListen(addr string, loopback bool) error {
+	if addr == "" {
+		return missing("an address (host:port) is required")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return invalid("%q is not host:port", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return invalid("%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if loopback {
+		ip := net.ParseIP(host)
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return invalid("%q: the embedded server listens on loopback only (127.0.0.1, ::1 or localhost); to serve others, run a NATS server and set nats.url", addr)
+		}
+	}
+	return nil
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func checkEnvName(s string) error {
+	if !envNameRE.MatchString(s) {
+		return invalid("%q is not an environment variable name", s)
+	}
+	if strings.HasPrefix(s, EnvPrefix) {
+		return invalid("%q: names starting with %s are configuration overrides; choose another", s, EnvPrefix)
+	}
+	return nil
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if !('a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", ch) >= 0) {
+			return false
+		}
+	}
+	return true
+}

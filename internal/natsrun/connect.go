@@ -1,0 +1,346 @@
+package natsrun
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/oncegate/oncegate/internal/config"
+)
+
+// Environment variables Connect reads secrets from when no file names
+// them. Secrets are never read from the configuration file.
+const (
+	// EnvPassword holds the password of config.NATS.User when
+	// PasswordFile is empty.
+	EnvPassword = "ONCEGATE_NATS_PASSWORD"
+	// EnvToken holds the authentication token when TokenFile is empty and
+	// no other authentication (creds, nkey, user) is configured.
+	EnvToken = "ONCEGATE_NATS_TOKEN"
+)
+
+// Reconnect backoff: the delay before the n-th pass over the server list
+// is drawn from [d/2, d] with d = reconnectBase·2^(n-1), capped at
+// reconnectMax.
+const (
+	reconnectBase = 250 * time.Millisecond
+	reconnectMax  = 10 * time.Second
+)
+
+// Options are the less common inputs of ConnectWith. The zero value means
+// the defaults.
+type Options struct {
+	// Name is the connection's name, as the server's monitoring shows it.
+	// The default is "oncegate".
+	Name string
+	// Logger receives the connection's events (connected, disconnected,
+	// reconnected, closed, async errors), each with the attribute name=Name.
+	// The default is slog.Default().
+	Logger *slog.Logger
+	// Getenv looks up EnvPassword and EnvToken. The default is os.Getenv;
+	// tests pass a map's lookup.
+	Getenv func(string) string
+}
+
+// Connect is ConnectWith with Options{Name: name, Logger: logger}: it
+// reads secrets from the process environment.
+func Connect(ctx context.Context, cfg config.NATS, url, name string, logger *slog.Logger) (*nats.Conn, error) {
+	return ConnectWith(ctx, cfg, url, Options{Name: name, Logger: logger})
+}
+
+// ConnectWith connects to url (one server URL or several separated by
+// commas; an embedded server's ClientURL, or cfg.URL) with the
+// authentication and TLS cfg asks for:
+//
+//   - cfg.CredsFile: a credentials file (user JWT and nkey seed), read again
+//     on every reconnect;
+//   - cfg.NKeySeedFile: an nkey seed file;
+//   - cfg.User with the password from cfg.PasswordFile or, if that is
+//     empty, the environment variable EnvPassword;
+//   - a token from cfg.TokenFile or, when none of the above is configured,
+//     the environment variable EnvToken.
+//
+// Password and token files are trimmed of surrounding white space. With
+// cfg.TLS.CAFile, or cfg.TLS.CertFile and KeyFile, the connection must use
+// TLS, verified against that CA (or the system's) and presenting that
+// client certificate. A missing, unreadable, empty or malformed file is a
+// *FileError naming the file.
+//
+// ConnectWith fails fast: if no server accepts the connection within
+// cfg.ConnectTimeout per server (the default is
+// config.DefaultConnectTimeout), or ctx ends first, it returns an error
+// rather than retrying in the background, so that a process started
+// against the wrong address says so at once. ctx bounds only the
+// connecting; once connected, the connection reconnects forever on its own
+// after a lost connection, with capped exponential backoff and jitter
+// (250ms doubling to 10s), buffering publishes meanwhile. nats.go still
+// closes the connection if the server rejects the same credentials twice
+// in a row; watch nc.StatusChanged(nats.CLOSED) to notice.
+//
+// Neither errors nor log records hold secrets: passwords, tokens, seeds,
+// file contents and URL user information are left out or redacted (see
+// Redact). A returned error may unwrap to a nats.go error whose own text
+// is not scrubbed; print the error, not its cause.
+func ConnectWith(ctx context.Context, cfg config.NATS, url string, o Options) (*nats.Conn, error) {
+	if o.Name == "" {
+		o.Name = "oncegate"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if strings.TrimSpace(url) == "" {
+		return nil, errors.New("natsrun: connect: no server URL")
+	}
+	where := Redact(url)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("natsrun: connect to %s: %w", where, context.Cause(ctx))
+	}
+	timeout := cfg.ConnectTimeout
+	if timeout <= 0 {
+		timeout = config.DefaultConnectTimeout
+	}
+
+	auth, secrets, err := authOptions(cfg, o.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	sc := newScrubber(append(secrets, urlSecrets(url)...)...)
+	log := o.Logger.With("name", o.Name)
+
+	dialer := &ctxDialer{timeout: timeout, ctx: ctx}
+	opts := append(auth,
+		nats.Name(o.Name),
+		nats.Timeout(timeout),
+		nats.SetCustomDialer(dialer),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(reconnectDelay),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil { // Close, or a server-requested reconnect
+				log.Debug("nats disconnected")
+				return
+			}
+			log.Warn("nats disconnected", "err", sc.err(err))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "url", Redact(nc.ConnectedUrl()), "reconnects", nc.Stats().Reconnects)
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Debug("nats reconnect attempt failed", "err", sc.err(err))
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if err := nc.LastError(); err != nil {
+				log.Error("nats connection closed", "err", sc.err(err))
+				return
+			}
+			log.Info("nats connection closed")
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Error("nats async error", "subject", sub.Subject, "err", sc.err(err))
+				return
+			}
+			log.Error("nats async error", "err", sc.err(err))
+		}),
+		nats.LameDuckModeHandler(func(*nats.Conn) {
+			log.Warn("nats server entering lame duck mode; reconnecting elsewhere soon")
+		}),
+	)
+	if tc, err := tlsConfig(cfg.TLS); err != nil {
+		return nil, err
+	} else if tc != nil {
+		opts = append(opts, nats.Secure(tc))
+	}
+
+	nc, err := nats.Connect(url, opts...)
+	dialer.release()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("natsrun: connect to %s: %w", where, context.Cause(ctx))
+		}
+		return nil, fmt.Errorf("natsrun: connect to %s: %w", where, sc.err(err))
+	}
+	log.Info("nats connected", "url", Redact(nc.ConnectedUrl()), "server", nc.ConnectedServerName())
+	return nc, nil
+}
+
+// reconnectDelay is the pause before the attempts-th pass over the server
+// list: capped exponential backoff with jitter, so that many clients of
+// one restarted server do not come back in step.
+func reconnectDelay(attempts int) time.Duration {
+	d := reconnectMax
+	if n := attempts - 1; n >= 0 && n < 16 && reconnectBase<<n < reconnectMax {
+		d = reconnectBase << n
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// authOptions returns the nats options of cfg's authentication and the
+// secrets they carry.
+func authOptions(cfg config.NATS, getenv func(string) string) ([]nats.Option, []string, error) {
+	var (
+		opts    []nats.Option
+		secrets []string
+	)
+	if cfg.CredsFile != "" {
+		if err := checkReadable("credentials file", cfg.CredsFile); err != nil {
+			return nil, nil, err
+		}
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.NKeySeedFile != "" {
+		if err := checkReadable("nkey seed file", cfg.NKeySeedFile); err != nil {
+			return nil, nil, err
+		}
+		opt, err := nats.NkeyOptionFromSeed(cfg.NKeySeedFile)
+		if err != nil {
+			return nil, nil, &FileError{What: "nkey seed file", Path: cfg.NKeySeedFile, Err: errors.New("not a valid nkey user seed")}
+		}
+		opts = append(opts, opt)
+	}
+	if cfg.User != "" {
+		var pass string
+		if cfg.PasswordFile != "" {
+			p, err := readSecret("password file", cfg.PasswordFile)
+			if err != nil {
+				return nil, nil, err
+			}
+			pass = p
+		} else if pass = getenv(EnvPassword); pass == "" {
+			return nil, nil, fmt.Errorf("natsrun: nats user %q has no password: set nats.password_file or %s", cfg.User, EnvPassword)
+		}
+		opts = append(opts, nats.UserInfo(cfg.User, pass))
+		secrets = append(secrets, pass)
+	}
+	var token string
+	switch {
+	case cfg.TokenFile != "":
+		t, err := readSecret("token file", cfg.TokenFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		token = t
+	case cfg.CredsFile == "" && cfg.NKeySeedFile == "" && cfg.User == "":
+		token = getenv(EnvToken)
+	}
+	if token != "" {
+		opts = append(opts, nats.Token(token))
+		secrets = append(secrets, token)
+	}
+	return opts, secrets, nil
+}
+
+// errEmptyFile is the cause of a *FileError for an empty file.
+var errEmptyFile = errors.New("file is empty")
+
+// readSecret reads a one-line secret from path, trimmed of surrounding
+// white space. Its errors never hold the content.
+func readSecret(what, path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", &FileError{What: what, Path: path, Err: err}
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", &FileError{What: what, Path: path, Err: errEmptyFile}
+	}
+	return s, nil
+}
+
+// checkReadable checks that the secret file at path can be read and is not
+// empty, without keeping its content; nats.go reads it itself when
+// connecting.
+func checkReadable(what, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return &FileError{What: what, Path: path, Err: err}
+	}
+	empty := len(strings.TrimSpace(string(b))) == 0
+	clear(b)
+	if empty {
+		return &FileError{What: what, Path: path, Err: errEmptyFile}
+	}
+	return nil
+}
+
+// tlsConfig builds the client TLS configuration t asks for, or nil if t is
+// empty.
+func tlsConfig(t config.TLS) (*tls.Config, error) {
+	if t == (config.TLS{}) {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, &FileError{What: "TLS CA file", Path: t.CAFile, Err: err}
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, &FileError{What: "TLS CA file", Path: t.CAFile, Err: errors.New("no PEM certificate found")}
+		}
+		c.RootCAs = pool
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return nil, errors.New("natsrun: a TLS client certificate needs both nats.tls.cert_file and nats.tls.key_file")
+	}
+	if t.CertFile != "" {
+		certPEM, err := os.ReadFile(t.CertFile)
+		if err != nil {
+			return nil, &FileError{What: "TLS certificate file", Path: t.CertFile, Err: err}
+		}
+		keyPEM, err := os.ReadFile(t.KeyFile)
+		if err != nil {
+			return nil, &FileError{What: "TLS key file", Path: t.KeyFile, Err: err}
+		}
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		clear(keyPEM)
+		if err != nil {
+			return nil, &FileError{What: "TLS key pair", Path: t.CertFile + " and " + t.KeyFile, Err: err}
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// ctxDialer dials with the connect call's ctx until release, so that
+// cancelling the call aborts a dial in progress, and with no ctx after
+// (reconnects outlive the call).
+type ctxDialer struct {
+	timeout time.Duration
+
+	mu  sync.Mutex
+	ctx context.Context
+}
+
+// Dial implements nats.CustomDialer.
+func (d *ctxDialer) Dial(network, address string) (net.Conn, error) {
+	d.mu.Lock()
+	ctx := d.ctx
+	d.mu.Unlock()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	nd := net.Dialer{Timeout: d.timeout}
+	return nd.DialContext(ctx, network, address)
+}
+
+// release detaches the dialer from the connect call's ctx.
+func (d *ctxDialer) release() {
+	d.mu.Lock()
+	d.ctx = nil
+	d.mu.Unlock()
+}

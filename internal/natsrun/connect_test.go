@@ -1,0 +1,288 @@
+package natsrun_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/natsrun"
+	"github.com/oncegate/oncegate/internal/natstest"
+)
+
+// A throwaway nkey user, generated for these tests only.
+const (
+	testNKeySeed = "SUAFMF7SLJFEEEPJFLVMIUEPEDK5DNRDCN2T76P3IDYSNINIQQS7UEUCJA"
+	testNKeyPub  = "UAUPQZV72VAGIRWSX4WN6SIVNQHAC25GLQMYBD2J6CZFSW57Z4N6PLRK"
+)
+
+// env returns a Getenv that looks names up in m.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// connect connects to url with cfg and getenv, and closes the connection
+// in t.Cleanup.
+func connect(t *testing.T, cfg config.NATS, url string, getenv func(string) string) (*nats.Conn, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	nc, err := natsrun.ConnectWith(ctx, cfg, url, natsrun.Options{Name: t.Name(), Getenv: getenv, Logger: discard})
+	if err == nil {
+		t.Cleanup(nc.Close)
+	}
+	return nc, err
+}
+
+func TestConnectAuth(t *testing.T) {
+	const (
+		password = "pw-s3cret-1"
+		token    = "tok-s3cret-2"
+	)
+	userServer := natstest.RunServer(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "alice", Password: password}}
+	})
+	tokenServer := natstest.RunServer(t, func(o *server.Options) { o.Authorization = token })
+	nkeyServer := natstest.RunServer(t, func(o *server.Options) {
+		o.Nkeys = []*server.NkeyUser{{Nkey: testNKeyPub}}
+	})
+
+	tests := []struct {
+		name string
+		srv  *server.Server
+		cfg  config.NATS
+		env  map[string]string
+	}{
+		{"password file", userServer, config.NATS{User: "alice", PasswordFile: writeFile(t, "pw", password+"\n")}, nil},
+		{"password env", userServer, config.NATS{User: "alice"}, map[string]string{natsrun.EnvPassword: password}},
+		{"token env", tokenServer, config.NATS{}, map[string]string{natsrun.EnvToken: token}},
+		{"token file", tokenServer, config.NATS{TokenFile: writeFile(t, "tok", token)}, nil},
+		{"nkey seed file", nkeyServer, config.NATS{NKeySeedFile: writeFile(t, "seed.nk", testNKeySeed+"\n")}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec, logger := newLogRecorder()
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			nc, err := natsrun.ConnectWith(ctx, tt.cfg, tt.srv.ClientURL(), natsrun.Options{Name: "auth-test", Logger: logger, Getenv: env(tt.env)})
+			if err != nil {
+				t.Fatalf("ConnectWith(%+v) error = %v", tt.cfg, err)
+			}
+			if err := nc.FlushTimeout(waitTimeout); err != nil {
+				t.Errorf("Flush error = %v", err)
+			}
+			nc.Close()
+			rec.waitFor(t, "nats connection closed")
+			assertNoSecrets(t, "log", rec.String(), password, token, testNKeySeed)
+		})
+	}
+}
+
+func TestConnectWrongSecrets(t *testing.T) {
+	const (
+		rightPassword = "right-pw-s3cret"
+		wrongPassword = "wrong-pw-s3cret"
+		rightToken    = "right-tok-s3cret"
+		wrongToken    = "wrong-tok-s3cret"
+		urlPassword   = "url-pw-s3cret"
+	)
+	secrets := []string{rightPassword, wrongPassword, rightToken, wrongToken, urlPassword}
+	userServer := natstest.RunServer(t, func(o *server.Options) {
+		o.Users = []*server.User{{Username: "alice", Password: rightPassword}}
+	})
+	tokenServer := natstest.RunServer(t, func(o *server.Options) { o.Authorization = rightToken })
+	hp := func(s *server.Server) string { return s.Addr().String() }
+
+	tests := []struct {
+		name    string
+		url     string
+		cfg     config.NATS
+		env     map[string]string
+		wantMsg string
+	}{
+		{"wrong password file", userServer.ClientURL(), config.NATS{User: "alice", PasswordFile: writeFile(t, "pw", wrongPassword)},
+			map[string]string{natsrun.EnvToken: wrongToken}, "uthorization"},
+		{"wrong password env", userServer.ClientURL(), config.NATS{User: "alice"},
+			map[string]string{natsrun.EnvPassword: wrongPassword, natsrun.EnvToken: wrongToken}, "uthorization"},
+		{"wrong token env", tokenServer.ClientURL(), config.NATS{},
+			map[string]string{natsrun.EnvPassword: wrongPassword, natsrun.EnvToken: wrongToken}, "uthorization"},
+		{"wrong password in URL", "nats://alice:" + urlPassword + "@" + hp(userServer), config.NATS{}, nil, "alice:xxxxx@"},
+		{"wrong token in URL", "nats://" + urlPassword + "@" + hp(tokenServer), config.NATS{}, nil, "nats://xxxxx@"},
+		{"unparseable URL", "nats://alice:" + urlPassword + "%zz@" + hp(userServer), config.NATS{}, nil, "alice:xxxxx@"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec, logger := newLogRecorder()
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			nc, err := natsrun.ConnectWith(ctx, tt.cfg, tt.url, natsrun.Options{Logger: logger, Getenv: env(tt.env)})
+			if err == nil {
+				nc.Close()
+				t.Fatalf("ConnectWith(%s, %+v) succeeded; want an error", natsrun.Redact(tt.url), tt.cfg)
+			}
+			t.Logf("error: %v", err)
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("error = %v; want it to contain %q", err, tt.wantMsg)
+			}
+			assertNoSecrets(t, "error", err.Error(), secrets...)
+			assertNoSecrets(t, "log", rec.String(), secrets...)
+		})
+	}
+}
+
+func TestConnectFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	missing := dir + "/missing"
+	garbage := "SUGARBAGE-s3cret-seed"
+	tests := []struct {
+		name     string
+		cfg      config.NATS
+		wantPath string
+		wantIs   error
+	}{
+		{"missing password file", config.NATS{User: "alice", PasswordFile: missing}, missing, fs.ErrNotExist},
+		{"empty password file", config.NATS{User: "alice", PasswordFile: writeFile(t, "pw", " \n")}, "pw", nil},
+		{"missing token file", config.NATS{TokenFile: missing}, missing, fs.ErrNotExist},
+		{"missing creds file", config.NATS{CredsFile: missing}, missing, fs.ErrNotExist},
+		{"missing nkey seed file", config.NATS{NKeySeedFile: missing}, missing, fs.ErrNotExist},
+		{"bad nkey seed file", config.NATS{NKeySeedFile: writeFile(t, "seed.nk", garbage)}, "seed.nk", nil},
+		{"missing CA file", config.NATS{TLS: config.TLS{CAFile: missing}}, missing, fs.ErrNotExist},
+		{"CA file without PEM", config.NATS{TLS: config.TLS{CAFile: writeFile(t, "ca.pem", garbage)}}, "ca.pem", nil},
+		{"missing key file", config.NATS{TLS: config.TLS{CertFile: writeFile(t, "c.pem", "x"), KeyFile: missing}}, missing, fs.ErrNotExist},
+		{"bad key pair", config.NATS{TLS: config.TLS{CertFile: writeFile(t, "c.pem", garbage), KeyFile: writeFile(t, "k.pem", garbage)}}, "k.pem", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := connect(t, tt.cfg, "nats://127.0.0.1:1", env(nil))
+			var fe *natsrun.FileError
+			if !errors.As(err, &fe) {
+				t.Fatalf("ConnectWith(%+v) error = %v; want a *FileError", tt.cfg, err)
+			}
+			t.Logf("error: %v", err)
+			if !strings.Contains(err.Error(), tt.wantPath) {
+				t.Errorf("error = %v; want it to name %s", err, tt.wantPath)
+			}
+			if tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
+				t.Errorf("error = %v; want errors.Is %v", err, tt.wantIs)
+			}
+			assertNoSecrets(t, "error", err.Error(), garbage)
+		})
+	}
+
+	t.Run("user without password", func(t *testing.T) {
+		_, err := connect(t, config.NATS{User: "alice"}, "nats://127.0.0.1:1", env(nil))
+		if err == nil || !strings.Contains(err.Error(), natsrun.EnvPassword) {
+			t.Errorf("error = %v; want it to name %s", err, natsrun.EnvPassword)
+		}
+	})
+	t.Run("no URL", func(t *testing.T) {
+		if _, err := connect(t, config.NATS{}, " ", env(nil)); err == nil {
+			t.Errorf("ConnectWith(no URL) succeeded")
+		}
+	})
+}
+
+func TestConnectFailsFast(t *testing.T) {
+	t.Run("refused", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		_, err = connect(t, config.NATS{}, "nats://"+addr, env(nil))
+		if err == nil || !strings.Contains(err.Error(), addr) {
+			t.Errorf("ConnectWith(closed port) error = %v; want one naming %s", err, addr)
+		}
+	})
+	t.Run("silent server", func(t *testing.T) {
+		// A listener that accepts and never says INFO: the connect timeout
+		// ends the wait.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			var conns []net.Conn
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				conns = append(conns, c)
+			}
+		}()
+		start := time.Now()
+		_, err = connect(t, config.NATS{ConnectTimeout: 300 * time.Millisecond}, "nats://"+l.Addr().String(), env(nil))
+		if err == nil {
+			t.Fatalf("ConnectWith(silent server) succeeded")
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("ConnectWith(silent server, 300ms timeout) took %v", d)
+		}
+		l.Close()
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		s := natstest.RunServer(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err := natsrun.ConnectWith(ctx, config.NATS{}, s.ClientURL(), natsrun.Options{Logger: discard})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("ConnectWith(cancelled ctx) error = %v; want context.Canceled", err)
+		}
+	})
+}
+
+func TestConnectReconnects(t *testing.T) {
+	a := natstest.RunServer(t)
+	port := a.Addr().(*net.TCPAddr).Port
+	rec, logger := newLogRecorder()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	nc, err := natsrun.ConnectWith(ctx, config.NATS{}, a.ClientURL(), natsrun.Options{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("greet")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	a.Shutdown()
+	a.WaitForShutdown()
+	rec.waitFor(t, "nats disconnected")
+
+	b := natstest.RunServer(t, func(o *server.Options) { o.Port = port })
+	rec.waitFor(t, "nats reconnected")
+	if got := nc.Stats().Reconnects; got < 1 {
+		t.Errorf("Reconnects = %d; want at least 1", got)
+	}
+	if got := nc.ConnectedServerId(); got != b.ID() {
+		t.Errorf("connected to server %s; want the new server %s", got, b.ID())
+	}
+	// The subscription was replayed on the new server.
+	if err := nc.Publish("greet", []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.NextMsg(waitTimeout)
+	if err != nil || string(m.Data) != "hi" {
+		t.Fatalf("NextMsg after reconnect = %v, %v; want hi", m, err)
+	}
+}
