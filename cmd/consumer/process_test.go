@@ -371,6 +371,25 @@ func TestPlainNATSPublish(t *testing.T) {
 	c.stop(t)
 }
 
+// TestSecondProcessOnOneDataDir: a second consumer on the same data
+// directory refuses to start, and says what to do instead.
+func TestSecondProcessOnOneDataDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	args := []string{"run", "-data", dir, "-listen", "127.0.0.1:0", "-metrics", "off"}
+	first := startChild(t, nil, args...)
+	waitFor(t, 20*time.Second, "the first consumer", func() bool { return strings.Contains(first.stderr.String(), "msg=consuming") })
+	second := startChild(t, nil, args...)
+	select {
+	case err := <-second.done:
+		if err == nil || !strings.Contains(second.stderr.String(), "ledger.store: kv") {
+			t.Errorf("second consumer: %v; stderr:\n%s", err, second.stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the second consumer on one data directory is still running")
+	}
+	first.stop(t)
+}
+
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)

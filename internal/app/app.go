@@ -94,18 +94,17 @@ func (a *App) RestartConsumer() error {
 // Start brings everything up, in order, and undoes what it did if a step
 // fails. The caller runs the consumer with Run and releases it all with
 // Close.
-func Start(ctx context.Context, cfg *config.Config, o Options) (a *App, err error) {
+func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv
 	}
-	a = &App{Config: cfg, log: o.Logger}
+	a := &App{Config: cfg, log: o.Logger}
 	defer func() {
 		if err != nil {
 			a.Close()
-			a = nil
 		}
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -116,6 +115,11 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (a *App, err erro
 	url := cfg.NATS.URL
 	if url == "" {
 		e, err := natsrun.StartEmbedded(cfg.NATS.Embedded, cfg.DataDir, o.Logger.With("component", "nats-server"))
+		if errors.Is(err, natsrun.ErrStoreInUse) {
+			return nil, fmt.Errorf("%w: data directory %s is used by another Oncegate process. One process owns a data directory "+
+				"(its embedded NATS store and its Badger ledger); to run several replicas, join one NATS deployment (nats.url) "+
+				"with ledger.store: kv: %w", ErrLedgerInUse, cfg.DataDir, err)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package llmcache
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -315,4 +316,59 @@ func (c *Cache) HTTPClient(base *http.Client) *http.Client {
 	}
 	hc.Transport = c.Transport(hc.Transport)
 	return &hc
+}
+
+// Summary describes what a cache holds.
+type Summary struct {
+	Answers      int   // live stored answers
+	AnswerBytes  int64 // their bodies' total size
+	AnswerTokens int64 // the tokens they cost when made: what each hit saves
+	Streams      int   // of Answers, streamed ones
+	Budgets      int   // intents with recorded spending
+	BudgetSpent  int64 // tokens recorded across those intents
+}
+
+// Summary scans the store.
+func (c *Cache) Summary() (Summary, error) {
+	var s Summary
+	now := c.opts.Clock()
+	err := c.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		for it.Seek([]byte("b/")); it.ValidForPrefix([]byte("b/")); it.Next() {
+			err := it.Item().Value(func(v []byte) error {
+				if len(v) == 8 {
+					s.Budgets++
+					s.BudgetSpent += int64(binary.BigEndian.Uint64(v))
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		for it.Seek([]byte("c/")); it.ValidForPrefix([]byte("c/")); it.Next() {
+			err := it.Item().Value(func(v []byte) error {
+				a, err := unmarshalEntry(v)
+				if err != nil || !now.Before(a.Expires) {
+					return nil // a corrupt or expired entry is a miss
+				}
+				s.Answers++
+				s.AnswerBytes += int64(len(a.Body))
+				s.AnswerTokens += a.Usage.Total()
+				if a.Stream {
+					s.Streams++
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, badger.ErrDBClosed) {
+		return s, ErrClosed
+	}
+	return s, err
 }

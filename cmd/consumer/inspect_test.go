@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+func TestInspect(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.DataDir = dir
+	p := &cfg.Pipelines[0]
+	keyer, err := dedupe.NewKeyer(p.KeySpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload, err := os.ReadFile("../../examples/alert.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := keyer.Intent(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One committed record, one pending.
+	db, err := dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: cfg.Ledger.Options()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	claim, err := l.Begin(ctx, in.Key, dedupe.BeginOptions{Owner: "test#ONCEGATE:7", Fingerprint: in.Fingerprint, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(ctx, in.Key, claim.Lease.Token, dedupe.Result{DownstreamID: "INC-1042", Response: []byte(`{"answer":"page now"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var other dedupe.Key
+	other[0] = 0xab
+	if _, err := l.Begin(ctx, other, dedupe.BeginOptions{Owner: "worker-2#ONCEGATE:9", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	db.Close()
+
+	out, _, err := runCmd(t, string(payload), "inspect", "-data", dir, "key", "-pipeline", "alerts")
+	if err != nil {
+		t.Fatalf("inspect key: %v", err)
+	}
+	for _, want := range []string{"key:         " + in.Key.String(), "ledger:      committed", "downstream:  INC-1042", "page now"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inspect key output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = runCmd(t, "", "inspect", "-data", dir, "record", other.String())
+	if err != nil || !strings.Contains(out, "pending") {
+		t.Errorf("inspect record: %v\n%s", err, out)
+	}
+	out, _, err = runCmd(t, "", "inspect", "-data", dir, "pending")
+	if err != nil || !strings.Contains(out, other.String()) || !strings.Contains(out, "worker-2") || !strings.Contains(out, "1 pending") {
+		t.Errorf("inspect pending: %v\n%s", err, out)
+	}
+	out, _, err = runCmd(t, "", "inspect", "-data", dir, "cache")
+	if err != nil || !strings.Contains(out, "answers:        0") {
+		t.Errorf("inspect cache: %v\n%s", err, out)
+	}
+	if _, _, err := runCmd(t, "{", "inspect", "-data", dir, "key"); err == nil || !strings.Contains(err.Error(), "dead-lettered") {
+		t.Errorf("inspect key of a bad payload: %v", err)
+	}
+	if _, _, err := runCmd(t, "", "inspect", "-data", dir, "record", "nothex"); err == nil {
+		t.Error("inspect record nothex: no error")
+	}
+	// A Badger ledger in use is reported as such.
+	db, err = dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, _, err := runCmd(t, "", "inspect", "-data", filepath.Clean(dir), "pending"); err == nil || !strings.Contains(err.Error(), "running consumer") {
+		t.Errorf("inspect on a held ledger: %v", err)
+	}
+}
