@@ -173,6 +173,12 @@ pipelines:
     effect: {sink: http, url: "%s"}
     ack_wait: 1s
     max_deliver: 50
+  - name: messages
+    subject: triggers.messages
+    key: {fields: [/msg]}
+    effect: {sink: http, url: "%s", class: one-shot}
+    ack_wait: 1s
+    max_deliver: 50
 `
 
 // TestCrashAtEachPoint kills the consumer with SIGKILL at each point of the
@@ -180,16 +186,19 @@ pipelines:
 // the sinks that honour the key, with no trigger lost.
 func TestCrashAtEachPoint(t *testing.T) {
 	consumerBinary(t)
-	for _, point := range consumer.Points {
+	for _, point := range append(consumer.Points, consumer.AfterDispatchClaim) {
 		t.Run(string(point), func(t *testing.T) {
 			srv := natstest.RunServer(t)
 			_, js := natstest.Connect(t, srv)
 			rec := &recorder{calls: map[string]int{}, first: map[string][]byte{}}
 			hs := httptest.NewServer(rec)
 			t.Cleanup(hs.Close)
+			shots := &recorder{calls: map[string]int{}, first: map[string][]byte{}} // one-shot: every call counts
+			hs2 := httptest.NewServer(shots)
+			t.Cleanup(hs2.Close)
 			dir := t.TempDir()
 			cfgFile := filepath.Join(dir, "oncegate.yaml")
-			if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf(crashConfig, filepath.Join(dir, "data"), hs.URL)), 0o644); err != nil {
+			if err := os.WriteFile(cfgFile, []byte(fmt.Sprintf(crashConfig, filepath.Join(dir, "data"), hs.URL, hs2.URL)), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			args := []string{"run", "-config", cfgFile, "-nats-url", srv.ClientURL()}
@@ -206,6 +215,7 @@ func TestCrashAtEachPoint(t *testing.T) {
 				for d := range 2 { // each intent twice
 					publishJSON(t, js, "triggers.alerts", map[string]any{"delivery": d, "alert": map[string]any{"fingerprint": fmt.Sprintf("fp-%02d", i)}})
 					publishJSON(t, js, "triggers.tickets", map[string]any{"delivery": d, "ticket": fmt.Sprintf("T-%02d", i), "title": "Disk full"})
+					publishJSON(t, js, "triggers.messages", map[string]any{"delivery": d, "msg": fmt.Sprintf("M-%02d", i), "text": "Your order shipped"})
 				}
 			}
 			select {
@@ -223,7 +233,7 @@ func TestCrashAtEachPoint(t *testing.T) {
 
 			second := startChild(t, nil, args...)
 			waitFor(t, 60*time.Second, "every trigger settled", func() bool {
-				return settledAll(t, js, "alerts", "tickets")
+				return settledAll(t, js, "alerts", "tickets", "messages") && settledDispatch(t, js, "messages")
 			})
 			second.stop(t)
 
@@ -240,10 +250,38 @@ func TestCrashAtEachPoint(t *testing.T) {
 			if effects != n {
 				t.Errorf("HTTP sink performed %d effects (%d calls); want %d", effects, calls, n)
 			}
-			if dead := streamCount(t, js, "ONCEGATE_DEAD"); dead != 0 {
-				t.Errorf("%d dead letters; want none", dead)
+			// At most one call per one-shot effect; an effect whose dispatch
+			// was cut short is reported (unknown_outcome), never resent and
+			// never lost.
+			unknown := map[string]bool{}
+			if streamCount(t, js, "ONCEGATE_DEAD") > 0 {
+				for _, m := range streamSubject(t, js, "ONCEGATE_DEAD", "oncegate.dead.messages") {
+					if r := m.Headers().Get(consumer.HeaderReason); r != string(consumer.ReasonUnknownOutcome) {
+						t.Errorf("one-shot dead letter with reason %s", r)
+					}
+					unknown[m.Headers().Get(consumer.HeaderKey)] = true
+				}
+				if n := streamCount(t, js, "ONCEGATE_DEAD"); n != uint64(len(unknown)) {
+					t.Errorf("%d dead letters, %d of them one-shot effects of unknown outcome; want no others", n, len(unknown))
+				}
 			}
-			t.Logf("crash at %s: %d alert effects, %d ticket effects from %d HTTP calls", point, len(msgs), effects, calls)
+			shots.mu.Lock()
+			sent := len(shots.calls)
+			for k, c := range shots.calls {
+				if c > 1 {
+					t.Errorf("one-shot effect %s sent %d times", k, c)
+				}
+			}
+			for k := range unknown {
+				if _, ok := shots.calls[k]; !ok {
+					sent++ // reported, not sent: accounted for
+				}
+			}
+			shots.mu.Unlock()
+			if sent != n {
+				t.Errorf("one-shot effects sent or reported: %d; want %d", sent, n)
+			}
+			t.Logf("crash at %s: %d alert effects, %d ticket effects from %d HTTP calls, %d one-shot sent, %d unknown", point, len(msgs), effects, calls, len(shots.calls), len(unknown))
 		})
 	}
 }
@@ -272,6 +310,16 @@ func settledAll(t *testing.T, js jetstream.JetStream, pipelines ...string) bool 
 		}
 	}
 	return true
+}
+
+func settledDispatch(t *testing.T, js jetstream.JetStream, pipeline string) bool {
+	t.Helper()
+	c, err := js.Consumer(context.Background(), "ONCEGATE_OUTBOX", consumer.Durable(pipeline)+"-dispatch")
+	if err != nil {
+		return false
+	}
+	info, err := c.Info(context.Background())
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 }
 
 func streamCount(t *testing.T, js jetstream.JetStream, stream string) uint64 {

@@ -247,20 +247,29 @@ func (a *App) openLedger(ctx context.Context) (dedupe.Ledger, error) {
 			return nil, err
 		}
 		a.closers = append(a.closers, l.Close)
-		go a.collect(db)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			collect(db, stop)
+		}()
+		// Runs before the DB closes (closers run in reverse).
+		a.closers = append(a.closers, func() error { close(stop); <-done; return nil })
 		return l, nil
 	}
 }
 
-// collect runs Badger's value log GC every ten minutes until the DB closes.
-func (a *App) collect(db *badger.DB) {
+// collect runs Badger's value log GC every ten minutes until stop closes.
+func collect(db *badger.DB, stop <-chan struct{}) {
 	t := time.NewTicker(10 * time.Minute)
 	defer t.Stop()
-	for range t.C {
-		if db.IsClosed() {
+	for {
+		select {
+		case <-stop:
 			return
-		}
-		for db.RunValueLogGC(0.5) == nil {
+		case <-t.C:
+			for db.RunValueLogGC(0.5) == nil {
+			}
 		}
 	}
 }

@@ -169,8 +169,24 @@ func (c *Consumer) Setup(ctx context.Context) error {
 		if err := p.setup(ctx); err != nil {
 			return err
 		}
+		if p.dispatch != nil {
+			if err := p.dispatch.setup(ctx); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// DispatchStats returns the one-shot dispatchers' counters.
+func (c *Consumer) DispatchStats() []DispatchStats {
+	var out []DispatchStats
+	for _, p := range c.pipes {
+		if p.dispatch != nil {
+			out = append(out, p.dispatch.stats())
+		}
+	}
+	return out
 }
 
 // capture makes sure every subject in subjects lands in some stream,
@@ -233,6 +249,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return err
 		}
 		ccs = append(ccs, cc)
+		if p.dispatch != nil {
+			defer p.dispatch.stop()
+			cc, err := p.dispatch.start()
+			if err != nil {
+				stopAll()
+				return fmt.Errorf("consumer: pipeline %s: dispatcher: %w", p.cfg.Name, err)
+			}
+			ccs = append(ccs, cc)
+		}
 	}
 	c.ready.Store(true)
 	c.log.Info("consuming", "pipelines", len(c.pipes), "stream", c.cfg.Stream.Name)

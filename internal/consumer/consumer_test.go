@@ -35,6 +35,7 @@ type fixture struct {
 	cfg    *config.Config
 	model  *standin.Server
 	cache  *llmcache.Cache
+	ledger dedupe.Ledger
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -88,7 +89,7 @@ func start(t *testing.T, mutate func(*config.Config), modelOpts standin.Options)
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &fixture{t: t, nc: nc, js: js, c: c, cfg: cfg, model: model, cache: cache, cancel: cancel, done: make(chan error, 1)}
+	f := &fixture{t: t, nc: nc, js: js, c: c, cfg: cfg, model: model, cache: cache, ledger: led, cancel: cancel, done: make(chan error, 1)}
 	go func() { f.done <- c.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()

@@ -11,6 +11,10 @@ const (
 	AfterEffect Point = "after-effect" // the sink accepted the effect; not committed
 	AfterCommit Point = "after-commit" // committed in the ledger; the trigger is not acked
 	BeforeAck   Point = "before-ack"   // about to ack a trigger whose work is done
+
+	// AfterDispatchClaim is in the one-shot dispatcher: the dispatch is
+	// claimed and the effect not yet sent.
+	AfterDispatchClaim Point = "after-dispatch-claim"
 )
 
 // Points lists every Point.

@@ -24,8 +24,9 @@ import (
 // Headers the consumer reads on triggers and writes on dead letters.
 const (
 	// HeaderReply, on a trigger, names a subject to which the consumer
-	// publishes the stored result once the work is done, on the first
-	// delivery and on every duplicate.
+	// publishes the stored result (a model step's effect body) when the
+	// work is done, and again for a duplicate that reaches the ledger. A
+	// duplicate the window stops gets no reply: the window keeps no results.
 	HeaderReply = "Oncegate-Reply"
 	// HeaderRunID, on a trigger of a run-scoped pipeline, carries the run
 	// id when the payload has none at key.run_id_field.
@@ -58,6 +59,8 @@ type pipeline struct {
 	runID      canon.Pointer
 	hasRunID   bool
 	limits     canon.Options
+
+	dispatch *dispatcher // one-shot effects only
 
 	n    pipelineCounters
 	wg   sync.WaitGroup
@@ -100,6 +103,14 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		p.sink = s
 	} else if p.sink, err = BuildSink(c.js, &cfg.Effect); err != nil {
 		return nil, at(err)
+	}
+	if cfg.Effect.Class == config.ClassOneShot {
+		// The flow writes to the outbox; the dispatcher sends.
+		p.dispatch = &dispatcher{p: p, sink: p.sink}
+		if p.sink, err = sink.NewJetStream(c.js, sink.JetStreamOptions{Subject: OutboxSubject(cfg.Name)}); err != nil {
+			return nil, at(err)
+		}
+		p.sinkName = "outbox"
 	}
 	if cfg.Step != nil {
 		if c.opts.Model == nil {

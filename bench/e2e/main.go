@@ -1,0 +1,912 @@
+// Command e2e measures end-to-end triggers per second on one embedded NATS
+// server: triggers are published into a stream first, then a consumer takes
+// them all and the clock runs until the server reports every one acked.
+//
+// Side by side, in the same run and on the same server:
+//
+//   - raw: the loop a user would write instead of Oncegate. A durable pull
+//     consumer (Consume), each message published to an effect subject with
+//     Nats-Msg-Id set to the trigger's stream sequence (async publish,
+//     PubAck futures, a window as wide as MaxAckPending), and the trigger
+//     acked once its PubAck arrives. It dedupes nothing: every trigger
+//     becomes an effect. It is the bar.
+//   - gate-window: an Oncegate pipeline with the in-memory window only.
+//   - gate-ledger: the window in front of the durable Badger ledger
+//     (claim and commit fsynced unless -sync=false).
+//   - full: the whole flow with the model step (the offline stand-in model
+//     through the LLM cache), at 0% duplicates.
+//
+// The clock starts when the consumer starts (for Oncegate, Run, which
+// checks the streams and the durable consumer again first) and stops when
+// the server reports nothing pending and nothing awaiting an ack. The
+// triggers are about 330 bytes of alert JSON; a duplicate repeats an
+// earlier intent's key fields (fingerprint, occurrence) and content with a
+// new delivery id and time. The effect stream's message count is checked
+// against the number of distinct intents (raw: every trigger).
+//
+// Each Oncegate cell is a fresh app.Start (its own data directory, ledger,
+// windows, stream, effect stream and durable consumer) joined to the one
+// server, configured from config.Default() with a single pipeline of the
+// mode under test. With -sync=false the gate cells are wired by hand the
+// way app.Start wires them, except that the ledger skips its fsyncs (app
+// has no switch for that); the full cell always goes through app.Start.
+//
+//	go run ./bench/e2e                  # 50,000 triggers per cell (full: 5,000)
+//	go run ./bench/e2e -n 2000          # quick (CI)
+//	go run ./bench/e2e -only raw,gate-ledger -dup 0 -cpuprofile /tmp/e2e
+//	go run ./bench/e2e -sync=false -concurrency 256
+//
+// Everything lives in a temporary directory removed at exit (also on
+// Ctrl-C). Nothing is written elsewhere, except the CPU profiles asked for.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncegate/oncegate/internal/app"
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/natsrun"
+	"github.com/oncegate/oncegate/internal/ops"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// Modes, as -only names them.
+const (
+	modeRaw        = "raw"
+	modeGateWindow = config.ModeGateWindow
+	modeGateLedger = config.ModeGateLedger
+	modeFull       = config.ModeFull
+)
+
+// Targets of the verdict, as fractions of raw.
+const (
+	targetLedgerUnique = 0.60 // gate-ledger, 0% duplicates
+	targetDuplicates   = 1.00 // gate pipelines, the highest -dup
+	targetWindow       = 0.90 // gate-window, 0% duplicates
+)
+
+// stuckAfter is how long a cell may make no progress before it fails.
+const stuckAfter = 60 * time.Second
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	n           int
+	fullN       int
+	dups        []int
+	concurrency int
+	sync        bool
+	rawBatch    int
+	cpuprofile  string
+	log         *slog.Logger
+}
+
+func run() error {
+	var (
+		n           = flag.Int("n", 50_000, "triggers per cell")
+		fullN       = flag.Int("full-n", 5000, "triggers in the full cell, at most -n (the model step makes it slow)")
+		dupList     = flag.String("dup", "0,30,90", "comma-separated duplicate percentages for the gate cells")
+		only        = flag.String("only", "", "comma-separated subset of: raw, gate-window, gate-ledger, full")
+		concurrency = flag.Int("concurrency", 0, "pipeline concurrency (0: the configuration's default)")
+		syncLedger  = flag.Bool("sync", true, "fsync the ledger's claims and commits (the durable figure)")
+		rawBatch    = flag.Int("raw-batch", 0, "raw: PullMaxMessages (0: half of MaxAckPending)")
+		cpuprofile  = flag.String("cpuprofile", "", "write a CPU profile of each cell's timed phase to PREFIX-c<cell>-<mode>-<dup>.pprof")
+		verbose     = flag.Bool("v", false, "log the server's and the consumer's warnings")
+	)
+	flag.Parse()
+	o := options{n: *n, fullN: min(*n, *fullN), concurrency: *concurrency, sync: *syncLedger, rawBatch: *rawBatch, cpuprofile: *cpuprofile}
+	if o.n <= 0 || o.fullN <= 0 {
+		return fmt.Errorf("-n and -full-n must be positive")
+	}
+	for _, s := range strings.Split(*dupList, ",") {
+		d, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || d < 0 || d > 99 {
+			return fmt.Errorf("-dup: %q is not a percentage from 0 to 99", s)
+		}
+		o.dups = append(o.dups, d)
+	}
+	want := map[string]bool{}
+	for _, s := range strings.Split(*only, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "":
+		case modeRaw, modeGateWindow, modeGateLedger, modeFull:
+			want[s] = true
+		default:
+			return fmt.Errorf("-only: unknown mode %q (want raw, gate-window, gate-ledger, full)", s)
+		}
+	}
+	selected := func(m string) bool { return len(want) == 0 || want[m] }
+	level := slog.LevelError + 1
+	if *verbose {
+		level = slog.LevelWarn
+	}
+	o.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	tmp, err := os.MkdirTemp("", "oncegate-bench-e2e-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	srv, err := natsrun.StartEmbedded(config.Embedded{Listen: "127.0.0.1:0", StoreDir: filepath.Join(tmp, "nats")}, tmp, o.log.With("component", "nats-server"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	b := &bench{o: o, tmp: tmp, url: srv.ClientURL()}
+	if err := b.connect(ctx); err != nil {
+		return err
+	}
+	defer b.nc.Close()
+
+	// The plan: raw first and last (the two bound the drift of a noisy
+	// machine; the ratios use their mean), the gates at each duplicate
+	// rate in between, one full cell. A short unreported raw cell warms
+	// the server up.
+	type plan struct {
+		mode string
+		dup  int
+	}
+	var cells []plan
+	if selected(modeRaw) {
+		cells = append(cells, plan{modeRaw, 0})
+	}
+	for _, d := range o.dups {
+		for _, m := range []string{modeGateWindow, modeGateLedger} {
+			if selected(m) {
+				cells = append(cells, plan{m, d})
+			}
+		}
+	}
+	if selected(modeFull) {
+		cells = append(cells, plan{modeFull, 0})
+	}
+	if selected(modeRaw) {
+		cells = append(cells, plan{modeRaw, 0})
+	}
+	if _, err := b.cell(ctx, modeRaw, 0, min(o.n, 5000), false); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+
+	var results []result
+	for _, c := range cells {
+		n := o.n
+		if c.mode == modeFull {
+			n = o.fullN
+		}
+		r, err := b.cell(ctx, c.mode, c.dup, n, true)
+		if err != nil {
+			return fmt.Errorf("%s at %d%% duplicates: %w", c.mode, c.dup, err)
+		}
+		results = append(results, r)
+	}
+	if bad := report(os.Stdout, o, results); bad > 0 {
+		return fmt.Errorf("%d cell(s) published a wrong number of effects", bad)
+	}
+	return nil
+}
+
+// result is one measured cell.
+type result struct {
+	mode     string
+	dup      int
+	n        int
+	unique   int
+	took     time.Duration
+	effects  uint64 // messages in the effect stream
+	expected int    // what the effect stream should hold
+	notes    []string
+}
+
+func (r result) rate() float64 { return float64(r.n) / r.took.Seconds() }
+
+type bench struct {
+	o   options
+	tmp string
+	url string
+	nc  *nats.Conn // the producer's and the observer's connection
+	js  jetstream.JetStream
+	seq int
+
+	pubErrors atomic.Int64 // async publishes of triggers that failed
+}
+
+func (b *bench) connect(ctx context.Context) error {
+	nc, err := natsrun.Connect(ctx, config.NATS{}, b.url, "bench-e2e-producer", b.o.log.With("component", "producer"))
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { b.pubErrors.Add(1) }))
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	b.nc, b.js = nc, js
+	return nil
+}
+
+// cell measures one mode at one duplicate rate on n triggers.
+func (b *bench) cell(ctx context.Context, mode string, dup, n int, profile bool) (result, error) {
+	b.seq++
+	prefix := fmt.Sprintf("c%d", b.seq)
+	dir := filepath.Join(b.tmp, prefix)
+	defer os.RemoveAll(dir)
+	payloads, unique := generate(n, dup)
+	r := result{mode: mode, dup: dup, n: n, unique: unique, expected: unique}
+	if mode == modeRaw {
+		r.expected = n
+	}
+	var (
+		sys *system
+		err error
+	)
+	if mode == modeRaw {
+		sys, err = b.startRaw(ctx, prefix)
+	} else {
+		sys, err = b.startOncegate(ctx, prefix, dir, mode)
+	}
+	if err != nil {
+		return r, err
+	}
+	defer sys.close()
+	defer b.deleteStreams(sys.streams)
+
+	if err := b.prepublish(ctx, sys.streams[0], sys.triggerSubject, payloads); err != nil {
+		return r, err
+	}
+	cons, err := b.js.Consumer(ctx, sys.streams[0], sys.durable)
+	if err != nil {
+		return r, err
+	}
+
+	var stopProfile func() error
+	if profile && b.o.cpuprofile != "" {
+		if stopProfile, err = startProfile(fmt.Sprintf("%s-%s-%s-%d.pprof", b.o.cpuprofile, prefix, mode, dup)); err != nil {
+			return r, err
+		}
+	}
+	start := time.Now()
+	if err := sys.start(); err != nil {
+		return r, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = sys.stop()
+		}
+	}()
+	err = waitAcked(ctx, cons, n, sys.settled)
+	r.took = time.Since(start)
+	if stopProfile != nil {
+		if perr := stopProfile(); err == nil {
+			err = perr
+		}
+	}
+	if err != nil {
+		return r, err
+	}
+	stopped = true
+	if err := sys.stop(); err != nil {
+		return r, err
+	}
+
+	st, err := b.js.Stream(ctx, sys.effectStream)
+	if err != nil {
+		return r, err
+	}
+	r.effects = st.CachedInfo().State.Msgs
+	r.notes = append(r.notes, sys.notes()...)
+	if mode == modeFull && !b.o.sync {
+		r.notes = append(r.notes, "ledger fsynced all the same (app.Start)")
+	}
+	if len(sys.streams) > 2 {
+		if st, err := b.js.Stream(ctx, sys.streams[2]); err == nil && st.CachedInfo().State.Msgs > 0 {
+			r.notes = append(r.notes, fmt.Sprintf("%d dead letters", st.CachedInfo().State.Msgs))
+		}
+	}
+	if ci, err := cons.Info(ctx); err == nil && ci.NumRedelivered > 0 {
+		r.notes = append(r.notes, fmt.Sprintf("%d redelivered", ci.NumRedelivered))
+	}
+	return r, nil
+}
+
+// system is one consumer under test.
+type system struct {
+	streams        []string // trigger stream, effect stream, then any other
+	effectStream   string
+	triggerSubject string
+	durable        string
+	start          func() error // begins consuming; returns at once
+	stop           func() error // stops consuming, after the last ack
+	close          func()       // releases everything
+	settled        func() int64 // deliveries settled (acked, naked or termed) so far
+	notes          func() []string
+}
+
+// --- raw -------------------------------------------------------------------
+
+// startRaw sets up the baseline: the trigger stream, an effect stream with
+// the same duplicate window as Oncegate's, a durable pull consumer with
+// the pipeline defaults, and its own connection.
+func (b *bench) startRaw(ctx context.Context, prefix string) (*system, error) {
+	def := config.Default()
+	pipe := def.Pipelines[1] // the default gate pipeline: its ack wait, max deliver, max ack pending
+	maxAckPending := pipe.MaxAckPending
+	if b.o.concurrency > maxAckPending {
+		maxAckPending = b.o.concurrency
+	}
+	name := strings.ToUpper("E2E_" + prefix)
+	sys := &system{
+		streams:        []string{name, name + "_EFFECTS"},
+		effectStream:   name + "_EFFECTS",
+		triggerSubject: prefix + ".triggers.alerts",
+		durable:        "raw",
+	}
+	effectSubject := prefix + ".effects.alerts"
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: name, Subjects: []string{prefix + ".triggers.>"}, Storage: jetstream.FileStorage, Duplicates: def.Stream.Duplicates},
+		{Name: name + "_EFFECTS", Subjects: []string{effectSubject}, Storage: jetstream.FileStorage, Duplicates: def.Stream.Duplicates},
+	} {
+		if _, err := b.js.CreateStream(ctx, sc); err != nil {
+			return nil, err
+		}
+	}
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, name, jetstream.ConsumerConfig{
+		Durable:       sys.durable,
+		FilterSubject: sys.triggerSubject,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       pipe.AckWait,
+		MaxDeliver:    pipe.MaxDeliver,
+		MaxAckPending: maxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	nc, err := natsrun.Connect(ctx, def.NATS, b.url, "bench-e2e-raw", b.o.log.With("component", "raw"))
+	if err != nil {
+		return nil, err
+	}
+	// The window of PubAcks in flight: no wider than MaxAckPending, since
+	// each one holds an unacked trigger, so a publish never stalls.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(maxAckPending))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	batch := b.o.rawBatch
+	if batch <= 0 {
+		batch = max(maxAckPending/2, 1)
+	}
+
+	type inflight struct {
+		m jetstream.Msg
+		f jetstream.PubAckFuture
+	}
+	var (
+		queue    = make(chan inflight, maxAckPending)
+		acker    sync.WaitGroup
+		failures atomic.Int64
+		settled  atomic.Int64
+		cc       jetstream.ConsumeContext
+	)
+	sys.start = func() error {
+		// Acks follow PubAcks in publish order, on their own goroutine, so
+		// that the consume callback never waits for a round trip.
+		acker.Go(func() {
+			for p := range queue {
+				select {
+				case <-p.f.Ok():
+					_ = p.m.Ack()
+				case <-p.f.Err():
+					failures.Add(1)
+					_ = p.m.Nak()
+				}
+				settled.Add(1)
+			}
+		})
+		var err error
+		cc, err = cons.Consume(func(m jetstream.Msg) {
+			meta, err := m.Metadata()
+			if err != nil {
+				failures.Add(1)
+				_ = m.Nak()
+				settled.Add(1)
+				return
+			}
+			out := &nats.Msg{Subject: effectSubject, Data: m.Data(), Header: nats.Header{}}
+			out.Header.Set(jetstream.MsgIDHeader, meta.Stream+":"+strconv.FormatUint(meta.Sequence.Stream, 10))
+			f, err := js.PublishMsgAsync(out)
+			if err != nil {
+				failures.Add(1)
+				_ = m.Nak()
+				settled.Add(1)
+				return
+			}
+			queue <- inflight{m, f}
+		},
+			jetstream.PullMaxMessages(batch),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				b.o.log.Warn("raw: consume error", "err", err)
+			}),
+		)
+		if err != nil {
+			close(queue)
+			acker.Wait()
+		}
+		return err
+	}
+	sys.stop = func() error {
+		cc.Drain()
+		<-cc.Closed()
+		close(queue)
+		acker.Wait()
+		return nil
+	}
+	sys.close = nc.Close
+	sys.settled = settled.Load
+	sys.notes = func() []string {
+		if f := failures.Load(); f > 0 {
+			return []string{fmt.Sprintf("%d failed publishes", f)}
+		}
+		return nil
+	}
+	return sys, nil
+}
+
+// --- Oncegate --------------------------------------------------------------
+
+// oncegateConfig returns config.Default() with one pipeline of mode on
+// subjects below prefix, data in dir, joined to the bench's server.
+func (b *bench) oncegateConfig(prefix, dir, mode string) (*config.Config, error) {
+	cfg := config.Default()
+	cfg.DataDir = dir
+	cfg.NATS.URL = b.url
+	cfg.Metrics.Listen = ""
+	cfg.Stream.Name = strings.ToUpper("E2E_" + prefix)
+	cfg.Stream.Subjects = []string{prefix + ".triggers.>"}
+	cfg.Stream.DeadLetterSubject = prefix + ".dead.{pipeline}"
+	// The default "alerts" pipeline (its key spec: the alert's fingerprint
+	// and occurrence; its step) for full, the default gate for the others.
+	p := cfg.Pipelines[0]
+	if mode != modeFull {
+		p = cfg.Pipelines[1]
+		p.Key = cfg.Pipelines[0].Key
+	}
+	p.Name = "bench"
+	p.Mode = mode
+	p.Subject = prefix + ".triggers.alerts"
+	p.Effect.Subject = prefix + ".effects.alerts"
+	if c := b.o.concurrency; c > 0 {
+		p.Concurrency = c
+		p.MaxAckPending = max(p.MaxAckPending, c)
+	}
+	cfg.Pipelines = []config.Pipeline{p}
+	if err := cfg.LoadEnv(nil); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func (b *bench) startOncegate(ctx context.Context, prefix, dir, mode string) (*system, error) {
+	cfg, err := b.oncegateConfig(prefix, dir, mode)
+	if err != nil {
+		return nil, err
+	}
+	p := &cfg.Pipelines[0]
+	sys := &system{
+		streams:        []string{cfg.Stream.Name, cfg.Stream.Name + "_EFFECTS", cfg.Stream.Name + "_DEAD"},
+		effectStream:   cfg.Stream.Name + "_EFFECTS",
+		triggerSubject: p.Subject,
+		durable:        consumer.Durable(p.Name),
+	}
+	var c *consumer.Consumer
+	if b.o.sync || mode == modeFull {
+		a, err := app.Start(ctx, cfg, app.Options{Logger: b.o.log, NoOps: true})
+		if err != nil {
+			return nil, err
+		}
+		c, sys.close = a.Consumer, func() { _ = a.Close() }
+	} else if c, sys.close, err = b.startNoSync(ctx, cfg); err != nil {
+		return nil, err
+	}
+	// Streams and the durable consumer exist before the triggers go in;
+	// Run sets them up again (a no-op update), inside the timed phase.
+	if err := c.Setup(ctx); err != nil {
+		sys.close()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	sys.start = func() error {
+		go func() { done <- c.Run(runCtx) }()
+		return nil
+	}
+	sys.stop = func() error {
+		cancel()
+		return <-done
+	}
+	sys.settled = func() int64 {
+		var n int64
+		for _, s := range c.Stats() {
+			n += s.Effects + s.DuplicatesWindow + s.DuplicatesLedger + s.Retries + s.Held + s.DeadLetters
+		}
+		return n
+	}
+	sys.notes = func() []string {
+		var out []string
+		for _, s := range c.Stats() {
+			for _, f := range []struct {
+				n    int64
+				what string
+			}{
+				{s.Retries, "retries"}, {s.Held, "held"}, {s.DeadLetters, "dead-lettered"},
+				{s.TakenOver, "taken over"}, {s.Stale, "stale commits"}, {s.DuplicatesStream, "stream duplicates"},
+			} {
+				if f.n > 0 {
+					out = append(out, fmt.Sprintf("%d %s", f.n, f.what))
+				}
+			}
+		}
+		return out
+	}
+	return sys, nil
+}
+
+// startNoSync wires a gate consumer as app.Start does — the same
+// connection options, Badger options, Prometheus metrics — but with a
+// ledger that skips its fsyncs.
+func (b *bench) startNoSync(ctx context.Context, cfg *config.Config) (*consumer.Consumer, func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	nc, err := natsrun.Connect(ctx, cfg.NATS, cfg.NATS.URL, "oncegate", b.o.log.With("component", "nats"))
+	if err != nil {
+		return nil, nil, err
+	}
+	closers = append(closers, nc.Close)
+	var led dedupe.Ledger
+	if cfg.Pipelines[0].Mode != config.ModeGateWindow {
+		db, err := dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{})
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		closers = append(closers, func() { _ = db.Close() })
+		l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: cfg.Ledger.Options(), NoSync: true})
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		closers = append(closers, func() { _ = l.Close() })
+		led = l
+	}
+	m := ops.NewMetrics(ops.MetricsOptions{})
+	for _, p := range cfg.Pipelines {
+		m.AddPipeline(p.Name)
+		m.AddSink(p.Name, p.Effect.Sink)
+	}
+	c, err := consumer.New(consumer.Options{
+		Config: cfg, Conn: nc, Ledger: led, Observer: observer{m}, Logger: b.o.log.With("component", "consumer"),
+	})
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return c, closeAll, nil
+}
+
+// observer feeds the consumer's events to the metrics, as app's does.
+type observer struct{ m *ops.Metrics }
+
+func (o observer) Trigger(p string)                     { o.m.Trigger(p) }
+func (o observer) Duplicate(p string, g consumer.Guard) { o.m.Duplicate(p, ops.Guard(g)) }
+func (o observer) Step(p, step string, took time.Duration) {
+	o.m.Step(p, step, took)
+}
+func (o observer) DeadLetter(p string, r consumer.Reason) { o.m.DeadLetter(p, ops.Reason(r)) }
+func (o observer) Settled(p, kind string)                 { o.m.Ack(p, ops.Ack(kind)) }
+func (o observer) InFlight(p string, delta int)           { o.m.AddInflight(p, delta) }
+func (o observer) Effect(p, sink, outcome string, took time.Duration) {
+	o.m.Effect(p, sink, ops.Outcome(outcome), took)
+}
+
+func (o observer) Claim(p string, s dedupe.Status) {
+	var c ops.ClaimStatus
+	switch s {
+	case dedupe.StatusNew:
+		c = ops.ClaimNew
+	case dedupe.StatusCommitted:
+		c = ops.ClaimCommitted
+	case dedupe.StatusHeld:
+		c = ops.ClaimHeld
+	case dedupe.StatusTakenOver:
+		c = ops.ClaimTakenOver
+	case dedupe.StatusFailed:
+		c = ops.ClaimFailed
+	}
+	o.m.Claim(p, c)
+}
+
+// --- triggers --------------------------------------------------------------
+
+// generate returns n alert payloads (about 330 bytes of JSON, shaped like
+// examples/alert.json) of which dup percent repeat an earlier intent: the
+// same fingerprint and occurrence (the key fields) and the same content,
+// with a new delivery id and send time. The sequence depends only on n and
+// dup, so every mode sees the same triggers. It also returns the number of
+// distinct intents.
+func generate(n, dup int) ([][]byte, int) {
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(dup)))
+	base := time.Date(2026, 11, 29, 7, 14, 3, 0, time.UTC)
+	var intents []int
+	out := make([][]byte, n)
+	for i := range n {
+		intent := len(intents)
+		if i > 0 && rng.IntN(100) < dup {
+			intent = intents[rng.IntN(len(intents))]
+		} else {
+			intents = append(intents, intent)
+		}
+		h := uint64(intent)*0x9E3779B97F4A7C15 + 1
+		out[i] = fmt.Appendf(nil, `{"status":"firing","delivery_id":"%08x%04x%012x",`+
+			`"sent_at":"%s","alert":{"fingerprint":"%016x","occurrence":%d,`+
+			`"labels":{"alertname":"DiskAlmostFull","instance":"db-%d:9100","severity":"page"},`+
+			`"annotations":{"summary":"Disk /var/lib/pgsql 93%% full"},"startsAt":"2026-11-29T07:09:03Z"}}`,
+			rng.Uint32(), i&0xffff, rng.Uint64()&0xffffffffffff,
+			base.Add(time.Duration(i)*time.Millisecond).Format("2006-01-02T15:04:05.000Z"),
+			h, 1+intent%5, intent%64)
+	}
+	return out, len(intents)
+}
+
+// prepublish puts the payloads into the trigger stream and checks that
+// they all landed.
+func (b *bench) prepublish(ctx context.Context, stream, subject string, payloads [][]byte) error {
+	b.pubErrors.Store(0)
+	for _, p := range payloads {
+		if _, err := b.js.PublishAsync(subject, p, jetstream.WithStallWait(30*time.Second)); err != nil {
+			return fmt.Errorf("publishing triggers: %w", err)
+		}
+	}
+	select {
+	case <-b.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(stuckAfter):
+		return errors.New("publishing triggers: PubAcks still missing after a minute")
+	}
+	st, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	if got := st.CachedInfo().State.Msgs; got != uint64(len(payloads)) || b.pubErrors.Load() > 0 {
+		return fmt.Errorf("publishing triggers: the stream holds %d of %d (%d PubAck errors)", got, len(payloads), b.pubErrors.Load())
+	}
+	return nil
+}
+
+// waitAcked waits until the server reports nothing pending or awaiting an
+// ack on the durable consumer. It watches the consumer's own count of
+// settled deliveries first (atomic loads, no load on the server), and asks
+// the server only once that count reaches n: a consumer-info request per
+// millisecond for the whole run would cost the server a tenth of its CPU.
+func waitAcked(ctx context.Context, cons jetstream.Consumer, n int, settled func() int64) error {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	var (
+		last     int64 = -1
+		progress       = time.Now()
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		s := settled()
+		if s != last {
+			last, progress = s, time.Now()
+		} else if time.Since(progress) > stuckAfter {
+			ci, err := cons.Info(ctx)
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("stuck: %d of %d settled; the server has %d pending, %d awaiting ack", s, n, ci.NumPending, ci.NumAckPending)
+		}
+		if s < int64(n) {
+			continue
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if ci.NumPending == 0 && ci.NumAckPending == 0 {
+			return nil
+		}
+	}
+}
+
+func (b *bench) deleteStreams(names []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, s := range names {
+		_ = b.js.DeleteStream(ctx, s)
+	}
+}
+
+func startProfile(path string) (func() error, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
+// --- report ----------------------------------------------------------------
+
+// report prints the table and the verdict, and returns the number of cells
+// whose effect count is wrong. Missed targets are not errors.
+func report(w *os.File, o options, results []result) int {
+	var rawSum float64
+	var rawN int
+	for _, r := range results {
+		if r.mode == modeRaw {
+			rawSum += r.rate()
+			rawN++
+		}
+	}
+	raw := 0.0
+	if rawN > 0 {
+		raw = rawSum / float64(rawN)
+	}
+	ratio := func(r result) float64 {
+		if raw == 0 {
+			return 0
+		}
+		return r.rate() / raw
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "mode\tdup%%\ttriggers\ttriggers/s\tvs raw\teffects\texpected\ttime\t\n")
+	bad := 0
+	for _, r := range results {
+		rs := "-"
+		if raw > 0 {
+			rs = fmt.Sprintf("%.2f", ratio(r))
+		}
+		mark := ""
+		if r.effects != uint64(r.expected) {
+			mark = " !"
+			bad++
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%d%s\t%d\t%v\t\n", r.mode, r.dup, r.n, r.rate(), rs, r.effects, mark, r.expected,
+			r.took.Round(time.Millisecond))
+	}
+	tw.Flush()
+	for _, r := range results {
+		if len(r.notes) > 0 {
+			fmt.Fprintf(w, "note: %s at %d%%: %s\n", r.mode, r.dup, strings.Join(r.notes, ", "))
+		}
+	}
+	fmt.Fprintf(w, "\n~%d-byte JSON triggers, key = alert fingerprint + occurrence; one embedded nats-server on loopback, file storage, sync_interval %v; "+
+		"pipeline concurrency %s; ledger fsync %v\n", payloadSize(), time.Duration(config.DefaultSyncInterval), concurrencyText(o.concurrency), o.sync)
+	if rawN > 0 {
+		fmt.Fprintf(w, "raw = Consume + PublishMsgAsync(Nats-Msg-Id) + ack on PubAck; vs raw = against the mean of its %d runs\n", rawN)
+	}
+	if bad > 0 {
+		fmt.Fprintf(w, "CORRECTNESS: %d cell(s) with an effect count other than expected (marked !)\n", bad)
+	}
+
+	if raw == 0 {
+		fmt.Fprintln(w, "verdict: no raw cell, no ratios")
+		return bad
+	}
+	find := func(mode string, dup int) (result, bool) {
+		for _, r := range results {
+			if r.mode == mode && r.dup == dup {
+				return r, true
+			}
+		}
+		return result{}, false
+	}
+	var parts []string
+	pass := true
+	check := func(label string, target float64, mode string, dup int) {
+		r, ok := find(mode, dup)
+		if !ok {
+			return
+		}
+		ok = ratio(r) >= target
+		pass = pass && ok
+		verdict := "ok"
+		if !ok {
+			verdict = "MISS"
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f (≥%.2f) %s", label, ratio(r), target, verdict))
+	}
+	label := "ledger unique"
+	if !o.sync {
+		label += " (no fsync!)"
+	}
+	check(label, targetLedgerUnique, modeGateLedger, 0)
+	maxDup := 0
+	for _, d := range o.dups {
+		maxDup = max(maxDup, d)
+	}
+	if maxDup > 0 {
+		check(fmt.Sprintf("ledger %d%% dup", maxDup), targetDuplicates, modeGateLedger, maxDup)
+		check(fmt.Sprintf("window %d%% dup", maxDup), targetDuplicates, modeGateWindow, maxDup)
+	}
+	check("window unique", targetWindow, modeGateWindow, 0)
+	if len(parts) == 0 {
+		fmt.Fprintln(w, "verdict: no cell the targets apply to")
+		return bad
+	}
+	overall := "PASS"
+	if !pass {
+		overall = "FAIL"
+	}
+	if bad > 0 {
+		overall += ", BUT EFFECT COUNTS WRONG"
+	}
+	fmt.Fprintf(w, "verdict: %s — %s\n", overall, strings.Join(parts, "; "))
+	return bad
+}
+
+func payloadSize() int {
+	p, _ := generate(1, 0)
+	return len(p[0])
+}
+
+func concurrencyText(c int) string {
+	if c > 0 {
+		return strconv.Itoa(c)
+	}
+	return fmt.Sprintf("%d (default)", config.DefaultConcurrency)
+}

@@ -1,0 +1,200 @@
+package consumer_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/standin"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// oneShot is an effect target with no idempotency support: it counts every
+// call per key.
+type oneShot struct {
+	mu    sync.Mutex
+	calls map[string]int
+	at    map[string]time.Time
+}
+
+func (o *oneShot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	k := r.Header.Get("Idempotency-Key")
+	o.calls[k]++
+	o.at[k] = time.Now()
+	w.WriteHeader(http.StatusAccepted)
+}
+
+func (o *oneShot) snapshot() (map[string]int, map[string]time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c, a := map[string]int{}, map[string]time.Time{}
+	for k, v := range o.calls {
+		c[k] = v
+	}
+	for k, v := range o.at {
+		a[k] = v
+	}
+	return c, a
+}
+
+// withOneShot adds pipeline "messages": a gate on triggers.messages whose
+// effect, a one-shot HTTP call, goes through the outbox.
+func withOneShot(url string, delay time.Duration, approval string) func(*config.Config) {
+	return func(c *config.Config) {
+		p := c.Pipelines[1] // webhooks: a gate-ledger pipeline with every default set
+		p.Name, p.Subject = "messages", "triggers.messages"
+		p.Key = config.Key{Fields: []string{"/msg"}}
+		p.Effect = config.Effect{Sink: config.SinkHTTP, URL: url, Class: config.ClassOneShot, Delay: delay, ApprovalSubject: approval}
+		c.Pipelines = append(c.Pipelines, p)
+	}
+}
+
+func message(id string, delivery int) []byte {
+	b, _ := json.Marshal(map[string]any{"msg": id, "delivery": delivery, "text": "Your order shipped"})
+	return b
+}
+
+func (f *fixture) keyOf(pipeline string, payload []byte) dedupe.Key {
+	f.t.Helper()
+	for i := range f.cfg.Pipelines {
+		if f.cfg.Pipelines[i].Name == pipeline {
+			k, err := dedupe.NewKeyer(f.cfg.Pipelines[i].KeySpec())
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			in, err := k.Intent(payload)
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			return in.Key
+		}
+	}
+	f.t.Fatalf("no pipeline %s", pipeline)
+	return dedupe.Key{}
+}
+
+func (f *fixture) dispatchStats() consumer.DispatchStats {
+	for _, s := range f.c.DispatchStats() {
+		return s
+	}
+	return consumer.DispatchStats{}
+}
+
+func TestOneShotSentOnce(t *testing.T) {
+	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
+	hs := httptest.NewServer(target)
+	defer hs.Close()
+	f := start(t, withOneShot(hs.URL, 0, ""), standin.Options{})
+	for i := range 10 {
+		for d := range 3 {
+			f.publish("triggers.messages", message(fmt.Sprintf("m-%d", i), d))
+		}
+	}
+	waitFor(t, 20*time.Second, "10 one-shot effects", func() bool { return f.dispatchStats().Sent == 10 }, f)
+	calls, _ := target.snapshot()
+	if len(calls) != 10 {
+		t.Errorf("%d keys called; want 10", len(calls))
+	}
+	for k, n := range calls {
+		if n != 1 {
+			t.Errorf("key %s called %d times", k, n)
+		}
+	}
+}
+
+func TestOneShotDelayAndCancel(t *testing.T) {
+	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
+	hs := httptest.NewServer(target)
+	defer hs.Close()
+	const delay = 1500 * time.Millisecond
+	f := start(t, withOneShot(hs.URL, delay, ""), standin.Options{})
+	keep, drop := message("keep", 0), message("drop", 0)
+	t0 := time.Now()
+	f.publish("triggers.messages", keep)
+	f.publish("triggers.messages", drop)
+	f.publish("triggers.messages", message("drop", 1)) // a duplicate within the delay window
+	dropKey := f.keyOf("messages", drop)
+	waitFor(t, 10*time.Second, "the effects in the outbox", func() bool { return f.stats("messages").Effects == 2 }, f)
+	reply, err := f.nc.Request(consumer.CancelSubject("messages"), []byte(dropKey.String()), 5*time.Second)
+	if err != nil || string(reply.Data) != "cancelled" {
+		t.Fatalf("cancel: %v %q", err, replyData(reply))
+	}
+	waitFor(t, 20*time.Second, "the kept effect", func() bool { return f.dispatchStats().Sent == 1 }, f)
+	waitFor(t, 10*time.Second, "the cancelled one seen", func() bool { return f.dispatchStats().Cancelled == 1 }, f)
+	calls, at := target.snapshot()
+	keepKey := f.keyOf("messages", keep).String()
+	if calls[keepKey] != 1 || calls[dropKey.String()] != 0 {
+		t.Errorf("calls %v; want keep once and drop never", calls)
+	}
+	if waited := at[keepKey].Sub(t0); waited < delay {
+		t.Errorf("sent after %v; want at least the delay %v", waited, delay)
+	}
+	reply, err = f.nc.Request(consumer.CancelSubject("messages"), []byte(keepKey), 5*time.Second)
+	if err != nil || string(reply.Data) != "already sent" {
+		t.Errorf("cancel after sending: %v %q; want \"already sent\"", err, replyData(reply))
+	}
+}
+
+func TestOneShotApproval(t *testing.T) {
+	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
+	hs := httptest.NewServer(target)
+	defer hs.Close()
+	f := start(t, withOneShot(hs.URL, 0, "approvals.messages"), standin.Options{})
+	payload := message("refund-77", 0)
+	f.publish("triggers.messages", payload)
+	waitFor(t, 10*time.Second, "the effect to wait for approval", func() bool { return f.dispatchStats().Waiting >= 2 }, f)
+	if calls, _ := target.snapshot(); len(calls) != 0 {
+		t.Fatalf("sent before approval: %v", calls)
+	}
+	reply, err := f.nc.Request("approvals.messages", []byte(f.keyOf("messages", payload).String()), 5*time.Second)
+	if err != nil || string(reply.Data) != "approved" {
+		t.Fatalf("approve: %v %q", err, replyData(reply))
+	}
+	waitFor(t, 10*time.Second, "the approved effect", func() bool { return f.dispatchStats().Sent == 1 }, f)
+}
+
+// TestOneShotUnknownOutcome: a dispatcher that claimed an effect and died
+// before recording the outcome leaves a pending dispatch record whose lease
+// runs out. The effect may have gone out; it is reported on the
+// dead-letter subject and never sent again.
+func TestOneShotUnknownOutcome(t *testing.T) {
+	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
+	hs := httptest.NewServer(target)
+	defer hs.Close()
+	f := start(t, withOneShot(hs.URL, 0, ""), standin.Options{})
+	payload := message("m-1", 0)
+	k := f.keyOf("messages", payload)
+	// What a dispatcher that died after its claim leaves behind.
+	if _, err := f.ledger.Begin(context.Background(), consumer.DispatchKey(k), dedupe.BeginOptions{Owner: "dead-dispatcher", Lease: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	f.publish("triggers.messages", payload)
+	waitFor(t, 20*time.Second, "the unknown outcome reported", func() bool { return f.dispatchStats().Unknown == 1 }, f)
+	dead := f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.messages")
+	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(consumer.ReasonUnknownOutcome) {
+		t.Errorf("%d dead letters; want one with reason unknown_outcome", len(dead))
+	}
+	if calls, _ := target.snapshot(); len(calls) != 0 {
+		t.Errorf("a one-shot effect of unknown outcome was sent: %v", calls)
+	}
+}
+
+func replyData(m *nats.Msg) string {
+	if m == nil {
+		return ""
+	}
+	return string(m.Data)
+}
