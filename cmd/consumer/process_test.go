@@ -173,6 +173,12 @@ pipelines:
     effect: {sink: http, url: "%s"}
     ack_wait: 1s
     max_deliver: 50
+  - name: hooks
+    subject: triggers.hooks
+    key: {fields: [/hook]}
+    effect: {sink: jetstream, subject: effects.hooks}
+    ack_wait: 1s
+    max_deliver: 50
   - name: messages
     subject: triggers.messages
     key: {fields: [/msg]}
@@ -216,6 +222,7 @@ func TestCrashAtEachPoint(t *testing.T) {
 					publishJSON(t, js, "triggers.alerts", map[string]any{"delivery": d, "alert": map[string]any{"fingerprint": fmt.Sprintf("fp-%02d", i)}})
 					publishJSON(t, js, "triggers.tickets", map[string]any{"delivery": d, "ticket": fmt.Sprintf("T-%02d", i), "title": "Disk full"})
 					publishJSON(t, js, "triggers.messages", map[string]any{"delivery": d, "msg": fmt.Sprintf("M-%02d", i), "text": "Your order shipped"})
+					publishJSON(t, js, "triggers.hooks", map[string]any{"delivery": d, "hook": fmt.Sprintf("H-%02d", i)})
 				}
 			}
 			select {
@@ -233,7 +240,7 @@ func TestCrashAtEachPoint(t *testing.T) {
 
 			second := startChild(t, nil, args...)
 			waitFor(t, 60*time.Second, "every trigger settled", func() bool {
-				return settledAll(t, js, "alerts", "tickets", "messages") && settledDispatch(t, js, "messages")
+				return settledAll(t, js, "alerts", "tickets", "hooks", "messages") && settledDispatch(t, js, "messages")
 			})
 			second.stop(t)
 
@@ -245,6 +252,15 @@ func TestCrashAtEachPoint(t *testing.T) {
 			}
 			if len(msgs) != n || len(keys) != n {
 				t.Errorf("effects.alerts holds %d effects with %d keys; want %d and %d", len(msgs), len(keys), n, n)
+			}
+			// The batched gate (claims and commits in one write per batch).
+			hooks := streamSubject(t, js, "ONCEGATE_EFFECTS", "effects.hooks")
+			hookKeys := map[string]bool{}
+			for _, m := range hooks {
+				hookKeys[m.Headers().Get(nats.MsgIdHdr)] = true
+			}
+			if len(hooks) != n || len(hookKeys) != n {
+				t.Errorf("effects.hooks holds %d effects with %d keys; want %d and %d", len(hooks), len(hookKeys), n, n)
 			}
 			effects, calls := rec.performed()
 			if effects != n {

@@ -101,7 +101,7 @@ func New(opts Options) (*Consumer, error) {
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 30 * time.Second
 	}
-	js, err := jetstream.New(opts.Conn)
+	js, err := jetstream.New(opts.Conn, jetstream.WithPublishAsyncMaxPending(4*batchMax))
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}

@@ -174,6 +174,9 @@ func (p *pipeline) setup(ctx context.Context) error {
 // most Concurrency at a time; the callback blocks while all are busy, which
 // is the back-pressure.
 func (p *pipeline) consume() (jetstream.ConsumeContext, error) {
+	if js := p.batchSink(); js != nil {
+		return p.consumeBatched(js)
+	}
 	batch := min(max(p.cfg.Concurrency*2, 64), p.cfg.MaxAckPending)
 	cc, err := p.cons.Consume(func(m jetstream.Msg) {
 		p.sem <- struct{}{}

@@ -176,3 +176,64 @@ func retryablePublish(err error) bool {
 	}
 	return true
 }
+
+// Pending is an effect published without waiting; Wait returns what
+// Deliver would have.
+type Pending struct {
+	key     string
+	subject string
+	fut     jetstream.PubAckFuture
+	err     error
+}
+
+// PublishAsync publishes e like Deliver but returns at once; the PubAck is
+// awaited with Pending.Wait. A pipeline that settles a batch of triggers
+// publishes all their effects, then waits for all of them, keeping many
+// effects in flight without a goroutine each.
+func (s *JetStream) PublishAsync(e Effect) *Pending {
+	p := &Pending{key: e.Key}
+	if err := checkKey("jetstream", e.Key); err != nil {
+		p.err = err
+		return p
+	}
+	subject, err := s.expand(e)
+	if err != nil {
+		p.err = &Error{Sink: "jetstream", Key: e.Key, Err: err}
+		return p
+	}
+	p.subject = subject
+	m := nats.NewMsg(subject)
+	m.Data = e.Body
+	for k, v := range e.Header {
+		m.Header.Set(k, v)
+	}
+	m.Header.Set(PipelineHeader, e.Pipeline)
+	m.Header.Set(StepHeader, e.Step)
+	if p.fut, err = s.js.PublishMsgAsync(m, jetstream.WithMsgID(e.Key)); err != nil {
+		p.err = &Error{Sink: "jetstream", Key: e.Key, Retryable: retryablePublish(err), Err: fmt.Errorf("publish to %s: %w", subject, err)}
+	}
+	return p
+}
+
+// Wait waits for the PubAck, up to the sink's timeout or ctx. Result.Body
+// is left empty (the batch path stores no PubAck).
+func (p *Pending) Wait(ctx context.Context, timeout time.Duration) (Result, error) {
+	if p.err != nil {
+		return Result{}, p.err
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case ack := <-p.fut.Ok():
+		return Result{Duplicate: ack.Duplicate, Attempts: 1}, nil
+	case err := <-p.fut.Err():
+		return Result{Attempts: 1}, &Error{Sink: "jetstream", Key: p.key, Retryable: retryablePublish(err), Err: fmt.Errorf("publish to %s: %w", p.subject, err)}
+	case <-t.C:
+		return Result{Attempts: 1}, &Error{Sink: "jetstream", Key: p.key, Retryable: true, Err: fmt.Errorf("publish to %s: %w", p.subject, context.DeadlineExceeded)}
+	case <-ctx.Done():
+		return Result{Attempts: 1}, &Error{Sink: "jetstream", Key: p.key, Retryable: true, Err: ctx.Err()}
+	}
+}
+
+// Timeout is the sink's bound on one publish.
+func (s *JetStream) Timeout() time.Duration { return s.timeout }

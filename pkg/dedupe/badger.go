@@ -328,3 +328,113 @@ func (l *BadgerLedger) Close() error {
 	l.closed.Store(true)
 	return nil
 }
+
+// updateBatch applies fn to each of keys in one transaction and one sync;
+// fn's errors are per key and do not abort the others. A batch too large
+// for one Badger transaction is split in halves.
+func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, fn func(i int, cur *Record, now time.Time) (next *Record, err error)) []error {
+	errs := make([]error, len(keys))
+	fail := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	if l.closed.Load() {
+		return fail(ErrClosed)
+	}
+	var err error
+	wrote := false
+	for range maxConflictRetries {
+		if err = ctx.Err(); err != nil {
+			return fail(err)
+		}
+		wrote = false
+		err = l.db.Update(func(txn *badger.Txn) error {
+			now := l.opts.Clock.Now()
+			for i, k := range keys {
+				cur, err := l.read(txn, k, now)
+				if err != nil {
+					errs[i] = err
+					continue
+				}
+				next, err := fn(i, cur, now)
+				errs[i] = err
+				if err != nil || next == nil {
+					continue
+				}
+				if err := l.write(txn, next); err != nil {
+					return err
+				}
+				wrote = true
+			}
+			return nil
+		})
+		if !errors.Is(err, badger.ErrConflict) {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, badger.ErrTxnTooBig) && len(keys) > 1:
+		h := len(keys) / 2
+		a := l.updateBatch(ctx, keys[:h], fn)
+		b := l.updateBatch(ctx, keys[h:], func(i int, cur *Record, now time.Time) (*Record, error) { return fn(h+i, cur, now) })
+		return append(a, b...)
+	case errors.Is(err, badger.ErrDBClosed):
+		return fail(fmt.Errorf("%w: %w", ErrClosed, err))
+	default:
+		return fail(err)
+	}
+	if wrote && l.syncer != nil {
+		if err := l.syncer.Sync(); err != nil {
+			return fail(fmt.Errorf("dedupe: syncing ledger: %w", err))
+		}
+	}
+	return errs
+}
+
+// BeginBatch claims every key of reqs in one transaction and one sync. See
+// [Batcher] and [BeginAll].
+func (l *BadgerLedger) BeginBatch(ctx context.Context, reqs []BeginRequest) []BeginResult {
+	out := make([]BeginResult, len(reqs))
+	keys := make([]Key, len(reqs))
+	for i, r := range reqs {
+		keys[i] = r.Key
+	}
+	errs := l.updateBatch(ctx, keys, func(i int, cur *Record, now time.Time) (*Record, error) {
+		if err := validBegin(reqs[i].Options); err != nil {
+			return nil, err
+		}
+		c, write, err := l.opts.Decide(reqs[i].Key, cur, reqs[i].Options, now)
+		out[i].Claim = c
+		if err != nil || !write {
+			return nil, err
+		}
+		return &out[i].Claim.Record, nil
+	})
+	for i, err := range errs {
+		if err != nil {
+			out[i] = BeginResult{Err: err}
+		}
+	}
+	return out
+}
+
+// CommitBatch commits every request in one transaction and one sync. See
+// [Batcher] and [CommitAll].
+func (l *BadgerLedger) CommitBatch(ctx context.Context, reqs []CommitRequest) []error {
+	keys := make([]Key, len(reqs))
+	for i, r := range reqs {
+		keys[i] = r.Key
+	}
+	return l.updateBatch(ctx, keys, func(i int, cur *Record, now time.Time) (*Record, error) {
+		rec, err := l.opts.Committed(reqs[i].Key, cur, reqs[i].Token, reqs[i].Result, now)
+		if err != nil {
+			return nil, err
+		}
+		return &rec, nil
+	})
+}
+
+var _ Batcher = (*BadgerLedger)(nil)
