@@ -9,3 +9,6 @@ import (
 
 // faultHook is nil in normal builds: no crash points.
 func faultHook() func(consumer.Point, dedupe.Key) { return nil }
+
+// brokenAckEarly is false in normal builds.
+func brokenAckEarly() bool { return false }

@@ -37,3 +37,8 @@ func faultHook() func(consumer.Point, dedupe.Key) {
 		select {} // the signal is on its way
 	}
 }
+
+// brokenAckEarly, in oncegate_faults builds, turns on the deliberate
+// ack-before-effect bug when ONCEGATE_BROKEN=ack-early, so that the soak
+// harness can show that its checker catches lost work.
+func brokenAckEarly() bool { return os.Getenv("ONCEGATE_BROKEN") == "ack-early" }

@@ -54,6 +54,10 @@ type Options struct {
 	// NoOps skips the metrics and health server even if configured.
 	NoOps bool
 
+	// BrokenAckEarly is passed to the consumer: a deliberate bug that only
+	// the oncegate_faults build sets, for the soak harness.
+	BrokenAckEarly bool
+
 	// WrapSink, if set, wraps each pipeline's sink (the demo injects
 	// effect failures with it).
 	WrapSink func(pipeline string, s sink.Sink) sink.Sink
@@ -170,6 +174,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 	a.consumerOpts = consumer.Options{
 		Config: cfg, Conn: nc, Ledger: a.Ledger, Model: client,
 		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"), Fault: o.Fault,
+		BrokenAckEarly: o.BrokenAckEarly,
 	}
 	if o.WrapSink != nil {
 		a.consumerOpts.Sinks = map[string]sink.Sink{}

@@ -189,6 +189,9 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 		case dedupe.StatusTakenOver:
 			p.n.takenOver.Add(1)
 		}
+		if p.c.opts.BrokenAckEarly {
+			it.m.Ack()
+		}
 		p.c.fault(AfterClaim, it.k)
 		publish(it)
 		sent = append(sent, it)

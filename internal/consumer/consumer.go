@@ -71,6 +71,11 @@ type Options struct {
 	// DrainTimeout bounds the wait for work in flight at shutdown. The
 	// default is 30s.
 	DrainTimeout time.Duration
+
+	// BrokenAckEarly acks each trigger as soon as its claim is made,
+	// before the effect: a deliberate bug, for tests that must show they
+	// notice work lost when the process dies. Never set in production.
+	BrokenAckEarly bool
 }
 
 // Consumer takes triggers off JetStream and runs each pipeline's flow:

@@ -366,6 +366,9 @@ func (p *pipeline) flow(ctx context.Context, m jetstream.Msg) verdict {
 	}
 	var token atomic.Uint64
 	token.Store(claim.Lease.Token)
+	if p.c.opts.BrokenAckEarly {
+		m.Ack()
+	}
 	p.c.fault(AfterClaim, k)
 
 	// Keep the message and the lease alive while the work runs.
