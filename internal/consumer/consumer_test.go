@@ -338,3 +338,33 @@ func testLogger(t *testing.T) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// TestReplySubject: a trigger that names a reply subject gets the stored
+// result there when its work is done.
+func TestReplySubject(t *testing.T) {
+	f := start(t, nil, standin.Options{})
+	replies := make(chan *nats.Msg, 4)
+	sub, err := f.nc.ChanSubscribe("replies.triage", replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	send := func(delivery int) {
+		m := nats.NewMsg("triggers.alerts")
+		m.Data = alert("reply-1", 1, delivery)
+		m.Header.Set(consumer.HeaderReply, "replies.triage")
+		if _, err := f.js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(0)
+	select {
+	case m := <-replies:
+		var e struct{ Answer string }
+		if json.Unmarshal(m.Data, &e) != nil || !strings.HasPrefix(e.Answer, standin.Label) {
+			t.Fatalf("reply %s; want the effect body with the model's answer", m.Data)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no reply")
+	}
+}
