@@ -302,6 +302,11 @@ func TestBadInputIsDeadLettered(t *testing.T) {
 func TestModelFailuresRetry(t *testing.T) {
 	f := start(t, func(c *config.Config) {
 		c.Pipelines[0].MaxDeliver = 20
+		// Retries come back after 300ms (a plain NAK would come back at
+		// once; the consumer paces them by the backoff).
+		c.Pipelines[0].Backoff = []time.Duration{300 * time.Millisecond}
+		c.Pipelines[0].AckWait = 300 * time.Millisecond
+		c.Ledger.Lease = 2 * time.Second
 	}, standin.Options{ErrorRate: 0.5, Seed: 7})
 	const alerts = 20
 	for i := range alerts {

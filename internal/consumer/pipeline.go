@@ -566,9 +566,13 @@ func (p *pipeline) settle(ctx context.Context, m jetstream.Msg, v verdict) {
 		if v.delay > 0 {
 			_ = m.NakWithDelay(v.delay)
 		} else {
+			// A plain NAK is redelivered at once; the server's BackOff
+			// only paces ack timeouts. So the delay is set here, from the
+			// same schedule.
+			d := p.retryDelay(deliveries)
 			p.n.retries.Add(1)
-			p.c.log.Info("retrying later", "pipeline", name, "deliveries", deliveries, "err", v.err)
-			_ = m.Nak()
+			p.c.log.Info("retrying later", "pipeline", name, "deliveries", deliveries, "in", d, "err", v.err)
+			_ = m.NakWithDelay(d)
 		}
 		p.c.obs.Settled(name, "nak")
 	case settleDead:
@@ -585,6 +589,17 @@ func (p *pipeline) settle(ctx context.Context, m jetstream.Msg, v verdict) {
 		_ = m.TermWithReason(string(v.reason))
 		p.c.obs.Settled(name, "term")
 	}
+}
+
+// retryDelay is the wait before delivery n+1 after a retryable failure of
+// delivery n: the pipeline's backoff if it has one (the last step
+// repeating), or 250ms doubling up to 30s.
+func (p *pipeline) retryDelay(n uint64) time.Duration {
+	if b := p.cfg.Backoff; len(b) > 0 {
+		return b[min(int(n), len(b))-1]
+	}
+	d := 250 * time.Millisecond << min(n-1, 7)
+	return min(d, 30*time.Second)
 }
 
 func errOr(err error) error {
