@@ -286,7 +286,10 @@ func (a *App) openModel(cfg *config.Config, o Options) (*openai.Client, error) {
 	}
 	cache, err := llmcache.Open(filepath.Join(cfg.DataDir, "llm-cache"), llmcache.Options{
 		TTL: cfg.LLM.Cache.TTL, MaxEntryBytes: int(cfg.LLM.Cache.MaxEntryBytes), Budget: cfg.LLM.Cache.BudgetTokens,
-		BudgetTTL: cfg.Ledger.Retention, Prices: prices, Logger: o.Logger.With("component", "llmcache"),
+		// A model call that hangs must not hold its intent (whose retries
+		// join the call) longer than one step may take.
+		FillTimeout: cfg.LLM.Timeout,
+		BudgetTTL:   cfg.Ledger.Retention, Prices: prices, Logger: o.Logger.With("component", "llmcache"),
 	})
 	if err != nil {
 		return nil, err

@@ -22,7 +22,8 @@ var EnvAllowlist = []string{
 	"ONCEGATE_NATS_PASSWORD", // the NATS password, read when connecting; never in the file
 	"ONCEGATE_NATS_TOKEN",    // the NATS token, read when connecting; never in the file
 	"ONCEGATE_CONFIG",        // the configuration file's path, read by cmd/consumer
-	"ONCEGATE_CRASH_*",       // the crash-test harness of pkg/dedupe
+	"ONCEGATE_CRASH_*",       // crash points: pkg/dedupe's crash test, and ONCEGATE_CRASH_AT in oncegate_faults builds
+	"ONCEGATE_BROKEN",        // a deliberate bug in oncegate_faults builds, for the soak harness
 	"ONCEGATE_BENCH_*",       // benchmark switches
 }
 

@@ -208,6 +208,7 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 				p.fail(ctx, it.k, it.claim.Lease.Token, err)
 			} else {
 				p.release(ctx, it.k, it.claim.Lease.Token)
+				v.token = it.claim.Lease.Token
 			}
 			p.settle(ctx, it.m, v)
 			continue

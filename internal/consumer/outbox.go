@@ -228,7 +228,12 @@ func (d *dispatcher) dispatch(m jetstream.Msg) {
 	}
 	p.c.obs.Effect(p.cfg.Name, p.cfg.Effect.Sink, "done", time.Since(t0))
 	if err := p.ledger.Commit(ctx, dk, token, dedupe.Result{DownstreamID: string(res.Body)}); err != nil {
-		p.c.log.Error("one-shot effect sent but its dispatch not recorded; a redelivery will report it as unknown", "pipeline", p.cfg.Name, "key", k.String(), "err", err)
+		// Sent, but the ledger does not know. The entry comes back, finds
+		// the dispatch taken over and reports the effect as unknown:
+		// better than a silent success the ledger cannot vouch for.
+		p.c.log.Error("one-shot effect sent but its dispatch not recorded; its redelivery will report it as unknown", "pipeline", p.cfg.Name, "key", k.String(), "err", err)
+		m.NakWithDelay(p.lease)
+		return
 	}
 	d.count(func(s *DispatchStats) { s.Sent++ })
 	m.Ack()

@@ -138,7 +138,7 @@ func BuildSink(js jetstream.JetStream, e *config.Effect) (sink.Sink, error) {
 			}
 			h[name] = v
 		}
-		return sink.NewHTTP(sink.HTTPOptions{URL: e.URL, Header: h})
+		return sink.NewHTTP(sink.HTTPOptions{URL: e.URL, Header: h, OneShot: e.Class == config.ClassOneShot})
 	case config.SinkFile:
 		return sink.NewFile(sink.FileOptions{Dir: e.Dir})
 	}
@@ -205,6 +205,7 @@ type verdict struct {
 	err    error         // for dead and nak, for the logs and the dead letter
 	key    *dedupe.Key
 	reply  []byte // the stored result, for HeaderReply
+	token  uint64 // the lease the work held, for a nak after a claim
 }
 
 type settleKind uint8
@@ -394,7 +395,9 @@ func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, toke
 				return dead(&k, se.reason, err)
 			}
 			p.release(ctx, k, token.Load())
-			return nak(&k, 0, err)
+			v := nak(&k, 0, err)
+			v.token = token.Load()
+			return v
 		}
 		p.c.fault(AfterAnswer, k)
 		modelRef = ans.cacheKey
@@ -410,6 +413,7 @@ func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, toke
 			p.fail(ctx, k, token.Load(), err)
 		} else {
 			p.release(ctx, k, token.Load())
+			v.token = token.Load()
 		}
 		return v
 	}
@@ -546,7 +550,13 @@ func (p *pipeline) settle(ctx context.Context, m jetstream.Msg, v verdict) {
 		deliveries = meta.NumDelivered
 	}
 	if v.kind == settleNak && p.cfg.MaxDeliver > 0 && deliveries >= uint64(p.cfg.MaxDeliver) {
-		v = dead(v.key, ReasonExhausted, fmt.Errorf("gave up after %d deliveries: %w", deliveries, errOr(v.err)))
+		err := fmt.Errorf("gave up after %d deliveries: %w", deliveries, errOr(v.err))
+		if v.token != 0 {
+			// Mark the work failed, so that a later duplicate does not
+			// take it over and do it after the dead letter.
+			p.fail(ctx, *v.key, v.token, err)
+		}
+		v = dead(v.key, ReasonExhausted, err)
 	}
 	switch v.kind {
 	case settleAck:

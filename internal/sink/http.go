@@ -61,6 +61,13 @@ type HTTPOptions struct {
 	// MaxResponseBytes limits the response body kept in Result.Body; the
 	// rest is dropped. The default is MaxResultBytes (16 KiB).
 	MaxResponseBytes int
+
+	// OneShot is for receivers that do not honour Idempotency-Key: one
+	// attempt per Deliver (Attempts is ignored), and a request that Go's
+	// transport will not re-send by itself on a reused connection that
+	// broke (it would, for a request carrying Idempotency-Key). The
+	// default is false.
+	OneShot bool
 }
 
 // HTTP sends each effect as an HTTP request with the intent key as
@@ -79,6 +86,7 @@ type HTTP struct {
 	ownClient  bool
 	timeout    time.Duration
 	attempts   int
+	oneShot    bool
 	backoff    time.Duration
 	maxBackoff time.Duration
 	maxBody    int
@@ -103,10 +111,14 @@ func NewHTTP(opts HTTPOptions) (*HTTP, error) {
 		client:     opts.Client,
 		timeout:    cmp.Or(opts.Timeout, 10*time.Second),
 		attempts:   cmp.Or(opts.Attempts, 5),
+		oneShot:    opts.OneShot,
 		backoff:    cmp.Or(opts.Backoff, 200*time.Millisecond),
 		maxBackoff: cmp.Or(opts.MaxBackoff, 10*time.Second),
 		maxBody:    cmp.Or(opts.MaxResponseBytes, MaxResultBytes),
 		wait:       wait,
+	}
+	if s.oneShot {
+		s.attempts = 1
 	}
 	switch {
 	case u.User != nil:
@@ -209,6 +221,9 @@ func (s *HTTP) try(ctx context.Context, h http.Header, body []byte, res *Result)
 		return 0, fmt.Errorf("%s %q: building the request failed", s.method, s.target)
 	}
 	req.Header = h
+	if s.oneShot {
+		req.GetBody = nil // not replayable: net/http sends it at most once
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if ue, ok := errors.AsType[*url.Error](err); ok {

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/consumer"
+)
+
+// Kinds of fault.
+const (
+	fKill       = "kill"        // SIGKILL a replica
+	fZombie     = "zombie"      // SIGSTOP a replica past its lease, then SIGCONT
+	fServerTerm = "server-term" // restart the nats-server after SIGTERM
+	fServerKill = "server-kill" // restart the nats-server after SIGKILL
+)
+
+// fault is one entry of the schedule.
+type fault struct {
+	at      time.Duration
+	kind    string
+	replica int
+	crashAt string        // kill: ONCEGATE_CRASH_AT armed for the restart
+	pause   time.Duration // zombie: how long it stays stopped
+	down    time.Duration // server: how long it stays down
+}
+
+func (f fault) String() string {
+	switch f.kind {
+	case fKill:
+		s := fmt.Sprintf("%7.2fs  SIGKILL replica-%d", f.at.Seconds(), f.replica)
+		if f.crashAt != "" {
+			s += ", restart armed with ONCEGATE_CRASH_AT=" + f.crashAt
+		}
+		return s
+	case fZombie:
+		return fmt.Sprintf("%7.2fs  SIGSTOP replica-%d for %v, then SIGCONT", f.at.Seconds(), f.replica, f.pause.Round(time.Millisecond))
+	case fServerTerm:
+		return fmt.Sprintf("%7.2fs  SIGTERM nats-server, down %v", f.at.Seconds(), f.down.Round(time.Millisecond))
+	case fServerKill:
+		return fmt.Sprintf("%7.2fs  SIGKILL nats-server, down %v", f.at.Seconds(), f.down.Round(time.Millisecond))
+	}
+	return f.kind
+}
+
+// crashPoints are the points ONCEGATE_CRASH_AT can name.
+var crashPoints = append(append([]consumer.Point(nil), consumer.Points...), consumer.AfterDispatchClaim)
+
+// newSchedule draws the faults of a window of length d, within its first
+// 90% (the workload is published over the first 80%, and its last copies
+// follow by up to 8s): kills at uniformly random instants, pauses and
+// server restarts one per equal slot, at a random place in it, so that they
+// do not pile up.
+func newSchedule(rng *rand.Rand, o options) []fault {
+	d := float64(o.duration) * 0.9
+	var fs []fault
+	for range o.kills {
+		f := fault{at: time.Duration(d * (0.03 + 0.97*rng.Float64())), kind: fKill, replica: rng.IntN(o.replicas)}
+		if rng.Float64() < o.crashPoints {
+			f.crashAt = fmt.Sprintf("%s:%d", crashPoints[rng.IntN(len(crashPoints))], 1+rng.IntN(40))
+		}
+		fs = append(fs, f)
+	}
+	for j := range o.zombies {
+		fs = append(fs, fault{
+			at:   time.Duration(d * (float64(j) + 0.1 + 0.8*rng.Float64()) / float64(o.zombies)),
+			kind: fZombie, replica: rng.IntN(o.replicas),
+			pause: o.lease + time.Second + time.Duration(rng.Int64N(int64(3*time.Second))),
+		})
+	}
+	first := rng.IntN(2)
+	for j := range o.serverRestarts {
+		kind := fServerTerm
+		if (first+j)%2 == 1 {
+			kind = fServerKill
+		}
+		fs = append(fs, fault{
+			at:   time.Duration(d * (float64(j) + 0.2 + 0.6*rng.Float64()) / float64(o.serverRestarts)),
+			kind: kind, down: 300*time.Millisecond + time.Duration(rng.Int64N(int64(2500*time.Millisecond))),
+		})
+	}
+	slices.SortStableFunc(fs, func(a, b fault) int { return cmp.Compare(a.at, b.at) })
+	return fs
+}
+
+// Kinds of event on the timeline.
+const (
+	evKill       = "SIGKILL consumer"
+	evCrashPoint = "SIGKILL at a crash point"
+	evPause      = "SIGSTOP consumer"
+	evResume     = "SIGCONT consumer"
+	evServerTerm = "SIGTERM nats-server"
+	evServerKill = "SIGKILL nats-server"
+	evServerUp   = "nats-server up"
+	evMissed     = "fault skipped"
+)
+
+type event struct {
+	at      time.Time
+	kind    string
+	replica int
+	detail  string
+}
+
+type events struct {
+	mu      sync.Mutex
+	list    []event
+	t0      time.Time
+	verbose bool
+}
+
+func (e *events) add(ev event) {
+	if ev.at.IsZero() {
+		ev.at = time.Now()
+	}
+	e.mu.Lock()
+	e.list = append(e.list, ev)
+	t0 := e.t0
+	e.mu.Unlock()
+	if e.verbose {
+		who := ""
+		if ev.kind != evServerTerm && ev.kind != evServerKill && ev.kind != evServerUp {
+			who = fmt.Sprintf(" replica-%d", ev.replica)
+		}
+		fmt.Printf("  %7.2fs  %s%s %s\n", ev.at.Sub(t0).Seconds(), ev.kind, who, ev.detail)
+	}
+}
+
+func (e *events) snapshot() []event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]event(nil), e.list...)
+}
+
+func (e *events) count(kind string) int {
+	n := 0
+	for _, ev := range e.snapshot() {
+		if ev.kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// inject runs the schedule from t0, each fault on its own goroutine at its
+// time, and returns when all are done.
+func (h *harness) inject(ctx context.Context, t0 time.Time, schedule []fault) {
+	var wg sync.WaitGroup
+	for _, f := range schedule {
+		wg.Go(func() {
+			if d := time.Until(t0.Add(f.at)); d > 0 && !sleepCtx(ctx, d) {
+				return
+			}
+			h.apply(ctx, f)
+		})
+	}
+	wg.Wait()
+}
+
+func (h *harness) apply(ctx context.Context, f fault) {
+	switch f.kind {
+	case fKill:
+		r := h.replicas[f.replica]
+		// A replica that is down (restarting, or unable to start while the
+		// server is down) or paused is waited for: every kill lands on a
+		// running process.
+		c := r.waitRunning(ctx, 300*time.Millisecond, 60*time.Second)
+		if c == nil {
+			h.events.add(event{kind: evMissed, replica: f.replica, detail: "kill: the replica was not running for 60s"})
+			return
+		}
+		if f.crashAt != "" {
+			r.arm(f.crashAt)
+		}
+		c.killed.Store(true)
+		if err := c.signal(syscall.SIGKILL); err != nil {
+			h.events.add(event{kind: evMissed, replica: f.replica, detail: "kill: " + err.Error()})
+			return
+		}
+		detail := ""
+		if f.crashAt != "" {
+			detail = "(restart armed: " + f.crashAt + ")"
+		}
+		h.events.add(event{kind: evKill, replica: f.replica, detail: detail})
+	case fZombie:
+		r := h.replicas[f.replica]
+		c := r.waitRunning(ctx, 300*time.Millisecond, 60*time.Second)
+		if c == nil {
+			h.events.add(event{kind: evMissed, replica: f.replica, detail: "pause: the replica was not running for 60s"})
+			return
+		}
+		c.paused.Store(true)
+		if err := c.signal(syscall.SIGSTOP); err != nil {
+			c.paused.Store(false)
+			h.events.add(event{kind: evMissed, replica: f.replica, detail: "pause: " + err.Error()})
+			return
+		}
+		h.events.add(event{kind: evPause, replica: f.replica, detail: fmt.Sprintf("for %v", f.pause.Round(time.Millisecond))})
+		sleepCtx(ctx, f.pause)
+		c.signal(syscall.SIGCONT)
+		c.paused.Store(false)
+		h.events.add(event{kind: evResume, replica: f.replica})
+	case fServerTerm, fServerKill:
+		h.serverMu.Lock() // one restart at a time
+		defer h.serverMu.Unlock()
+		sig, kind := syscall.SIGTERM, evServerTerm
+		if f.kind == fServerKill {
+			sig, kind = syscall.SIGKILL, evServerKill
+		}
+		h.events.add(event{kind: kind, detail: fmt.Sprintf("down %v", f.down.Round(time.Millisecond))})
+		if err := h.server.restart(ctx, sig, f.down); err != nil {
+			if ctx.Err() == nil {
+				h.fatal(fmt.Errorf("restarting nats-server: %w", err))
+			}
+			return
+		}
+		h.events.add(event{kind: evServerUp})
+	}
+}

@@ -1,0 +1,570 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/standin"
+)
+
+// harness owns everything a run starts.
+type harness struct {
+	o      options
+	dir    string
+	procs  *procs
+	events *events
+
+	consumerBin string
+	natsBin     string
+	configPath  string
+
+	server   *natsServer
+	serverMu sync.Mutex
+	replicas []*replica
+
+	model    *standin.Server
+	proxy    *modelProxy
+	pay      *paymentSink
+	shot     *oneShotSink
+	urls     serviceURLs
+	stops    []func()
+	callLogs []*callLog
+
+	nc *nats.Conn
+	js jetstream.JetStream
+
+	w        *workload
+	schedule []fault
+	pub      *publisher
+	t0       time.Time
+
+	bg      sync.WaitGroup
+	cancel  context.CancelCauseFunc
+	fatalMu sync.Mutex
+	fatalE  error
+}
+
+func newHarness(o options) (*harness, error) {
+	dir, err := os.MkdirTemp("", "oncegate-soak-")
+	if err != nil {
+		return nil, err
+	}
+	h := &harness{o: o, dir: dir, procs: newProcs(), events: &events{verbose: o.verbose}}
+	for _, d := range []string{"bin", "logs", "nats"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// fatal aborts the run with err.
+func (h *harness) fatal(err error) {
+	h.fatalMu.Lock()
+	if h.fatalE == nil {
+		h.fatalE = err
+	}
+	h.fatalMu.Unlock()
+	if h.cancel != nil {
+		h.cancel(err)
+	}
+}
+
+func (h *harness) close() {
+	if h.cancel != nil {
+		h.cancel(errors.New("soak: closing"))
+	}
+	h.procs.killAll()
+	waitGroup(&h.bg, 15*time.Second)
+	if h.nc != nil {
+		h.nc.Close()
+	}
+	for i := len(h.stops) - 1; i >= 0; i-- {
+		h.stops[i]()
+	}
+	for _, l := range h.callLogs {
+		l.Close()
+	}
+	if h.o.keep {
+		fmt.Printf("soak: kept %s (logs/, sink call logs, nats store, replica data)\n", h.dir)
+		return
+	}
+	os.RemoveAll(h.dir)
+}
+
+func waitGroup(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+}
+
+// logHint says where a log is, or how to keep it.
+func (h *harness) logHint(path string) string {
+	if h.o.keep {
+		return " (log: " + path + ")"
+	}
+	return " (run with -keep to keep its log)"
+}
+
+// consumerEnv is the environment of a replica's process: its own model
+// base URL (the proxy tells the replicas' calls apart by it), and the
+// deliberate bug when asked for.
+func (h *harness) consumerEnv(replica int) []string {
+	env := []string{fmt.Sprintf("ONCEGATE_LLM_BASE_URL=%s/r%d/v1", h.urls.modelRoot, replica)}
+	if h.o.broken {
+		env = append(env, "ONCEGATE_BROKEN=ack-early")
+	}
+	return env
+}
+
+func (h *harness) run(parent context.Context) error {
+	ctx, cancel := context.WithCancelCause(parent)
+	h.cancel = cancel
+	err := h.runCtx(ctx)
+	h.fatalMu.Lock()
+	ferr := h.fatalE
+	h.fatalMu.Unlock()
+	if ferr != nil {
+		return ferr
+	}
+	if parent.Err() != nil {
+		return fmt.Errorf("interrupted: %w", parent.Err())
+	}
+	return err
+}
+
+func (h *harness) runCtx(ctx context.Context) error {
+	o := h.o
+	rng := rand.New(rand.NewPCG(o.seed, 0x736f616b)) // "soak"
+	h.w = newWorkload(rng, o.intents, o.hostile, o.duration*8/10, o.duration)
+	h.schedule = newSchedule(rng, o)
+	h.printPlan()
+
+	if err := h.build(ctx); err != nil {
+		return err
+	}
+	if err := h.startServices(); err != nil {
+		return err
+	}
+	if err := h.startServer(ctx); err != nil {
+		return err
+	}
+	if err := h.writeConfig(); err != nil {
+		return err
+	}
+	t := time.Now()
+	if err := h.startReplicas(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("soak: nats-server at %s, %d consumer replicas consuming (%.1fs)\n", h.server.url(), len(h.replicas), time.Since(t).Seconds())
+
+	// The fault window: the workload and the schedule run side by side.
+	h.t0 = time.Now()
+	h.events.mu.Lock()
+	h.events.t0 = h.t0
+	h.events.mu.Unlock()
+	h.pub = &publisher{js: h.js, w: h.w}
+	pubDone := make(chan error, 1)
+	h.bg.Go(func() { pubDone <- h.pub.run(ctx, h.t0) })
+	faultsDone := make(chan struct{})
+	h.bg.Go(func() { h.inject(ctx, h.t0, h.schedule); close(faultsDone) })
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	var pubErr error
+	for pubDone != nil || faultsDone != nil {
+		select {
+		case pubErr = <-pubDone:
+			pubDone = nil
+			if pubErr != nil {
+				return fmt.Errorf("publishing: %w", pubErr)
+			}
+		case <-faultsDone:
+			faultsDone = nil
+		case <-tick.C:
+			h.printProgress(ctx)
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	window := time.Since(h.t0)
+	fmt.Printf("soak: fault window over after %.1fs; every process resumed, nats-server up; waiting for every trigger to settle\n", window.Seconds())
+
+	t = time.Now()
+	settled, why := h.settle(ctx)
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	settleTime := time.Since(t)
+	if settled {
+		fmt.Printf("soak: settled %.1fs after the fault window\n", settleTime.Seconds())
+	} else {
+		fmt.Printf("soak: NOT settled %v after the fault window: %s\n", o.settleTimeout, why)
+	}
+	t = time.Now()
+	var wg sync.WaitGroup
+	for _, r := range h.replicas {
+		wg.Go(r.stop)
+	}
+	wg.Wait()
+	fmt.Printf("soak: replicas drained with SIGTERM (%.1fs); checking\n", time.Since(t).Seconds())
+
+	rep, err := h.check(ctx)
+	if err != nil {
+		return fmt.Errorf("checking: %w", err)
+	}
+	rep.settled, rep.settleWhy, rep.window, rep.settleTime = settled, why, window, settleTime
+	rep.print(os.Stdout, h)
+	if o.plot != "" {
+		if err := h.plot(rep, o.plot); err != nil {
+			fmt.Fprintln(os.Stderr, "soak: plot:", err)
+		} else {
+			fmt.Printf("soak: plot written to %s\n", o.plot)
+		}
+	}
+	if !rep.pass() {
+		fmt.Printf("soak: FAIL — replay with: go run ./bench/soak -seed %d (same flags), add -keep for the logs\n", o.seed)
+		return errFailed
+	}
+	fmt.Println("soak: PASS")
+	return nil
+}
+
+func (h *harness) printPlan() {
+	byPipe := map[string]int{}
+	hostile := 0
+	for _, in := range h.w.intents {
+		if in.hostile != "" {
+			hostile++
+			continue
+		}
+		byPipe[in.pipeline]++
+	}
+	kinds := map[string]int{}
+	for _, p := range h.w.pubs {
+		kinds[p.kind]++
+	}
+	fmt.Printf("soak: %d intents (%s %d, %s %d, %s %d, %s %d, hostile %d) in %d triggers (%d originals, %d provider retries, %d redeliveries, %d reworded, %d hostile)\n",
+		len(h.w.intents), pTriage, byPipe[pTriage], pCharges, byPipe[pCharges], pNotify, byPipe[pNotify], pHooks, byPipe[pHooks], hostile,
+		len(h.w.pubs), kinds["original"], kinds["retry"], kinds["redelivery"], kinds["reworded"], kinds["hostile"])
+	n := map[string]int{}
+	armed := 0
+	for _, f := range h.schedule {
+		n[f.kind]++
+		if f.crashAt != "" {
+			armed++
+		}
+	}
+	fmt.Printf("soak: faults over %v: %d SIGKILLs of %d replicas (%d restarts armed with a crash point), %d SIGSTOP/SIGCONT pauses past the %v lease, %d nats-server restarts (%d SIGTERM, %d SIGKILL); clock jumps: not injected (the consumer binary has no clock hook)\n",
+		h.o.duration, n[fKill], h.o.replicas, armed, n[fZombie], h.o.lease, n[fServerTerm]+n[fServerKill], n[fServerTerm], n[fServerKill])
+	fmt.Printf("soak: model: %.0f%% errors, %.0f%% timeouts; payment sink drops %.0f%% of responses; one-shot sink drops %.0f%%; broken build: %v\n",
+		100*h.o.modelErrors, 100*h.o.modelTimeouts, 100*h.o.lostResponses, 100*h.o.oneShotLost, h.o.broken)
+	if h.o.verbose {
+		for _, f := range h.schedule {
+			fmt.Println("  schedule:", f)
+		}
+	}
+}
+
+func (h *harness) printProgress(ctx context.Context) {
+	published, retries := h.pub.progress()
+	effects := h.pay.created.Load() + h.shot.calls.Load()
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if st, err := h.js.Stream(ictx, "ONCEGATE_EFFECTS"); err == nil {
+		effects += int64(st.CachedInfo().State.Msgs)
+	}
+	kills := h.events.count(evKill) + h.events.count(evCrashPoint)
+	restarts := h.events.count(evServerTerm) + h.events.count(evServerKill)
+	fmt.Printf("  %5.0fs  published %d/%d triggers (%d publish retries), effects %d, kills %d, server restarts %d, pauses %d\n",
+		time.Since(h.t0).Seconds(), published, len(h.w.pubs), retries, effects, kills, restarts, h.events.count(evPause))
+}
+
+// moduleRoot returns the directory of the main module.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run soak from within the oncegate module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+func (h *harness) build(ctx context.Context) error {
+	t := time.Now()
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	h.natsBin = filepath.Join(h.dir, "bin", "nats-server")
+	builds := [][]string{{"build", "-o", h.natsBin, "github.com/nats-io/nats-server/v2"}}
+	if h.o.consumerBin != "" {
+		h.consumerBin = h.o.consumerBin
+	} else {
+		h.consumerBin = filepath.Join(h.dir, "bin", "consumer")
+		builds = append(builds, []string{"build", "-tags", "oncegate_faults", "-o", h.consumerBin, "./cmd/consumer"})
+	}
+	for _, args := range builds {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	fmt.Printf("soak: built nats-server and consumer (-tags oncegate_faults) in %.1fs\n", time.Since(t).Seconds())
+	return nil
+}
+
+// startServices starts the model and the sinks in this process.
+func (h *harness) startServices() error {
+	var err error
+	h.model, err = standin.New(standin.Options{
+		ErrorRate: h.o.modelErrors, TimeoutRate: h.o.modelTimeouts, Latency: h.o.modelLatency, Seed: h.o.seed,
+	})
+	if err != nil {
+		return err
+	}
+	h.proxy = newModelProxy(h.model)
+	payLog, err := newCallLog(filepath.Join(h.dir, "logs", "payment-sink.jsonl"))
+	if err != nil {
+		return err
+	}
+	shotLog, err := newCallLog(filepath.Join(h.dir, "logs", "one-shot-sink.jsonl"))
+	if err != nil {
+		return err
+	}
+	h.callLogs = append(h.callLogs, payLog, shotLog)
+	h.pay = newPaymentSink(h.o.seed, h.o.lostResponses, payLog)
+	h.shot = newOneShotSink(h.o.seed, h.o.oneShotLost, shotLog)
+	modelURL, stopModel, err := serveHTTP(h.proxy)
+	if err != nil {
+		return err
+	}
+	h.stops = append(h.stops, func() { h.model.Close(); stopModel() })
+	payURL, stopPay, err := serveHTTP(h.pay)
+	if err != nil {
+		return err
+	}
+	h.stops = append(h.stops, stopPay)
+	shotURL, stopShot, err := serveHTTP(h.shot)
+	if err != nil {
+		return err
+	}
+	h.stops = append(h.stops, stopShot)
+	h.urls = serviceURLs{model: modelURL + "/v1", modelRoot: modelURL, pay: payURL + "/v1/charges", shot: shotURL + "/v1/messages"}
+	return nil
+}
+
+type serviceURLs struct{ model, modelRoot, pay, shot string }
+
+// startServer starts the nats-server child and connects the harness to it.
+func (h *harness) startServer(ctx context.Context) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	conf := filepath.Join(h.dir, "nats.conf")
+	if err := os.WriteFile(conf, []byte("# soak: the nats-server's settings beyond its flags\njetstream {\n  sync_interval: "+h.o.syncInterval+"\n}\n"), 0o644); err != nil {
+		return err
+	}
+	h.server = &natsServer{
+		h: h, bin: h.natsBin, port: port, log: filepath.Join(h.dir, "logs", "nats-server.log"),
+		args: []string{"-js", "-sd", filepath.Join(h.dir, "nats"), "-p", fmt.Sprint(port), "-a", "127.0.0.1", "-c", conf},
+	}
+	if err := h.server.start(ctx); err != nil {
+		return err
+	}
+	h.nc, err = nats.Connect(h.server.url(), nats.Name("oncegate-soak"),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(50*time.Millisecond, 0),
+		nats.ReconnectBufSize(-1), // fail publishes at once while disconnected: the publisher retries them
+	)
+	if err != nil {
+		return err
+	}
+	h.js, err = jetstream.New(h.nc)
+	return err
+}
+
+// consumerConfig is the configuration under test; the flags -data and
+// -nats-url give each replica its directory and the server.
+const consumerConfig = `# soak: the configuration of every consumer replica
+data_dir: %[1]s
+nats:
+  url: %[2]s
+  connect_timeout: 2s
+ledger:
+  store: kv
+  lease: %[3]s
+llm:
+  base_url: %[4]s
+  timeout: 3s
+metrics:
+  listen: ""
+log:
+  level: info
+pipelines:
+  - name: triage
+    subject: triggers.triage
+    key:
+      fields: [/alert/fingerprint]
+      version: /alert/occurrence
+    step:
+      name: triage
+      prompt: "Triage alert {{.alert.fingerprint}} (occurrence {{.alert.occurrence}}, {{.alert.severity}}): {{.alert.summary}}"
+    effect: {sink: jetstream, subject: effects.triage}
+    ack_wait: %[5]s
+    max_deliver: %[6]d
+  - name: charges
+    subject: triggers.charges
+    key:
+      fields: [/charge/id]
+    step:
+      name: descriptor
+      prompt: "Write the statement descriptor of charge {{.charge.id}} ({{.charge.amount}} {{.charge.currency}}): {{.charge.description}}"
+    effect: {sink: http, url: "%[7]s"}
+    ack_wait: %[5]s
+    max_deliver: %[6]d
+  - name: notify
+    subject: triggers.notify
+    key:
+      fields: [/msg/id]
+    effect: {sink: http, url: "%[8]s", class: one-shot}
+    ack_wait: %[5]s
+    max_deliver: %[6]d
+  - name: hooks
+    subject: triggers.hooks
+    key:
+      volatile: [/delivery_id, /sent_at]
+    effect: {sink: jetstream, subject: effects.hooks}
+    ack_wait: %[5]s
+    max_deliver: %[6]d
+`
+
+func (h *harness) writeConfig() error {
+	h.configPath = filepath.Join(h.dir, "oncegate.yaml")
+	cfg := fmt.Sprintf(consumerConfig, filepath.Join(h.dir, "replica-data"), h.server.url(), h.o.lease,
+		h.urls.model, h.o.ackWait, h.o.maxDeliver, h.urls.pay, h.urls.shot)
+	return os.WriteFile(h.configPath, []byte(cfg), 0o644)
+}
+
+// startReplicas starts the replicas, the first one alone until it has set
+// up the streams and durable consumers, and waits until all consume.
+func (h *harness) startReplicas(ctx context.Context) error {
+	for i := range h.o.replicas {
+		r := &replica{h: h, idx: i, dataDir: filepath.Join(h.dir, fmt.Sprintf("replica-%d", i)),
+			log: filepath.Join(h.dir, "logs", fmt.Sprintf("replica-%d.log", i)), done: make(chan struct{})}
+		h.replicas = append(h.replicas, r)
+	}
+	wait := func(r *replica) error {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if c := r.current(); c != nil && strings.Contains(c.output(), "msg=consuming") {
+				return nil
+			}
+			if r.failedStarts.Load() > 0 {
+				last, _ := r.lastFailure.Load().(string)
+				return fmt.Errorf("%s does not start: %s%s", r.name(), last, h.logHint(r.log))
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s is not consuming after 60s%s", r.name(), h.logHint(r.log))
+			}
+			if !sleepCtx(ctx, 20*time.Millisecond) {
+				return context.Cause(ctx)
+			}
+		}
+	}
+	for i, r := range h.replicas {
+		h.bg.Go(func() { r.supervise(ctx) })
+		if i == 0 {
+			if err := wait(r); err != nil {
+				return err
+			}
+		}
+	}
+	for _, r := range h.replicas[1:] {
+		if err := wait(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle waits until every durable consumer has nothing pending and
+// nothing unacknowledged, and the sinks nothing in flight, several times in
+// a row.
+func (h *harness) settle(ctx context.Context) (bool, string) {
+	deadline := time.Now().Add(h.o.settleTimeout)
+	lastPrint := time.Now()
+	streak := 0
+	why := ""
+	for {
+		ok, w := h.settledOnce(ctx)
+		if ok {
+			streak++
+			if streak >= 6 {
+				return true, ""
+			}
+		} else {
+			streak, why = 0, w
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false, why
+		}
+		if time.Since(lastPrint) >= 10*time.Second {
+			fmt.Printf("  settling: %s\n", why)
+			lastPrint = time.Now()
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+}
+
+func (h *harness) settledOnce(ctx context.Context) (bool, string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var busy []string
+	check := func(stream, durable, name string) {
+		c, err := h.js.Consumer(ctx, stream, durable)
+		if err != nil {
+			busy = append(busy, name+": "+err.Error())
+			return
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			busy = append(busy, name+": "+err.Error())
+			return
+		}
+		if info.NumPending != 0 || info.NumAckPending != 0 {
+			busy = append(busy, fmt.Sprintf("%s %d pending, %d unacknowledged", name, info.NumPending, info.NumAckPending))
+		}
+	}
+	for _, p := range pipelines {
+		check("ONCEGATE", consumer.Durable(p), p)
+	}
+	check("ONCEGATE_OUTBOX", consumer.Durable(pNotify)+"-dispatch", pNotify+" dispatcher")
+	if n := h.pay.busy() + h.shot.busy(); n > 0 {
+		busy = append(busy, fmt.Sprintf("%d sink calls in flight", n))
+	}
+	if n := h.proxy.busy(); len(busy) > 0 && n > 0 {
+		// Not a reason to wait, but often the cause of a long wait: a
+		// hung model call that retries of its intent keep joining.
+		busy = append(busy, fmt.Sprintf("(%d model calls in flight upstream)", n))
+	}
+	return len(busy) == 0, strings.Join(busy, "; ")
+}

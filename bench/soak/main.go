@@ -1,0 +1,216 @@
+// Command soak drives the real consumer binary through a seeded storm of
+// faults and checks, intent by intent, that every effect happened once and
+// nothing was lost.
+//
+// Everything runs as it would in production, on loopback:
+//
+//   - a nats-server built from the module (github.com/nats-io/nats-server/v2)
+//     and run as a separate process with JetStream on (-js -sd STORE -p PORT
+//     -a 127.0.0.1, and a config file for sync_interval), so that it can be
+//     stopped with SIGTERM or killed with SIGKILL and restarted on its store;
+//   - -replicas copies of the consumer binary, built with the
+//     oncegate_faults tag, as child processes joined to that server
+//     (-nats-url), each with its own -data directory, sharing the JetStream
+//     KV ledger (ledger.store: kv) and one durable consumer per pipeline;
+//   - the offline stand-in model, served from this process with injected
+//     server errors and timeouts (llm.base_url points at it), behind a proxy
+//     that counts calls and tokens per intent;
+//   - a payment-provider sink that honours Idempotency-Key (it replays the
+//     stored response, answers 409 while the first request with a key is in
+//     flight, 422 when a key comes back with another body) and logs every
+//     call, and sometimes commits a charge and then drops the connection
+//     ("charge succeeded, response lost");
+//   - a one-shot sink that counts every call (no idempotency support);
+//   - the effect stream JetStream sinks publish to (Nats-Msg-Id).
+//
+// Four pipelines share the work: triage (model step, JetStream effect),
+// charges (model step, HTTP payment sink), notify (one-shot HTTP effect
+// through the outbox) and hooks (gate-ledger, batched JetStream effect).
+// Each of -intents intents is published 1 to 4 times: exact provider
+// retries, redeliveries with a new delivery id and time, and reworded
+// duplicates (same key fields, other words). A share (-hostile) are hostile
+// payloads that must be dead-lettered: truncated JSON, duplicate names,
+// invalid UTF-8, lone surrogates, NaN, integers past 2^53, a byte-order
+// mark, trailing data, nesting and arrays past the limits, missing key
+// fields.
+//
+// On a schedule drawn from -seed (printed; the same seed replays the same
+// workload and the same schedule, though not the same interleaving): consumer
+// replicas are killed with SIGKILL at random instants (-kills; some of the
+// restarts are armed with ONCEGATE_CRASH_AT so that the next death lands
+// exactly at a point of the flow), paused with SIGSTOP for longer than the
+// lease and resumed with SIGCONT (-zombies: a stalled holder that wakes after
+// its work was taken over), and the nats-server is restarted, alternately
+// with SIGTERM and SIGKILL (-server-restarts). Clock jumps are not injected:
+// the consumer binary has no hook for the ledger's clock.
+//
+// When the schedule is over, every process is resumed and the run waits
+// until the durable consumers (and the one-shot dispatcher) have nothing
+// pending and nothing unacknowledged. Then the replicas drain, and the
+// checker reads the effect stream, the dead-letter stream, the sinks' logs
+// and the ledger, and classifies every intent:
+//
+//   - committed: exactly one effect where the sink honours the key, at most
+//     one (and exactly one sent) at the one-shot sink;
+//   - dead-lettered, with the reason (every hostile copy must be);
+//   - unknown: a one-shot effect whose dispatcher died mid-send, reported
+//     with reason unknown_outcome and never resent;
+//   - lost: no effect and no dead letter;
+//   - duplicated: two effects or more.
+//
+// Lost and duplicated must be zero: soak exits 1 otherwise, or if the run
+// did not settle. It also reports model calls against the minimum (one per
+// intent with a model step) and tokens spent against the minimum, and
+// draws effects, kills, pauses and restarts over time to -plot.
+//
+//	go run ./bench/soak                                            # 10,000 intents, 20 kills, 3 restarts, 3 zombies
+//	go run ./bench/soak -intents 1000 -kills 5 -server-restarts 1  # CI, about a minute
+//	go run ./bench/soak -intents 1000 -kills 5 -server-restarts 1 -broken   # must fail: lost intents
+//	go run ./bench/soak -seed 1234 -keep                           # replay a seed, keep logs
+//
+// -broken runs the consumers with ONCEGATE_BROKEN=ack-early, a deliberate
+// ack-before-effect bug in the oncegate_faults build; the checker must
+// report lost intents. -consumer-bin runs a consumer binary built elsewhere
+// (with -tags oncegate_faults) instead of building one from the module.
+// -oneshot-lost makes the one-shot sink act and then drop the response, a
+// fault a one-shot effect must survive without being sent twice.
+//
+// Everything lives in a temporary directory, removed at exit unless -keep;
+// every child process is killed at exit, Ctrl-C included. Run it from the
+// module (it builds the binaries with go build).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		if !errors.Is(err, errFailed) {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// errFailed is returned when the checker found lost or duplicated work:
+// the report says what.
+var errFailed = errors.New("soak: the checker failed the run")
+
+type options struct {
+	intents        int
+	seed           uint64
+	kills          int
+	serverRestarts int
+	zombies        int
+	replicas       int
+	duration       time.Duration
+	hostile        float64
+	modelErrors    float64
+	modelTimeouts  float64
+	modelLatency   time.Duration
+	lostResponses  float64
+	oneShotLost    float64
+	crashPoints    float64
+	lease          time.Duration
+	ackWait        time.Duration
+	maxDeliver     int
+	syncInterval   string
+	settleTimeout  time.Duration
+	broken         bool
+	plot           string
+	keep           bool
+	consumerBin    string
+	verbose        bool
+}
+
+func parseFlags(args []string) (options, []string, error) {
+	var o options
+	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
+	fs.IntVar(&o.intents, "intents", 10_000, "intents in the workload (each published 1 to 4 times)")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of the workload and the fault schedule (0: pick one and print it)")
+	fs.IntVar(&o.kills, "kills", 20, "consumer replicas killed with SIGKILL at random instants")
+	fs.IntVar(&o.serverRestarts, "server-restarts", 3, "nats-server restarts, alternately after SIGTERM and SIGKILL")
+	fs.IntVar(&o.zombies, "zombies", 3, "replicas paused with SIGSTOP past the lease, then resumed with SIGCONT")
+	fs.IntVar(&o.replicas, "replicas", 3, "consumer replicas sharing the JetStream KV ledger")
+	fs.DurationVar(&o.duration, "duration", 0, "length of the fault window; the workload is published over its first 80% (0: 10ms per intent, at least 30s)")
+	fs.Float64Var(&o.hostile, "hostile", 0.02, "share of intents that are hostile payloads")
+	fs.Float64Var(&o.modelErrors, "model-errors", 0.05, "share of model calls answered 500 by the stand-in")
+	fs.Float64Var(&o.modelTimeouts, "model-timeouts", 0.02, "share of model calls that hang until the client gives up")
+	fs.DurationVar(&o.modelLatency, "model-latency", 2*time.Millisecond, "latency of every model answer")
+	fs.Float64Var(&o.lostResponses, "lost-responses", 0.02, "share of new charges whose response the payment sink drops after committing")
+	fs.Float64Var(&o.oneShotLost, "oneshot-lost", 0, "share of one-shot calls whose response the one-shot sink drops after acting")
+	fs.Float64Var(&o.crashPoints, "crash-points", 0.3, "share of kills whose restart is armed with ONCEGATE_CRASH_AT (a death at a point of the flow)")
+	fs.DurationVar(&o.lease, "lease", 3*time.Second, "ledger.lease of the consumers")
+	fs.DurationVar(&o.ackWait, "ack-wait", 2*time.Second, "ack_wait of every pipeline")
+	fs.IntVar(&o.maxDeliver, "max-deliver", 50, "max_deliver of every pipeline")
+	fs.StringVar(&o.syncInterval, "sync-interval", "100ms", "nats-server jetstream sync_interval (a duration or \"always\")")
+	fs.DurationVar(&o.settleTimeout, "settle-timeout", 12*time.Minute, "how long to wait, after the fault window, for every trigger to settle (more than the LLM cache's 10m fill timeout: a hung model call can pin an intent that long)")
+	fs.BoolVar(&o.broken, "broken", false, "run the consumers with ONCEGATE_BROKEN=ack-early (ack before the effect): the checker must fail the run")
+	fs.StringVar(&o.plot, "plot", "soak.png", "PNG `file` of effects, kills and restarts over time (empty: none)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, stores, sink call logs)")
+	fs.StringVar(&o.consumerBin, "consumer-bin", "", "use this consumer `binary` (built with -tags oncegate_faults) instead of building one")
+	fs.BoolVar(&o.verbose, "v", false, "print every fault as it happens")
+	if err := fs.Parse(args); err != nil {
+		return o, nil, err
+	}
+	if fs.NArg() > 0 {
+		return o, nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case o.intents < 1:
+		return o, nil, errors.New("-intents must be positive")
+	case o.replicas < 1:
+		return o, nil, errors.New("-replicas must be positive")
+	case o.kills < 0 || o.serverRestarts < 0 || o.zombies < 0:
+		return o, nil, errors.New("-kills, -server-restarts and -zombies must not be negative")
+	case o.hostile < 0 || o.hostile > 1:
+		return o, nil, errors.New("-hostile must be in [0, 1]")
+	case o.lostResponses < 0 || o.lostResponses > 1 || o.oneShotLost < 0 || o.oneShotLost > 1 || o.crashPoints < 0 || o.crashPoints > 1:
+		return o, nil, errors.New("-lost-responses, -oneshot-lost and -crash-points must be in [0, 1]")
+	case o.lease <= 0 || o.ackWait <= 0 || o.maxDeliver < 1:
+		return o, nil, errors.New("-lease, -ack-wait and -max-deliver must be positive")
+	}
+	if o.duration == 0 {
+		o.duration = max(30*time.Second, time.Duration(o.intents)*10*time.Millisecond)
+	}
+	// The command that replays this run: the flags given, with the seed.
+	var replay []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name != "seed" {
+			replay = append(replay, "-"+f.Name+"="+f.Value.String())
+		}
+	})
+	return o, replay, nil
+}
+
+func run(ctx context.Context) error {
+	o, replay, err := parseFlags(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if o.seed == 0 {
+		o.seed = uint64(time.Now().UnixNano())%1_000_000_000 + 1
+	}
+	fmt.Printf("soak: seed %d (replay: %s)\n", o.seed, strings.Join(append([]string{"go run ./bench/soak", fmt.Sprintf("-seed %d", o.seed)}, replay...), " "))
+	h, err := newHarness(o)
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	return h.run(ctx)
+}

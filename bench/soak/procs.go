@@ -1,0 +1,395 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// child is one child process: its output goes to a log file shared by its
+// restarts.
+type child struct {
+	name    string
+	cmd     *exec.Cmd
+	started time.Time
+	done    chan struct{} // closed once the process is reaped
+	state   *os.ProcessState
+	logPath string
+	logOff  int64 // where this start's output begins in the log
+
+	killed atomic.Bool // we sent SIGKILL
+	paused atomic.Bool // we sent SIGSTOP and no SIGCONT yet
+}
+
+func (c *child) running() bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (c *child) signal(sig syscall.Signal) error { return c.cmd.Process.Signal(sig) }
+
+// output returns what this start of the process wrote to its log.
+func (c *child) output() string {
+	f, err := os.Open(c.logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(c.logOff, io.SeekStart); err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 16<<20))
+	return string(b)
+}
+
+// lastLine returns the last non-empty line the process wrote.
+func (c *child) lastLine() string {
+	lines := strings.Split(strings.TrimSpace(c.output()), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// exitSignal returns the signal that ended the process, or 0.
+func (c *child) exitSignal() syscall.Signal {
+	if c.state == nil {
+		return 0
+	}
+	if ws, ok := c.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws.Signal()
+	}
+	return 0
+}
+
+// procs tracks every live child, so that none outlives the harness.
+type procs struct {
+	mu   sync.Mutex
+	live map[*child]struct{}
+	env  []string
+}
+
+func newProcs() *procs {
+	// The children get our environment less any ONCEGATE_* variable: the
+	// consumer treats unknown ones as configuration errors, and known
+	// ones would change the configuration under test.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ONCEGATE_") {
+			env = append(env, kv)
+		}
+	}
+	return &procs{live: map[*child]struct{}{}, env: env}
+}
+
+func (ps *procs) start(name, bin string, args, extraEnv []string, logPath string) (*child, error) {
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() // the child has its own copy of the descriptor
+	fmt.Fprintf(f, "=== soak: %s starting at %s: %s %s %s\n", name, time.Now().Format(time.RFC3339Nano),
+		strings.Join(extraEnv, " "), filepath.Base(bin), strings.Join(args, " "))
+	off, _ := f.Seek(0, io.SeekEnd)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(append([]string(nil), ps.env...), extraEnv...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr()
+	c := &child{name: name, cmd: cmd, done: make(chan struct{}), logPath: logPath, logOff: off}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.live == nil {
+		return nil, errors.New("soak: shutting down")
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c.started = time.Now()
+	ps.live[c] = struct{}{}
+	go func() {
+		cmd.Wait()
+		c.state = cmd.ProcessState
+		ps.mu.Lock()
+		delete(ps.live, c)
+		ps.mu.Unlock()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// killAll kills every live child and waits for them, and refuses new ones.
+func (ps *procs) killAll() {
+	ps.mu.Lock()
+	var cs []*child
+	for c := range ps.live {
+		cs = append(cs, c)
+	}
+	ps.live = nil
+	ps.mu.Unlock()
+	for _, c := range cs {
+		c.signal(syscall.SIGKILL)
+		c.signal(syscall.SIGCONT)
+	}
+	for _, c := range cs {
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			fmt.Fprintf(os.Stderr, "soak: %s (pid %d) did not exit after SIGKILL\n", c.name, c.cmd.Process.Pid)
+		}
+	}
+}
+
+// stopChild sends SIGTERM and waits up to grace for the exit, then kills.
+func stopChild(c *child, grace time.Duration) {
+	if c == nil {
+		return
+	}
+	c.signal(syscall.SIGCONT)
+	c.signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(grace):
+		c.killed.Store(true)
+		c.signal(syscall.SIGKILL)
+		<-c.done
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// freePort returns a loopback port nobody listens on right now.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// natsServer is the nats-server child process, restarted on its store.
+type natsServer struct {
+	h    *harness
+	bin  string
+	args []string
+	port int
+	log  string
+	mu   sync.Mutex
+	cur  *child
+}
+
+func (s *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
+
+func (s *natsServer) current() *child {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+// start starts the server and waits until it accepts connections.
+func (s *natsServer) start(ctx context.Context) error {
+	c, err := s.h.procs.start("nats-server", s.bin, s.args, nil, s.log)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cur = c
+	s.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), time.Second)
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		if !c.running() {
+			return fmt.Errorf("nats-server exited at start: %s", c.lastLine())
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nats-server does not accept connections on port %d after 60s", s.port)
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// restart stops the server with sig, keeps it down for down, and starts it
+// again on the same store and port.
+func (s *natsServer) restart(ctx context.Context, sig syscall.Signal, down time.Duration) error {
+	c := s.current()
+	if sig == syscall.SIGKILL {
+		c.killed.Store(true)
+	}
+	c.signal(sig)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		c.killed.Store(true)
+		c.signal(syscall.SIGKILL)
+		<-c.done
+	}
+	if !sleepCtx(ctx, down) {
+		return ctx.Err()
+	}
+	var err error
+	for range 5 { // the port may linger for a moment after a kill
+		if err = s.start(ctx); err == nil || ctx.Err() != nil {
+			return err
+		}
+		sleepCtx(ctx, time.Second)
+	}
+	return err
+}
+
+// replica is one consumer replica: a supervisor restarts its process
+// whenever it dies, until stop.
+type replica struct {
+	h       *harness
+	idx     int
+	dataDir string
+	log     string
+
+	mu       sync.Mutex
+	cur      *child
+	armed    string // ONCEGATE_CRASH_AT for the next start
+	stopping bool
+
+	starts       atomic.Int64
+	failedStarts atomic.Int64 // exits with an error status
+	crashKills   atomic.Int64 // deaths at an armed crash point
+	lastFailure  atomic.Value // string
+	done         chan struct{}
+}
+
+func (r *replica) name() string { return fmt.Sprintf("replica-%d", r.idx) }
+
+func (r *replica) current() *child {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}
+
+// arm makes the next start die at a point of the flow.
+func (r *replica) arm(spec string) {
+	r.mu.Lock()
+	r.armed = spec
+	r.mu.Unlock()
+}
+
+func (r *replica) supervise(ctx context.Context) {
+	defer close(r.done)
+	for {
+		r.mu.Lock()
+		if r.stopping || ctx.Err() != nil {
+			r.mu.Unlock()
+			return
+		}
+		env := r.h.consumerEnv(r.idx)
+		if r.armed != "" {
+			env = append(env, "ONCEGATE_CRASH_AT="+r.armed)
+			r.armed = ""
+		}
+		r.mu.Unlock()
+		args := []string{"run", "-config", r.h.configPath, "-data", r.dataDir, "-nats-url", r.h.server.url(), "-metrics", "off"}
+		c, err := r.h.procs.start(r.name(), r.h.consumerBin, args, env, r.log)
+		if err != nil {
+			r.lastFailure.Store(err.Error())
+			if !sleepCtx(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		r.starts.Add(1)
+		r.mu.Lock()
+		r.cur = c
+		r.mu.Unlock()
+		<-c.done
+		r.mu.Lock()
+		r.cur = nil
+		stopping := r.stopping
+		r.mu.Unlock()
+		r.classifyExit(c)
+		if stopping {
+			return
+		}
+		if !sleepCtx(ctx, 250*time.Millisecond) {
+			return
+		}
+	}
+}
+
+var crashMarker = []byte("oncegate_faults: SIGKILL at ")
+
+func (r *replica) classifyExit(c *child) {
+	switch sig := c.exitSignal(); {
+	case c.killed.Load():
+		// A kill of ours, recorded when it was sent.
+	case sig == syscall.SIGKILL:
+		out := c.output()
+		if i := bytes.Index([]byte(out), crashMarker); i >= 0 {
+			line := out[i+len(crashMarker):]
+			if j := strings.IndexByte(line, '\n'); j >= 0 {
+				line = line[:j]
+			}
+			point, _, _ := strings.Cut(line, " ")
+			r.crashKills.Add(1)
+			r.h.events.add(event{kind: evCrashPoint, replica: r.idx, detail: point})
+			return
+		}
+		r.failedStarts.Add(1)
+		r.lastFailure.Store("killed by SIGKILL from elsewhere")
+	case sig != 0:
+		r.failedStarts.Add(1)
+		r.lastFailure.Store("died of " + sig.String())
+	case c.state != nil && c.state.ExitCode() != 0:
+		r.failedStarts.Add(1)
+		r.lastFailure.Store(c.lastLine())
+	}
+}
+
+// waitRunning returns the replica's process once it has been up for at
+// least minUp and is not paused, or nil after timeout.
+func (r *replica) waitRunning(ctx context.Context, minUp, timeout time.Duration) *child {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if c := r.current(); c != nil && c.running() && !c.paused.Load() && time.Since(c.started) >= minUp {
+			return c
+		}
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// stop drains the replica with SIGTERM and ends its supervisor.
+func (r *replica) stop() {
+	r.mu.Lock()
+	r.stopping = true
+	c := r.cur
+	r.mu.Unlock()
+	stopChild(c, 40*time.Second)
+	<-r.done
+}
