@@ -416,9 +416,9 @@ func (r *report) print(w io.Writer, h *harness) {
 
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	ev := h.events
-	fmt.Fprintf(tw, "faults\tconsumer SIGKILLs %d (scheduled) + %d at armed crash points; SIGSTOP past the lease %d; nats-server restarts %d (SIGTERM %d, SIGKILL %d); skipped %d; clock jumps: none (no clock hook in the binary)\n",
+	fmt.Fprintf(tw, "faults\tconsumer SIGKILLs %d (scheduled) + %d at armed crash points; SIGSTOP past the lease %d; nats-server restarts %d (SIGTERM %d, SIGKILL %d); ledger clock jumps %d; skipped %d\n",
 		ev.count(evKill), ev.count(evCrashPoint), ev.count(evPause), ev.count(evServerTerm)+ev.count(evServerKill),
-		ev.count(evServerTerm), ev.count(evServerKill), ev.count(evMissed))
+		ev.count(evServerTerm), ev.count(evServerKill), ev.count(evClock), ev.count(evMissed))
 	starts, failed := int64(0), int64(0)
 	for _, rp := range h.replicas {
 		starts += rp.starts.Load()

@@ -19,6 +19,7 @@ const (
 	fZombie     = "zombie"      // SIGSTOP a replica past its lease, then SIGCONT
 	fServerTerm = "server-term" // restart the nats-server after SIGTERM
 	fServerKill = "server-kill" // restart the nats-server after SIGKILL
+	fClock      = "clock-jump"  // jump a replica's ledger clock forward (SIGUSR1)
 )
 
 // fault is one entry of the schedule.
@@ -45,6 +46,8 @@ func (f fault) String() string {
 		return fmt.Sprintf("%7.2fs  SIGTERM nats-server, down %v", f.at.Seconds(), f.down.Round(time.Millisecond))
 	case fServerKill:
 		return fmt.Sprintf("%7.2fs  SIGKILL nats-server, down %v", f.at.Seconds(), f.down.Round(time.Millisecond))
+	case fClock:
+		return fmt.Sprintf("%7.2fs  jump replica-%d's ledger clock forward (SIGUSR1)", f.at.Seconds(), f.replica)
 	}
 	return f.kind
 }
@@ -85,6 +88,12 @@ func newSchedule(rng *rand.Rand, o options) []fault {
 			kind: kind, down: 300*time.Millisecond + time.Duration(rng.Int64N(int64(2500*time.Millisecond))),
 		})
 	}
+	for j := range o.clockJumps {
+		fs = append(fs, fault{
+			at:   time.Duration(d * (float64(j) + 0.1 + 0.8*rng.Float64()) / float64(o.clockJumps)),
+			kind: fClock, replica: rng.IntN(o.replicas),
+		})
+	}
 	slices.SortStableFunc(fs, func(a, b fault) int { return cmp.Compare(a.at, b.at) })
 	return fs
 }
@@ -99,6 +108,7 @@ const (
 	evServerKill = "SIGKILL nats-server"
 	evServerUp   = "nats-server up"
 	evMissed     = "fault skipped"
+	evClock      = "ledger clock jump"
 )
 
 type event struct {
@@ -206,6 +216,21 @@ func (h *harness) apply(ctx context.Context, f fault) {
 		c.signal(syscall.SIGCONT)
 		c.paused.Store(false)
 		h.events.add(event{kind: evResume, replica: f.replica})
+	case fClock:
+		// The replica's ledger clock runs ahead by twice the lease more:
+		// it sees healthy holders' leases as expired and takes their work
+		// over; fencing must turn their late commits away.
+		r := h.replicas[f.replica]
+		c := r.waitRunning(ctx, 300*time.Millisecond, 60*time.Second)
+		if c == nil {
+			h.events.add(event{kind: evMissed, replica: f.replica, detail: "clock jump: the replica was not running for 60s"})
+			return
+		}
+		if err := c.signal(syscall.SIGUSR1); err != nil {
+			h.events.add(event{kind: evMissed, replica: f.replica, detail: "clock jump: " + err.Error()})
+			return
+		}
+		h.events.add(event{kind: evClock, replica: f.replica, detail: fmt.Sprintf("+%v", 2*h.o.lease)})
 	case fServerTerm, fServerKill:
 		h.serverMu.Lock() // one restart at a time
 		defer h.serverMu.Unlock()

@@ -125,7 +125,10 @@ func (h *harness) logHint(path string) string {
 // base URL (the proxy tells the replicas' calls apart by it), and the
 // deliberate bug when asked for.
 func (h *harness) consumerEnv(replica int) []string {
-	env := []string{fmt.Sprintf("ONCEGATE_LLM_BASE_URL=%s/r%d/v1", h.urls.modelRoot, replica)}
+	env := []string{
+		fmt.Sprintf("ONCEGATE_LLM_BASE_URL=%s/r%d/v1", h.urls.modelRoot, replica),
+		fmt.Sprintf("ONCEGATE_CLOCK_JUMP=%s", 2*h.o.lease), // a SIGUSR1 jumps the ledger clock
+	}
 	if h.o.broken {
 		env = append(env, "ONCEGATE_BROKEN=ack-early")
 	}
@@ -269,8 +272,8 @@ func (h *harness) printPlan() {
 			armed++
 		}
 	}
-	fmt.Printf("soak: faults over %v: %d SIGKILLs of %d replicas (%d restarts armed with a crash point), %d SIGSTOP/SIGCONT pauses past the %v lease, %d nats-server restarts (%d SIGTERM, %d SIGKILL); clock jumps: not injected (the consumer binary has no clock hook)\n",
-		h.o.duration, n[fKill], h.o.replicas, armed, n[fZombie], h.o.lease, n[fServerTerm]+n[fServerKill], n[fServerTerm], n[fServerKill])
+	fmt.Printf("soak: faults over %v: %d SIGKILLs of %d replicas (%d restarts armed with a crash point), %d SIGSTOP/SIGCONT pauses past the %v lease, %d nats-server restarts (%d SIGTERM, %d SIGKILL), %d ledger clock jumps of +%v\n",
+		h.o.duration, n[fKill], h.o.replicas, armed, n[fZombie], h.o.lease, n[fServerTerm]+n[fServerKill], n[fServerTerm], n[fServerKill], n[fClock], 2*h.o.lease)
 	fmt.Printf("soak: model: %.0f%% errors, %.0f%% timeouts; payment sink drops %.0f%% of responses; one-shot sink drops %.0f%%; broken build: %v\n",
 		100*h.o.modelErrors, 100*h.o.modelTimeouts, 100*h.o.lostResponses, 100*h.o.oneShotLost, h.o.broken)
 	if h.o.verbose {

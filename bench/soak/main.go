@@ -41,8 +41,10 @@
 // exactly at a point of the flow), paused with SIGSTOP for longer than the
 // lease and resumed with SIGCONT (-zombies: a stalled holder that wakes after
 // its work was taken over), and the nats-server is restarted, alternately
-// with SIGTERM and SIGKILL (-server-restarts). Clock jumps are not injected:
-// the consumer binary has no hook for the ledger's clock.
+// with SIGTERM and SIGKILL (-server-restarts), and a replica's ledger clock
+// jumps forward by twice the lease (-clock-jumps, SIGUSR1 to an
+// oncegate_faults build): it then takes over work that healthy replicas
+// hold, and fencing must turn their late commits away.
 //
 // When the schedule is over, every process is resumed and the run waits
 // until the durable consumers (and the one-shot dispatcher) have nothing
@@ -114,6 +116,7 @@ type options struct {
 	kills          int
 	serverRestarts int
 	zombies        int
+	clockJumps     int
 	replicas       int
 	duration       time.Duration
 	hostile        float64
@@ -143,6 +146,7 @@ func parseFlags(args []string) (options, []string, error) {
 	fs.IntVar(&o.kills, "kills", 20, "consumer replicas killed with SIGKILL at random instants")
 	fs.IntVar(&o.serverRestarts, "server-restarts", 3, "nats-server restarts, alternately after SIGTERM and SIGKILL")
 	fs.IntVar(&o.zombies, "zombies", 3, "replicas paused with SIGSTOP past the lease, then resumed with SIGCONT")
+	fs.IntVar(&o.clockJumps, "clock-jumps", 3, "jumps of a replica's ledger clock by twice the lease (it takes live work over; fencing must hold)")
 	fs.IntVar(&o.replicas, "replicas", 3, "consumer replicas sharing the JetStream KV ledger")
 	fs.DurationVar(&o.duration, "duration", 0, "length of the fault window; the workload is published over its first 80% (0: 10ms per intent, at least 30s)")
 	fs.Float64Var(&o.hostile, "hostile", 0.02, "share of intents that are hostile payloads")
@@ -173,8 +177,8 @@ func parseFlags(args []string) (options, []string, error) {
 		return o, nil, errors.New("-intents must be positive")
 	case o.replicas < 1:
 		return o, nil, errors.New("-replicas must be positive")
-	case o.kills < 0 || o.serverRestarts < 0 || o.zombies < 0:
-		return o, nil, errors.New("-kills, -server-restarts and -zombies must not be negative")
+	case o.kills < 0 || o.serverRestarts < 0 || o.zombies < 0 || o.clockJumps < 0:
+		return o, nil, errors.New("-kills, -server-restarts, -zombies and -clock-jumps must not be negative")
 	case o.hostile < 0 || o.hostile > 1:
 		return o, nil, errors.New("-hostile must be in [0, 1]")
 	case o.lostResponses < 0 || o.lostResponses > 1 || o.oneShotLost < 0 || o.oneShotLost > 1 || o.crashPoints < 0 || o.crashPoints > 1:

@@ -128,6 +128,7 @@ func (h *harness) plot(rep *report, path string) error {
 		{evCrashPoint, "SIGKILL at a crash point", color.RGBA{R: 220, G: 80, B: 80, A: 255}, []vg.Length{vg.Points(2), vg.Points(2)}},
 		{evServerTerm, "SIGTERM nats-server", color.RGBA{B: 200, A: 255}, nil},
 		{evServerKill, "SIGKILL nats-server", color.RGBA{R: 120, B: 160, A: 255}, nil},
+		{evClock, "ledger clock jump", color.RGBA{G: 150, A: 255}, []vg.Length{vg.Points(4), vg.Points(2)}},
 	}
 	for _, m := range marks {
 		first := true

@@ -12,3 +12,6 @@ func faultHook() func(consumer.Point, dedupe.Key) { return nil }
 
 // brokenAckEarly is false in normal builds.
 func brokenAckEarly() bool { return false }
+
+// faultClock is nil in normal builds: the ledger uses the system clock.
+func faultClock() dedupe.Clock { return nil }

@@ -54,6 +54,10 @@ type Options struct {
 	// NoOps skips the metrics and health server even if configured.
 	NoOps bool
 
+	// Clock, if set, is the ledger's clock (the soak harness jumps it).
+	// The default is the system clock.
+	Clock dedupe.Clock
+
 	// BrokenAckEarly is passed to the consumer: a deliberate bug that only
 	// the oncegate_faults build sets, for the soak harness.
 	BrokenAckEarly bool
@@ -148,7 +152,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 
 	// Ledger.
 	if needsLedger(cfg) {
-		if a.Ledger, err = a.openLedger(ctx); err != nil {
+		if a.Ledger, err = a.openLedger(ctx, o.Clock); err != nil {
 			return nil, err
 		}
 	}
@@ -224,12 +228,16 @@ func needsModel(cfg *config.Config) bool {
 	return false
 }
 
-func (a *App) openLedger(ctx context.Context) (dedupe.Ledger, error) {
+func (a *App) openLedger(ctx context.Context, clock dedupe.Clock) (dedupe.Ledger, error) {
 	cfg := a.Config
+	lo := cfg.Ledger.Options()
+	if clock != nil {
+		lo.Clock = clock
+	}
 	switch cfg.Ledger.Store {
 	case config.StoreKV:
 		l, err := jskv.New(ctx, a.JS, jskv.Options{
-			LedgerOptions: cfg.Ledger.Options(), Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas,
+			LedgerOptions: lo, Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas,
 		})
 		if err != nil {
 			return nil, err
@@ -247,7 +255,7 @@ func (a *App) openLedger(ctx context.Context) (dedupe.Ledger, error) {
 			return nil, err
 		}
 		a.closers = append(a.closers, db.Close)
-		l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: cfg.Ledger.Options()})
+		l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: lo})
 		if err != nil {
 			return nil, err
 		}

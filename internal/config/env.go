@@ -24,6 +24,7 @@ var EnvAllowlist = []string{
 	"ONCEGATE_CONFIG",        // the configuration file's path, read by cmd/consumer
 	"ONCEGATE_CRASH_*",       // crash points: pkg/dedupe's crash test, and ONCEGATE_CRASH_AT in oncegate_faults builds
 	"ONCEGATE_BROKEN",        // a deliberate bug in oncegate_faults builds, for the soak harness
+	"ONCEGATE_CLOCK_*",       // the ledger clock jump of oncegate_faults builds, for the soak harness
 	"ONCEGATE_BENCH_*",       // benchmark switches
 }
 
