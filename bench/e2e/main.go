@@ -626,45 +626,13 @@ func (b *bench) startNoSync(ctx context.Context, cfg *config.Config) (*consumer.
 		m.AddSink(p.Name, p.Effect.Sink)
 	}
 	c, err := consumer.New(consumer.Options{
-		Config: cfg, Conn: nc, Ledger: led, Observer: observer{m}, Logger: b.o.log.With("component", "consumer"),
+		Config: cfg, Conn: nc, Ledger: led, Observer: app.NewObserver(m), Logger: b.o.log.With("component", "consumer"),
 	})
 	if err != nil {
 		closeAll()
 		return nil, nil, err
 	}
 	return c, closeAll, nil
-}
-
-// observer feeds the consumer's events to the metrics, as app's does.
-type observer struct{ m *ops.Metrics }
-
-func (o observer) Trigger(p string)                     { o.m.Trigger(p) }
-func (o observer) Duplicate(p string, g consumer.Guard) { o.m.Duplicate(p, ops.Guard(g)) }
-func (o observer) Step(p, step string, took time.Duration) {
-	o.m.Step(p, step, took)
-}
-func (o observer) DeadLetter(p string, r consumer.Reason) { o.m.DeadLetter(p, ops.Reason(r)) }
-func (o observer) Settled(p, kind string)                 { o.m.Ack(p, ops.Ack(kind)) }
-func (o observer) InFlight(p string, delta int)           { o.m.AddInflight(p, delta) }
-func (o observer) Effect(p, sink, outcome string, took time.Duration) {
-	o.m.Effect(p, sink, ops.Outcome(outcome), took)
-}
-
-func (o observer) Claim(p string, s dedupe.Status) {
-	var c ops.ClaimStatus
-	switch s {
-	case dedupe.StatusNew:
-		c = ops.ClaimNew
-	case dedupe.StatusCommitted:
-		c = ops.ClaimCommitted
-	case dedupe.StatusHeld:
-		c = ops.ClaimHeld
-	case dedupe.StatusTakenOver:
-		c = ops.ClaimTakenOver
-	case dedupe.StatusFailed:
-		c = ops.ClaimFailed
-	}
-	o.m.Claim(p, c)
 }
 
 // --- triggers --------------------------------------------------------------

@@ -8,6 +8,10 @@ import (
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
+// NewObserver returns a consumer.Observer that feeds the consumer's events
+// to m.
+func NewObserver(m *ops.Metrics) consumer.Observer { return observer{m} }
+
 // observer feeds the consumer's events to the Prometheus metrics.
 type observer struct{ m *ops.Metrics }
 

@@ -252,8 +252,9 @@ func (d *dispatcher) dead(ctx context.Context, m jetstream.Msg, k *dedupe.Key, r
 	m.Term()
 }
 
-// cancel answers a cancel request: the body is an intent key.
-func (d *dispatcher) cancel(msg *nats.Msg) {
+// request parses a cancel or approval request, whose body is an intent
+// key, and returns the key and a function that answers the requester.
+func request(msg *nats.Msg) (dedupe.Key, func(string), error) {
 	reply := func(s string) {
 		if msg.Reply != "" {
 			msg.Respond([]byte(s))
@@ -262,6 +263,14 @@ func (d *dispatcher) cancel(msg *nats.Msg) {
 	k, err := dedupe.ParseKey(strings.TrimSpace(string(msg.Data)))
 	if err != nil {
 		reply("error: " + err.Error())
+	}
+	return k, reply, err
+}
+
+// cancel answers a cancel request: the body is an intent key.
+func (d *dispatcher) cancel(msg *nats.Msg) {
+	k, reply, err := request(msg)
+	if err != nil {
 		return
 	}
 	ctx := context.Background()
@@ -289,14 +298,8 @@ func (d *dispatcher) cancel(msg *nats.Msg) {
 
 // approve records an approval: the body is an intent key.
 func (d *dispatcher) approve(msg *nats.Msg) {
-	reply := func(s string) {
-		if msg.Reply != "" {
-			msg.Respond([]byte(s))
-		}
-	}
-	k, err := dedupe.ParseKey(strings.TrimSpace(string(msg.Data)))
+	k, reply, err := request(msg)
 	if err != nil {
-		reply("error: " + err.Error())
 		return
 	}
 	ctx := context.Background()

@@ -456,16 +456,7 @@ func (p *pipeline) deliver(ctx context.Context, k dedupe.Key, body []byte, h nat
 		step = p.step.cfg.Name
 	}
 	res, err := p.sink.Deliver(ctx, sink.Effect{Key: k.String(), Pipeline: p.cfg.Name, Step: step, Body: body})
-	outcome := "done"
-	switch {
-	case err != nil && errors.Is(err, sink.ErrPermanent):
-		outcome = "dead"
-	case err != nil:
-		outcome = "retry"
-	case res.Duplicate:
-		outcome = "duplicate"
-	}
-	p.c.obs.Effect(p.cfg.Name, p.sinkName, outcome, time.Since(t0))
+	p.observeEffect(res, err, time.Since(t0))
 	return res, err
 }
 
