@@ -198,3 +198,50 @@ func replyData(m *nats.Msg) string {
 	}
 	return string(m.Data)
 }
+
+// TestTakeoverKeyReused: a holder sent the effect and died before its
+// commit; its work is taken over with a reworded duplicate, whose effect
+// body differs. The receiver (IETF Idempotency-Key semantics) answers 422:
+// the key was used with another body. The effect happened; the intent is
+// committed, not dead-lettered.
+func TestTakeoverKeyReused(t *testing.T) {
+	var mu sync.Mutex
+	bodies := map[string]string{}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		k := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		defer mu.Unlock()
+		if prev, ok := bodies[k]; ok && prev != string(b) {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			return
+		}
+		bodies[k] = string(b)
+	}))
+	defer hs.Close()
+	f := start(t, func(c *config.Config) {
+		p := c.Pipelines[1]
+		p.Name, p.Subject = "charges", "triggers.charges"
+		p.Key = config.Key{Fields: []string{"/charge"}}
+		p.Effect = config.Effect{Sink: config.SinkHTTP, URL: hs.URL, Class: config.ClassReplayable}
+		c.Pipelines = append(c.Pipelines, p)
+	}, standin.Options{})
+	first, second := []byte(`{"charge":"ch_1","note":"first wording"}`), []byte(`{"charge":"ch_1","note":"reworded"}`)
+	k := f.keyOf("charges", first)
+	// What the dead holder left: the effect sent with the first body, and
+	// a pending record whose lease has run out.
+	mu.Lock()
+	bodies[k.String()] = string(first)
+	mu.Unlock()
+	if _, err := f.ledger.Begin(context.Background(), k, dedupe.BeginOptions{Owner: "dead-holder", Lease: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	f.publish("triggers.charges", second)
+	waitFor(t, 20*time.Second, "the takeover settled", func() bool { return settled(f.stats("charges")) == 1 }, f)
+	if s := f.stats("charges"); s.Effects != 1 || s.DeadLetters != 0 || s.TakenOver != 1 {
+		t.Errorf("stats %+v; want the takeover committed, no dead letter", s)
+	}
+	if rec, err := f.ledger.Get(context.Background(), k); err != nil || rec.State != dedupe.StateCommitted {
+		t.Errorf("record %v, %v; want committed", rec.State, err)
+	}
+}

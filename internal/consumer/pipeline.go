@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -374,13 +375,13 @@ func (p *pipeline) flow(ctx context.Context, m jetstream.Msg) verdict {
 
 	// Keep the message and the lease alive while the work runs.
 	stop := p.keepAlive(m, k, &token)
-	v := p.work(ctx, m, k, &token)
+	v := p.work(ctx, m, k, &token, claim.Status == dedupe.StatusTakenOver)
 	stop()
 	return v
 }
 
 // work runs the step and the effect and commits, holding the claim.
-func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, token *atomic.Uint64) verdict {
+func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, token *atomic.Uint64, takenOver bool) verdict {
 	body := m.Data()
 	var modelRef string
 	if p.step != nil {
@@ -407,6 +408,13 @@ func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, toke
 		}
 	}
 	res, err := p.deliver(ctx, k, body, m.Headers())
+	if err != nil && takenOver && keyReused(err) {
+		// A holder before us performed the effect with another body (a
+		// reworded duplicate, another answer): the receiver has the key.
+		p.c.log.Info("the receiver already has this key with another body: an earlier holder performed the effect",
+			"pipeline", p.cfg.Name, "key", k.String())
+		res, err = sink.Result{Duplicate: true}, nil
+	}
 	if err != nil {
 		v := p.effectFailed(&k, err)
 		if v.kind == settleDead {
@@ -438,6 +446,16 @@ func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, toke
 	p.window.Add(k.Short())
 	p.effectDone(res)
 	return ack(k, result.Response)
+}
+
+// keyReused reports whether a sink refused an effect because its key was
+// used before with another body: HTTP 422 to a request carrying
+// Idempotency-Key, as the IETF Idempotency-Key draft specifies. It is
+// trusted only on a takeover, when an earlier holder may have sent the
+// effect: on a first attempt a 422 is the receiver refusing the request.
+func keyReused(err error) bool {
+	var se *sink.Error
+	return errors.As(err, &se) && se.Sink == "http" && se.Status == http.StatusUnprocessableEntity
 }
 
 // msgRef names a trigger message: its stream and stream sequence.
