@@ -205,7 +205,7 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 		if err != nil {
 			v := p.effectFailed(&it.k, err)
 			if v.kind == settleDead {
-				p.fail(ctx, it.k, it.claim.Lease.Token, err)
+				v = p.giveUp(ctx, it.k, it.claim.Lease.Token, v, err)
 			} else {
 				p.release(ctx, it.k, it.claim.Lease.Token)
 				v.token = it.claim.Lease.Token

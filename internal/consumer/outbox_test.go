@@ -245,3 +245,42 @@ func TestTakeoverKeyReused(t *testing.T) {
 		t.Errorf("record %v, %v; want committed", rec.State, err)
 	}
 }
+
+// TestRefusedAfterTakeover: this worker's effect is refused for good (a
+// 422), but meanwhile another worker took the work over: the intent is the
+// new holder's to settle, and this trigger is acked, not dead-lettered.
+func TestRefusedAfterTakeover(t *testing.T) {
+	var f *fixture
+	var k dedupe.Key
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// While this request is in flight, another worker takes over:
+		// the record gets a higher token.
+		rec, err := f.ledger.Get(context.Background(), k)
+		if err == nil && rec.State == dedupe.StatePending {
+			f.ledger.Extend(context.Background(), k, rec.Token, time.Nanosecond)
+			f.ledger.Begin(context.Background(), k, dedupe.BeginOptions{Owner: "new-holder", Lease: time.Minute})
+		}
+		w.WriteHeader(http.StatusUnprocessableEntity)
+	}))
+	defer hs.Close()
+	f = start(t, func(c *config.Config) {
+		p := c.Pipelines[1]
+		p.Name, p.Subject = "charges", "triggers.charges"
+		p.Key = config.Key{Fields: []string{"/charge"}}
+		p.Effect = config.Effect{Sink: config.SinkHTTP, URL: hs.URL, Class: config.ClassReplayable}
+		c.Pipelines = append(c.Pipelines, p)
+	}, standin.Options{})
+	payload := []byte(`{"charge":"ch_2"}`)
+	k = f.keyOf("charges", payload)
+	f.publish("triggers.charges", payload)
+	waitFor(t, 20*time.Second, "the trigger settled", func() bool {
+		s := f.stats("charges")
+		return s.Stale+s.DeadLetters == 1
+	}, f)
+	if s := f.stats("charges"); s.DeadLetters != 0 || s.Stale != 1 {
+		t.Errorf("stats %+v; want the trigger acked as stale, no dead letter", s)
+	}
+	if rec, err := f.ledger.Get(context.Background(), k); err != nil || rec.State != dedupe.StatePending || rec.Owner != "new-holder" {
+		t.Errorf("record %v owned by %q (%v); want the new holder's pending claim untouched", rec.State, rec.Owner, err)
+	}
+}

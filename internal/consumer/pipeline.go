@@ -392,8 +392,7 @@ func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, toke
 		if err != nil {
 			var se *stepError
 			if errors.As(err, &se) && se.permanent {
-				p.fail(ctx, k, token.Load(), err)
-				return dead(&k, se.reason, err)
+				return p.giveUp(ctx, k, token.Load(), dead(&k, se.reason, err), err)
 			}
 			p.release(ctx, k, token.Load())
 			v := nak(&k, 0, err)
@@ -403,8 +402,7 @@ func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, toke
 		p.c.fault(AfterAnswer, k)
 		modelRef = ans.cacheKey
 		if body, err = p.effectBody(k, m.Data(), ans); err != nil {
-			p.fail(ctx, k, token.Load(), err)
-			return dead(&k, ReasonInvalidJSON, err)
+			return p.giveUp(ctx, k, token.Load(), dead(&k, ReasonInvalidJSON, err), err)
 		}
 	}
 	res, err := p.deliver(ctx, k, body, m.Headers())
@@ -418,11 +416,10 @@ func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, toke
 	if err != nil {
 		v := p.effectFailed(&k, err)
 		if v.kind == settleDead {
-			p.fail(ctx, k, token.Load(), err)
-		} else {
-			p.release(ctx, k, token.Load())
-			v.token = token.Load()
+			return p.giveUp(ctx, k, token.Load(), v, err)
 		}
+		p.release(ctx, k, token.Load())
+		v.token = token.Load()
 		return v
 	}
 	p.c.fault(AfterEffect, k)
@@ -501,10 +498,30 @@ func (p *pipeline) release(ctx context.Context, k dedupe.Key, token uint64) {
 	}
 }
 
-func (p *pipeline) fail(ctx context.Context, k dedupe.Key, token uint64, cause error) {
-	if err := p.ledger.Fail(ctx, k, token, cause.Error()); err != nil && !errors.Is(err, dedupe.ErrStaleToken) {
+// fail records the work as given up. It reports false if the work is no
+// longer the caller's: another worker took it over and answers for it.
+func (p *pipeline) fail(ctx context.Context, k dedupe.Key, token uint64, cause error) bool {
+	err := p.ledger.Fail(ctx, k, token, cause.Error())
+	if errors.Is(err, dedupe.ErrStaleToken) {
+		return false
+	}
+	if err != nil {
 		p.c.log.Warn("recording a failure in the ledger failed", "pipeline", p.cfg.Name, "key", k.String(), "err", err)
 	}
+	return true
+}
+
+// giveUp is the verdict on work that failed for good: a dead letter, unless
+// another worker has taken the work over meanwhile. Its failure is then not
+// the intent's (a 422 because the new holder sent first, say): the new
+// holder settles the intent, and this trigger is acked.
+func (p *pipeline) giveUp(ctx context.Context, k dedupe.Key, token uint64, v verdict, err error) verdict {
+	if !p.fail(ctx, k, token, err) {
+		p.n.stale.Add(1)
+		p.c.log.Info("gave up on work another worker has taken over; it answers for the intent", "pipeline", p.cfg.Name, "key", k.String(), "err", err)
+		return ack(k, nil)
+	}
+	return v
 }
 
 // keepAlive tells JetStream the message is in progress and renews the
