@@ -228,7 +228,10 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 			p.n.stale.Add(1)
 			p.settle(ctx, it.m, ack(it.k, nil))
 		case err != nil:
-			p.settle(ctx, it.m, nak(&it.k, 0, fmt.Errorf("ledger commit: %w", err)))
+			p.release(ctx, it.k, it.claim.Lease.Token)
+			v := nak(&it.k, 0, fmt.Errorf("ledger commit: %w", err))
+			v.token = it.claim.Lease.Token
+			p.settle(ctx, it.m, v)
 		default:
 			p.c.fault(AfterCommit, it.k)
 			p.window.Add(it.k.Short())

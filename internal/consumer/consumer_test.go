@@ -373,3 +373,18 @@ func TestReplySubject(t *testing.T) {
 		t.Fatal("no reply")
 	}
 }
+
+// TestLargeEffectIsCommitted: an effect body larger than the ledger keeps
+// (a 100 KiB alert) still goes out once and is committed; the body is just
+// not kept for replies.
+func TestLargeEffectIsCommitted(t *testing.T) {
+	f := start(t, nil, standin.Options{})
+	b, _ := json.Marshal(map[string]any{"alert": map[string]any{
+		"fingerprint": "big", "occurrence": 1, "annotations": map[string]string{"summary": strings.Repeat("disk full ", 10<<10)},
+	}})
+	f.publish("triggers.alerts", b)
+	waitFor(t, 20*time.Second, "the large alert settled", func() bool { return settled(f.stats("alerts")) == 1 }, f)
+	if s := f.stats("alerts"); s.Effects != 1 || s.DeadLetters != 0 {
+		t.Errorf("stats %+v; want one effect, no dead letter", s)
+	}
+}

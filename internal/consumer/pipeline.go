@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,6 +58,7 @@ type pipeline struct {
 	step       *step // nil for gates
 	deadLetter string
 	lease      time.Duration
+	maxResult  int // the most a committed result may hold
 	runID      canon.Pointer
 	hasRunID   bool
 	limits     canon.Options
@@ -84,6 +86,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		c: c, cfg: cfg, keyer: keyer, window: w,
 		deadLetter: c.cfg.Stream.DeadLetter(cfg.Name),
 		lease:      c.cfg.Ledger.Lease,
+		maxResult:  cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, dedupe.DefaultMaxResultBytes),
 		sinkName:   cfg.Effect.Sink,
 		sem:        make(chan struct{}, cfg.Concurrency),
 		limits:     spec.Limits,
@@ -310,7 +313,7 @@ func (p *pipeline) gateWindow(ctx context.Context, m jetstream.Msg) verdict {
 		p.c.obs.Duplicate(p.cfg.Name, GuardWindow)
 		return ack(k, nil)
 	}
-	res, err := p.deliver(ctx, k, m.Data(), m.Headers())
+	res, err := p.deliver(ctx, k, m.Data())
 	if err != nil {
 		p.window.Remove(k.Short())
 		return p.effectFailed(&k, err)
@@ -336,7 +339,8 @@ func (p *pipeline) flow(ctx context.Context, m jetstream.Msg) verdict {
 	// that a Begin that finds the work held can tell a duplicate message
 	// (safe to ack: the holder's own message carries the work, and comes
 	// back if the holder dies) from a redelivery of the holder's message.
-	owner := p.c.opts.Owner + "#" + msgRef(m)
+	ref := msgRef(m)
+	owner := p.c.opts.Owner + "#" + ref
 	claim, err := p.ledger.Begin(ctx, k, dedupe.BeginOptions{Owner: owner, Fingerprint: in.Fingerprint, Lease: p.lease})
 	if err != nil {
 		if errors.Is(err, dedupe.ErrFingerprintMismatch) {
@@ -352,7 +356,7 @@ func (p *pipeline) flow(ctx context.Context, m jetstream.Msg) verdict {
 		p.c.obs.Duplicate(p.cfg.Name, GuardLedger)
 		return ack(k, claim.Record.Result.Response)
 	case dedupe.StatusHeld:
-		if !strings.HasSuffix(claim.Record.Owner, "#"+msgRef(m)) {
+		if !strings.HasSuffix(claim.Record.Owner, "#"+ref) {
 			p.n.dupLedger.Add(1)
 			p.c.obs.Duplicate(p.cfg.Name, GuardLedger)
 			return ack(k, nil)
@@ -405,7 +409,7 @@ func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, toke
 			return p.giveUp(ctx, k, token.Load(), dead(&k, ReasonInvalidJSON, err), err)
 		}
 	}
-	res, err := p.deliver(ctx, k, body, m.Headers())
+	res, err := p.deliver(ctx, k, body)
 	if err != nil && takenOver && keyReused(err) {
 		// A holder before us performed the effect with another body (a
 		// reworded duplicate, another answer): the receiver has the key.
@@ -424,11 +428,11 @@ func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, toke
 	}
 	p.c.fault(AfterEffect, k)
 	result := dedupe.Result{DownstreamID: string(res.Body), ModelRef: modelRef}
-	if p.step != nil {
+	if p.step != nil && len(body)+len(result.DownstreamID)+len(modelRef) <= p.maxResult {
+		// Kept for the replies to later duplicates. A larger body is not
+		// kept: the ledger would refuse the commit, and the effect went
+		// out all the same.
 		result.Response = body
-		if max := p.c.cfg.Ledger.Options().MaxResultBytes; max > 0 && len(result.Response) > max {
-			result.Response = nil // too large to keep; the effect went out all the same
-		}
 	}
 	if err := p.ledger.Commit(ctx, k, token.Load(), result); err != nil {
 		if errors.Is(err, dedupe.ErrStaleToken) {
@@ -437,7 +441,12 @@ func (p *pipeline) work(ctx context.Context, m jetstream.Msg, k dedupe.Key, toke
 			p.n.stale.Add(1)
 			return ack(k, nil)
 		}
-		return nak(&k, 0, fmt.Errorf("ledger commit: %w", err))
+		// The effect went out; the redelivery takes the work over at once
+		// and sends it again under the same key, which the sink collapses.
+		p.release(ctx, k, token.Load())
+		v := nak(&k, 0, fmt.Errorf("ledger commit: %w", err))
+		v.token = token.Load()
+		return v
 	}
 	p.c.fault(AfterCommit, k)
 	p.window.Add(k.Short())
@@ -464,7 +473,7 @@ func msgRef(m jetstream.Msg) string {
 	return meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10)
 }
 
-func (p *pipeline) deliver(ctx context.Context, k dedupe.Key, body []byte, h nats.Header) (sink.Result, error) {
+func (p *pipeline) deliver(ctx context.Context, k dedupe.Key, body []byte) (sink.Result, error) {
 	t0 := time.Now()
 	step := ""
 	if p.step != nil {
