@@ -85,6 +85,7 @@ func (p *pipeline) consumeBatched(js *sink.JetStream) (jetstream.ConsumeContext,
 type item struct {
 	m     jetstream.Msg
 	k     dedupe.Key
+	fp    dedupe.Fingerprint
 	claim dedupe.Claim
 	pend  *sink.Pending
 }
@@ -103,8 +104,7 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 			p.settle(ctx, m, *bad)
 			continue
 		}
-		items = append(items, &item{m: m, k: in.Key})
-		items[len(items)-1].claim.Record.Fingerprint = in.Fingerprint
+		items = append(items, &item{m: m, k: in.Key, fp: in.Fingerprint})
 	}
 	publish := func(it *item) {
 		it.pend = js.PublishAsync(sink.Effect{Key: it.k.String(), Pipeline: name, Body: it.m.Data()})
@@ -154,7 +154,7 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 		}
 		claims = append(claims, it)
 		reqs = append(reqs, dedupe.BeginRequest{Key: it.k, Options: dedupe.BeginOptions{
-			Owner: p.c.opts.Owner + "#" + msgRef(it.m), Fingerprint: it.claim.Record.Fingerprint, Lease: p.lease,
+			Owner: p.c.opts.Owner + "#" + msgRef(it.m), Fingerprint: it.fp, Lease: p.lease,
 		}})
 	}
 	var sent []*item
