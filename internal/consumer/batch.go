@@ -84,6 +84,7 @@ func (p *pipeline) consumeBatched(js *sink.JetStream) (jetstream.ConsumeContext,
 // item is one trigger of a batch on its way.
 type item struct {
 	m     jetstream.Msg
+	ref   string // msgRef(m), for the claim's owner
 	k     dedupe.Key
 	fp    dedupe.Fingerprint
 	claim dedupe.Claim
@@ -152,9 +153,10 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 			dup(it, GuardWindow, nil)
 			continue
 		}
+		it.ref = msgRef(it.m)
 		claims = append(claims, it)
 		reqs = append(reqs, dedupe.BeginRequest{Key: it.k, Options: dedupe.BeginOptions{
-			Owner: p.c.opts.Owner + "#" + msgRef(it.m), Fingerprint: it.fp, Lease: p.lease,
+			Owner: p.c.opts.Owner + "#" + it.ref, Fingerprint: it.fp, Lease: p.lease,
 		}})
 	}
 	var sent []*item
@@ -176,7 +178,7 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 			dup(it, GuardLedger, r.Claim.Record.Result.Response)
 			continue
 		case dedupe.StatusHeld:
-			if !strings.HasSuffix(r.Claim.Record.Owner, "#"+msgRef(it.m)) {
+			if !strings.HasSuffix(r.Claim.Record.Owner, "#"+it.ref) {
 				dup(it, GuardLedger, nil)
 				continue
 			}
