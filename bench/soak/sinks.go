@@ -105,17 +105,35 @@ type call struct {
 // again (Idempotent-Replayed: true); one that arrives while the first is in
 // flight gets 409; one with another body gets 422. A share of new charges
 // are committed and then answered with a closed connection: the charge
+// sinkState is what both recording sinks keep under one lock: their random
+// source, the effects they performed, and the requests in flight.
+type sinkState struct {
+	mu       sync.Mutex
+	rng      *rand.Rand
+	effects  []sinkEffect
+	inFlight int
+}
+
+func (s *sinkState) busy() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight
+}
+
+func (s *sinkState) snapshot() []sinkEffect {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sinkEffect(nil), s.effects...)
+}
+
 // happened, the response was lost.
 type paymentSink struct {
 	dropRate float64
 	latency  time.Duration
 	log      *callLog
 
-	mu       sync.Mutex
-	rng      *rand.Rand
-	keys     map[string]*payment
-	effects  []sinkEffect
-	inFlight int
+	sinkState
+	keys map[string]*payment
 
 	calls, created, replayed, inFlight409, mismatch422, dropped, noKey atomic.Int64
 }
@@ -130,7 +148,7 @@ type payment struct {
 func newPaymentSink(seed uint64, dropRate float64, log *callLog) *paymentSink {
 	return &paymentSink{
 		dropRate: dropRate, latency: 5 * time.Millisecond, log: log,
-		rng: rand.New(rand.NewPCG(seed, 0x7061796d656e74)), keys: map[string]*payment{},
+		sinkState: sinkState{rng: rand.New(rand.NewPCG(seed, 0x7061796d656e74))}, keys: map[string]*payment{},
 	}
 }
 
@@ -215,34 +233,19 @@ func hangUp(w http.ResponseWriter) {
 	}
 }
 
-func (s *paymentSink) busy() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.inFlight
-}
-
-func (s *paymentSink) snapshot() []sinkEffect {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]sinkEffect(nil), s.effects...)
-}
-
 // oneShotSink is a target without idempotency support: every call acts,
 // and is counted. A share of calls act and then lose their response.
 type oneShotSink struct {
 	dropRate float64
 	log      *callLog
 
-	mu       sync.Mutex
-	rng      *rand.Rand
-	effects  []sinkEffect
-	inFlight int
+	sinkState
 
 	calls, dropped atomic.Int64
 }
 
 func newOneShotSink(seed uint64, dropRate float64, log *callLog) *oneShotSink {
-	return &oneShotSink{dropRate: dropRate, log: log, rng: rand.New(rand.NewPCG(seed, 0x6f6e6573686f74))}
+	return &oneShotSink{dropRate: dropRate, log: log, sinkState: sinkState{rng: rand.New(rand.NewPCG(seed, 0x6f6e6573686f74))}}
 }
 
 func (s *oneShotSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -277,18 +280,6 @@ func (s *oneShotSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.log.add(call{T: time.Now().Format(time.RFC3339Nano), Key: key, Intent: intent, Outcome: "sent"})
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"id":"msg_%06d"}`, n)
-}
-
-func (s *oneShotSink) busy() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.inFlight
-}
-
-func (s *oneShotSink) snapshot() []sinkEffect {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]sinkEffect(nil), s.effects...)
 }
 
 // modelProxy serves the stand-in model and counts, per intent, the chat

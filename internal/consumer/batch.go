@@ -111,12 +111,7 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 		it.pend = js.PublishAsync(sink.Effect{Key: it.k.String(), Pipeline: name, Body: it.m.Data()})
 	}
 	dup := func(it *item, g Guard, reply []byte) {
-		if g == GuardWindow {
-			p.n.dupWindow.Add(1)
-		} else {
-			p.n.dupLedger.Add(1)
-		}
-		p.c.obs.Duplicate(name, g)
+		p.duplicate(g)
 		p.settle(ctx, it.m, ack(it.k, reply))
 	}
 

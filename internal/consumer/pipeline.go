@@ -300,6 +300,17 @@ func classify(err error) Reason {
 	return ReasonInvalidJSON
 }
 
+// duplicate counts a trigger stopped as a duplicate by the window or the
+// ledger.
+func (p *pipeline) duplicate(g Guard) {
+	if g == GuardWindow {
+		p.n.dupWindow.Add(1)
+	} else {
+		p.n.dupLedger.Add(1)
+	}
+	p.c.obs.Duplicate(p.cfg.Name, g)
+}
+
 // gateWindow forwards the first occurrence of each key within the
 // window's TTL; memory only, nothing durable.
 func (p *pipeline) gateWindow(ctx context.Context, m jetstream.Msg) verdict {
@@ -309,8 +320,7 @@ func (p *pipeline) gateWindow(ctx context.Context, m jetstream.Msg) verdict {
 	}
 	k := in.Key
 	if p.window.SeenOrAdd(k.Short()) {
-		p.n.dupWindow.Add(1)
-		p.c.obs.Duplicate(p.cfg.Name, GuardWindow)
+		p.duplicate(GuardWindow)
 		return ack(k, nil)
 	}
 	res, err := p.deliver(ctx, k, m.Data())
@@ -331,8 +341,7 @@ func (p *pipeline) flow(ctx context.Context, m jetstream.Msg) verdict {
 	}
 	k := in.Key
 	if p.window.Contains(k.Short()) {
-		p.n.dupWindow.Add(1)
-		p.c.obs.Duplicate(p.cfg.Name, GuardWindow)
+		p.duplicate(GuardWindow)
 		return ack(k, nil)
 	}
 	// The owner names the process and the stream message it works on, so
@@ -352,13 +361,11 @@ func (p *pipeline) flow(ctx context.Context, m jetstream.Msg) verdict {
 	switch claim.Status {
 	case dedupe.StatusCommitted:
 		p.window.Add(k.Short())
-		p.n.dupLedger.Add(1)
-		p.c.obs.Duplicate(p.cfg.Name, GuardLedger)
+		p.duplicate(GuardLedger)
 		return ack(k, claim.Record.Result.Response)
 	case dedupe.StatusHeld:
 		if !strings.HasSuffix(claim.Record.Owner, "#"+ref) {
-			p.n.dupLedger.Add(1)
-			p.c.obs.Duplicate(p.cfg.Name, GuardLedger)
+			p.duplicate(GuardLedger)
 			return ack(k, nil)
 		}
 		// Our own message, redelivered while its holder is silent: a
