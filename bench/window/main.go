@@ -478,7 +478,8 @@ func (r *results) print(w io.Writer, cfg config, clockCost time.Duration, interr
 	}
 
 	fmt.Fprintln(w, "\nbytes per live key (heap growth of a set made for exactly the live keys, holding them, after GC;")
-	fmt.Fprintln(w, "window: table bytes / live keys; two-generation sets hold up to twice this at a steady state)")
+	fmt.Fprintln(w, "window: heap growth, and in parentheses its table's bytes / live keys, the table being off the Go heap on Linux;")
+	fmt.Fprintln(w, "two-generation sets hold up to twice this at a steady state)")
 	fmt.Fprintf(tw, "live\t%s\t\n", strings.Join(names, "\t"))
 	for _, live := range cfg.lives {
 		fmt.Fprintf(tw, "%s\t", altset.FormatCount(live))

@@ -36,6 +36,13 @@ type WindowOptions struct {
 	// MinWindowCapacity. The table takes 16 bytes per key of capacity. Past
 	// it, adding a key evicts the oldest key among the ones it competes
 	// with. The default is DefaultWindowCapacity.
+	//
+	// On Linux a table of 2 MiB or more is mapped apart from the Go heap,
+	// on transparent huge pages where the system allows them (lookups land
+	// on random buckets; with 4 KiB pages most would also miss the TLB). It
+	// counts in the process's resident memory but not in the Go heap, so
+	// GOGC and GOMEMLIMIT do not see it, and it is unmapped once the Window
+	// is garbage collected.
 	Capacity int
 
 	// TTL is how long a key is remembered after it was added: at least TTL and
@@ -107,7 +114,10 @@ type Window struct {
 	bbits     uint   // floor(log2(nb))
 	stampBits uint   // bbits - 3
 	stampMask uint64
-	idShift   uint // bbits - 1: word >> idShift is tag<<1 | alt
+	idShift   uint   // bbits - 1: word >> idShift is tag<<1 | alt
+	idMask    uint64 // the identity's bits of a word
+	altBit    uint64 // the alt bit of a word: set in a key's second bucket
+	commitBit uint64 // stateCommitted in a word
 
 	ttlUnits  int64 // live iff age in units <= ttlUnits
 	unitShift uint  // a unit is 1<<unitShift nanoseconds
@@ -164,13 +174,17 @@ func NewWindow(opts WindowOptions) (*Window, error) {
 	// bbits is how many bits of a key the bucket index stands for: a slot
 	// stores the other 64-bbits.
 	bbits := uint(63 - bits.LeadingZeros64(nb))
+	table, release := allocTable(nb)
 	w := &Window{
-		buckets:   make([]bucket, nb),
+		buckets:   table,
 		nb:        nb,
 		bbits:     bbits,
 		stampBits: bbits - 3,
 		stampMask: 1<<(bbits-3) - 1,
 		idShift:   bbits - 1,
+		idMask:    ^uint64(0) << (bbits - 1),
+		altBit:    1 << (bbits - 1),
+		commitBit: stateCommitted << (bbits - 3),
 		clock:     opts.Clock,
 	}
 	// A unit is the largest power of two of nanoseconds that is at most
@@ -188,6 +202,12 @@ func NewWindow(opts WindowOptions) (*Window, error) {
 		w.base = time.Now()
 	} else {
 		w.base = w.clock.Now()
+	}
+	if release != nil {
+		// The table is unmapped when w is unreachable. Every method that
+		// touches the table keeps w alive until it is done with it
+		// (runtime.KeepAlive), so no pointer into the table outlives w.
+		runtime.AddCleanup(w, func(release func()) { release() }, release)
 	}
 	return w, nil
 }
@@ -215,7 +235,7 @@ func mix(k uint64) uint64 {
 // loc is where a key may live: two buckets and the identity its slots carry.
 type loc struct {
 	b1, b2 *bucket
-	id     uint64 // tag<<1; the slot's alt bit is 0 in b1 and 1 in b2
+	id     uint64 // the identity bits of a word for the key in b1: tag, alt bit 0
 	stripe int
 }
 
@@ -234,21 +254,23 @@ func (w *Window) locate(k uint64) loc {
 	if h2 >= w.nb {
 		h2 -= w.nb
 	}
-	return loc{b1: &w.buckets[h1], b2: &w.buckets[h2], id: tag << 1, stripe: int(h1 % stripes)}
+	return loc{b1: &w.buckets[h1], b2: &w.buckets[h2], id: tag << w.bbits, stripe: int(h1 % stripes)}
 }
 
 // slot returns candidate p (0..15) of l and the identity a slot there carries
 // for l's key. Candidates are ordered: this order decides which of two racing
 // adds of one key survives.
-func (l *loc) slot(p int) (*atomic.Uint64, uint64) {
+func (w *Window) slot(l *loc, p int) (*atomic.Uint64, uint64) {
 	if p < slotsPerBucket {
 		return &l.b1[p], l.id
 	}
-	return &l.b2[p-slotsPerBucket], l.id | 1
+	return &l.b2[p-slotsPerBucket], l.id | w.altBit
 }
 
+// word returns the slot word of identity id (a loc's id, with or without
+// the alt bit), state and stamp.
 func (w *Window) word(id uint64, state uint64, stamp uint64) uint64 {
-	return id<<w.idShift | state<<w.stampBits | stamp&w.stampMask
+	return id | state<<w.stampBits | stamp&w.stampMask
 }
 
 func (w *Window) state(x uint64) uint64 { return x >> w.stampBits & 3 }
@@ -394,7 +416,9 @@ func (w *Window) Add(k uint64) { w.insert(k, true) }
 func (w *Window) insert(k uint64, refresh bool) bool {
 	t := w.now()
 	l := w.locate(k)
-	return w.insertAt(t, l, refresh)
+	seen := w.insertAt(t, l, refresh)
+	runtime.KeepAlive(w) // see NewWindow: the table lives as long as w
+	return seen
 }
 
 // touched and touchedSink give the values of SeenOrAddBatch's prefetching
@@ -440,6 +464,7 @@ func (w *Window) SeenOrAddBatch(keys []uint64, seen []bool) int {
 		}
 		keys, seen = keys[c:], seen[c:]
 	}
+	runtime.KeepAlive(w)
 	return n
 }
 
@@ -450,8 +475,10 @@ retry:
 	// overlap), then find k among them, or where it could go.
 	var xs [2 * slotsPerBucket]uint64
 	l.load(&xs)
-	if p := w.find(&l, &xs); p >= 0 {
-		s, id := l.slot(p)
+	match, free := w.scan(&l, &xs, t)
+	if match != 0 {
+		p := bits.TrailingZeros32(match)
+		s, id := w.slot(&l, p)
 		x := xs[p]
 		if w.state(x) == statePending {
 			// Another goroutine is adding k right now: it, or a rival
@@ -480,14 +507,13 @@ retry:
 	// bucket with more free slots, or else the oldest live key's slot. The
 	// claim is a CAS from the word phase 1 read, so a slot that changed
 	// meanwhile is not taken.
-	free := w.freeMask(&xs, t)
 	evict := false
 	var target int
 	switch f1, f2 := bits.OnesCount8(uint8(free)), bits.OnesCount8(uint8(free>>slotsPerBucket)); {
 	case f1 >= f2 && f1 > 0:
-		target = bits.TrailingZeros16(free)
+		target = bits.TrailingZeros32(free)
 	case f2 > 0:
-		target = bits.TrailingZeros16(free >> slotsPerBucket << slotsPerBucket)
+		target = bits.TrailingZeros32(free >> slotsPerBucket << slotsPerBucket)
 	default:
 		target = w.oldest(&xs, t)
 		if target < 0 {
@@ -497,7 +523,7 @@ retry:
 		}
 		evict = true
 	}
-	ts, tid := l.slot(target)
+	ts, tid := w.slot(&l, target)
 	old := xs[target]
 	pending := w.word(tid, statePending, t)
 	if !ts.CompareAndSwap(old, pending) {
@@ -521,11 +547,12 @@ retry:
 	for {
 		l.load(&xs)
 		xs[target] = 0
-		p := w.find(&l, &xs)
-		if p < 0 {
+		match, _ := w.scan(&l, &xs, t)
+		if match == 0 {
 			break
 		}
-		s, _ := l.slot(p)
+		p := bits.TrailingZeros32(match)
+		s, _ := w.slot(&l, p)
 		x := xs[p]
 		if st := w.state(x); (st == stateCommitted && w.live(x, t)) || (st == statePending && p < target) {
 			ts.CompareAndSwap(pending, 0) // fails only if a rival aborted us
@@ -560,37 +587,57 @@ func (l *loc) load(xs *[2 * slotsPerBucket]uint64) {
 	xs[7], xs[15] = b1[7].Load(), b2[7].Load()
 }
 
-// find returns the first candidate in xs that holds l's key, or -1.
-func (w *Window) find(l *loc, xs *[2 * slotsPerBucket]uint64) int {
-	id1, id2 := l.id, l.id|1
-	var m uint32
-	for p := 0; p < slotsPerBucket; p++ {
-		x1, x2 := xs[p], xs[p+slotsPerBucket]
-		// An empty slot (0) has the identity of the key whose tag is 0: it
-		// must not match.
-		m |= b2u(x1>>w.idShift == id1 && x1 != 0) << p
-		m |= b2u(x2>>w.idShift == id2 && x2 != 0) << (p + slotsPerBucket)
-	}
-	if m == 0 {
-		return -1
-	}
-	return bits.TrailingZeros32(m)
+// scanParams is what classifying a key's 16 candidate words needs: the
+// identities the key's words carry in its two buckets, and the numbers that
+// tell a free slot. Its layout is read by scanAVX2.
+type scanParams struct {
+	idMask    uint64 // the identity bits of a word
+	id1, id2  uint64 // the key's identity in b1 and in b2
+	commitBit uint64 // stateCommitted in a word
+	t         uint64 // the current time unit
+	stampMask uint64
+	lo        uint64 // a committed slot is free if its age a has lo <= a < lo+span:
+	span      uint64 // older than the TTL, and not stamped in the future
 }
 
-// freeMask returns a bit per candidate that is empty or holds an expired
-// key, computed without branches: which slots are free is as good as random.
-func (w *Window) freeMask(xs *[2 * slotsPerBucket]uint64, t uint64) uint16 {
-	var m uint16
-	half := w.stampMask >> 1
-	ttl := uint64(w.ttlUnits)
-	for p, x := range xs {
-		empty := b2u(x == 0)
-		committed := uint32(x>>w.stampBits) >> 1 & 1
-		d := (t - x) & w.stampMask
-		dead := committed & b2u(d > ttl) & b2u(d <= half)
-		m |= uint16(empty|dead) << p
+// scan classifies the candidate words xs of the key at l at time t. match
+// has a bit per candidate that holds the key; free a bit per candidate that
+// is empty or holds an expired key. Which slots are free is as good as
+// random, so both are computed without branches; on amd64 with AVX2 four
+// words at a time (see scan_amd64.s). Together they are most of the
+// instructions of a SeenOrAdd.
+func (w *Window) scan(l *loc, xs *[2 * slotsPerBucket]uint64, t uint64) (match, free uint32) {
+	p := scanParams{
+		idMask:    w.idMask,
+		id1:       l.id,
+		id2:       l.id | w.altBit,
+		commitBit: w.commitBit,
+		t:         t,
+		stampMask: w.stampMask,
+		lo:        uint64(w.ttlUnits) + 1,
+		span:      w.stampMask>>1 - uint64(w.ttlUnits),
 	}
-	return m
+	if useAVX2 {
+		return scanAVX2(xs, &p)
+	}
+	return scanGeneric(xs, &p)
+}
+
+// scanGeneric is scan in Go.
+func scanGeneric(xs *[2 * slotsPerBucket]uint64, p *scanParams) (match, free uint32) {
+	for i, x := range xs {
+		id := p.id1
+		if i >= slotsPerBucket {
+			id = p.id2
+		}
+		empty := b2u(x == 0)
+		// An empty slot (0) has the identity of the key whose tag is 0: it
+		// must not match.
+		match |= b2u(x&p.idMask == id) &^ empty << i
+		dead := b2u(x&p.commitBit != 0) & b2u((p.t-x)&p.stampMask-p.lo < p.span)
+		free |= (empty | dead) << i
+	}
+	return match, free
 }
 
 // oldest returns the candidate holding the live key stamped longest ago, or
@@ -620,14 +667,14 @@ func b2u(b bool) uint32 {
 func (w *Window) Contains(k uint64) bool {
 	t := w.now()
 	l := w.locate(k)
-	for p := 0; p < 2*slotsPerBucket; p++ {
-		s, id := l.slot(p)
+	found := false
+	for p := 0; p < 2*slotsPerBucket && !found; p++ {
+		s, id := w.slot(&l, p)
 		x := s.Load()
-		if x != 0 && x>>w.idShift == id && w.state(x) == stateCommitted && w.live(x, t) {
-			return true
-		}
+		found = x != 0 && x&w.idMask == id && w.state(x) == stateCommitted && w.live(x, t)
 	}
-	return false
+	runtime.KeepAlive(w)
+	return found
 }
 
 // Remove removes k and reports whether it was live. Use it when the work a
@@ -637,12 +684,13 @@ func (w *Window) Remove(k uint64) bool {
 	l := w.locate(k)
 	removed := false
 	for p := 0; p < 2*slotsPerBucket; p++ {
-		s, id := l.slot(p)
+		s, id := w.slot(&l, p)
 		x := s.Load()
-		if x != 0 && x>>w.idShift == id && w.state(x) == stateCommitted && s.CompareAndSwap(x, 0) {
+		if x != 0 && x&w.idMask == id && w.state(x) == stateCommitted && s.CompareAndSwap(x, 0) {
 			removed = removed || w.live(x, t)
 		}
 	}
+	runtime.KeepAlive(w)
 	return removed
 }
 

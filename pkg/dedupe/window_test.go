@@ -478,8 +478,8 @@ func TestWindowRivalCheck(t *testing.T) {
 			l := w.locate(k)
 			// Occupy the first slot of each bucket with other keys' pending
 			// adds, so the add claims slot 1 and slot 0 is free for a rival.
-			l.b1[0].Store(w.word(1<<3, statePending, 0))
-			l.b2[0].Store(w.word(1<<3|1, statePending, 0))
+			l.b1[0].Store(w.word(1<<3<<w.idShift, statePending, 0))
+			l.b2[0].Store(w.word((1<<3|1)<<w.idShift, statePending, 0))
 			rivalP := -1
 			testHookClaimed = func(hl loc, target int) {
 				testHookClaimed = nil
@@ -490,7 +490,7 @@ func TestWindowRivalCheck(t *testing.T) {
 						p = slotsPerBucket
 					}
 				}
-				s, id := hl.slot(p)
+				s, id := w.slot(&hl, p)
 				s.Store(w.word(id, state, uint64(c.Now().Sub(w.base))>>w.unitShift))
 				rivalP = p
 			}
@@ -498,17 +498,17 @@ func TestWindowRivalCheck(t *testing.T) {
 			if got := w.SeenOrAdd(k); got != tt.wantSeen {
 				t.Errorf("SeenOrAdd = %v; want %v", got, tt.wantSeen)
 			}
-			rs, rid := l.slot(rivalP)
+			rs, rid := w.slot(&l, rivalP)
 			x := rs.Load()
-			got := x != 0 && x>>w.idShift == rid
+			got := x != 0 && x&w.idMask == rid
 			if got != tt.wantRival {
 				t.Errorf("rival slot holds k afterwards = %v; want %v", got, tt.wantRival)
 			}
 			// Whatever happened, k is present exactly once.
 			copies := 0
 			for p := 0; p < 2*slotsPerBucket; p++ {
-				s, id := l.slot(p)
-				if x := s.Load(); x != 0 && x>>w.idShift == id {
+				s, id := w.slot(&l, p)
+				if x := s.Load(); x != 0 && x&w.idMask == id {
 					copies++
 				}
 			}
