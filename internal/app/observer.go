@@ -47,3 +47,5 @@ func (o observer) DeadLetter(p string, r consumer.Reason) { o.m.DeadLetter(p, op
 func (o observer) Settled(p, kind string) { o.m.Ack(p, ops.Ack(kind)) }
 
 func (o observer) InFlight(p string, delta int) { o.m.AddInflight(p, delta) }
+
+func (o observer) Leases(p string, delta int) { o.m.AddPendingLeases(p, delta) }

@@ -193,6 +193,10 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 		publish(it)
 		sent = append(sent, it)
 	}
+	// The leases of sent are ours until the batch has committed, released
+	// or failed each of them.
+	p.c.obs.Leases(name, len(sent))
+	defer p.c.obs.Leases(name, -len(sent))
 	var done []*item
 	var commits []dedupe.CommitRequest
 	t0 := time.Now()

@@ -31,6 +31,10 @@ type Observer interface {
 	DeadLetter(pipeline string, r Reason)
 	Settled(pipeline, kind string) // ack, nak, term, in_progress
 	InFlight(pipeline string, delta int)
+	// Leases counts the ledger leases the pipeline holds: +1 when a claim
+	// is taken (new or taken over), -1 once it is committed, released or
+	// failed.
+	Leases(pipeline string, delta int)
 }
 
 // Options configures a [Consumer].
@@ -309,6 +313,7 @@ func (nopObserver) Step(string, string, time.Duration)           {}
 func (nopObserver) DeadLetter(string, Reason)                    {}
 func (nopObserver) Settled(string, string)                       {}
 func (nopObserver) InFlight(string, int)                         {}
+func (nopObserver) Leases(string, int)                           {}
 
 // WindowStats returns each pipeline's window figures, for metrics.
 func (c *Consumer) WindowStats() []ops.WindowStats {

@@ -40,7 +40,7 @@ type fixture struct {
 	done   chan error
 }
 
-func start(t *testing.T, mutate func(*config.Config), modelOpts standin.Options) *fixture {
+func start(t *testing.T, mutate func(*config.Config), modelOpts standin.Options, opts ...func(*consumer.Options)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := config.Default()
@@ -81,10 +81,14 @@ func start(t *testing.T, mutate func(*config.Config), modelOpts standin.Options)
 	ocfg.BaseURL = url
 	ocfg.HTTPClient = cache.HTTPClient(&http.Client{Transport: tr})
 
-	c, err := consumer.New(consumer.Options{
+	copts := consumer.Options{
 		Config: cfg, Conn: nc, Ledger: led, Model: openai.NewClientWithConfig(ocfg), DrainTimeout: 5 * time.Second,
 		Logger: testLogger(t),
-	})
+	}
+	for _, o := range opts {
+		o(&copts)
+	}
+	c, err := consumer.New(copts)
 	if err != nil {
 		t.Fatal(err)
 	}

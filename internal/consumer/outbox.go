@@ -204,6 +204,8 @@ func (d *dispatcher) dispatch(m jetstream.Msg) {
 		return
 	}
 	token := claim.Lease.Token
+	p.c.obs.Leases(p.cfg.Name, 1)
+	defer p.c.obs.Leases(p.cfg.Name, -1)
 	p.c.fault(AfterDispatchClaim, k)
 	step := ""
 	if p.step != nil {

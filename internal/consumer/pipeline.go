@@ -377,6 +377,9 @@ func (p *pipeline) flow(ctx context.Context, m jetstream.Msg) verdict {
 	case dedupe.StatusTakenOver:
 		p.n.takenOver.Add(1)
 	}
+	// The lease is ours until work has committed, released or failed it.
+	p.c.obs.Leases(p.cfg.Name, 1)
+	defer p.c.obs.Leases(p.cfg.Name, -1)
 	var token atomic.Uint64
 	token.Store(claim.Lease.Token)
 	if p.c.opts.BrokenAckEarly {

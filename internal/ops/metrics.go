@@ -188,7 +188,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		acks: counter("acks_total",
 			"JetStream acknowledgements sent, by kind (ack, nak, term, in_progress).", "pipeline", "kind"),
 		pendingLease: gauge("pending_leases",
-			"Ledger leases taken and not yet committed.", "pipeline"),
+			"Ledger leases this process holds: taken, and not yet committed, released or failed.", "pipeline"),
 		inflight: gauge("inflight",
 			"Triggers being worked on now.", "pipeline"),
 	}
@@ -319,13 +319,13 @@ func (m *Metrics) Ack(pipeline string, k Ack) {
 	m.acks.WithLabelValues(pipeline, label(k, acks)).Inc()
 }
 
-// SetPendingLeases sets the number of the pipeline's leases taken and not
-// yet committed.
-func (m *Metrics) SetPendingLeases(pipeline string, n int) {
+// AddPendingLeases adds delta to the number of the pipeline's ledger leases
+// this process holds (taken, and not yet committed, released or failed).
+func (m *Metrics) AddPendingLeases(pipeline string, delta int) {
 	if m == nil {
 		return
 	}
-	m.pendingLease.WithLabelValues(pipeline).Set(float64(n))
+	m.pendingLease.WithLabelValues(pipeline).Add(float64(delta))
 }
 
 // AddInflight adds delta (+1 when work on a trigger starts, -1 when it

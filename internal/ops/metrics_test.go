@@ -44,7 +44,8 @@ func TestMetricsExposed(t *testing.T) {
 	m.Ack("billing", ops.AckNak)
 	m.Ack("billing", ops.AckTerm)
 	m.Ack("billing", ops.AckInProgress)
-	m.SetPendingLeases("billing", 4)
+	m.AddPendingLeases("billing", 5)
+	m.AddPendingLeases("billing", -1)
 	m.AddInflight("billing", 3)
 	m.AddInflight("billing", -1)
 
@@ -220,7 +221,7 @@ func TestNilMetricsRecordsNothing(t *testing.T) {
 	m.Step("p", "s", time.Second)
 	m.DeadLetter("p", ops.ReasonPoison)
 	m.Ack("p", ops.AckAck)
-	m.SetPendingLeases("p", 1)
+	m.AddPendingLeases("p", 1)
 	m.AddInflight("p", 1)
 	if r := m.Registry(); r != nil {
 		t.Errorf("(*Metrics)(nil).Registry() = %v; want nil", r)
