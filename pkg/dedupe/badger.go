@@ -48,6 +48,7 @@ type BadgerLedger struct {
 	db     *badger.DB
 	opts   LedgerOptions
 	syncer *groupSync // nil when no explicit sync is needed
+	st     *inproc    // the key locks and remembered claims of db (see inproc)
 	closed atomic.Bool
 }
 
@@ -70,7 +71,7 @@ func NewBadgerLedger(db *badger.DB, opts BadgerLedgerOptions) (*BadgerLedger, er
 	if err := opts.Normalize(); err != nil {
 		return nil, err
 	}
-	l := &BadgerLedger{db: db, opts: opts.LedgerOptions}
+	l := &BadgerLedger{db: db, opts: opts.LedgerOptions, st: acquireInproc(db)}
 	if !opts.NoSync && !db.Opts().SyncWrites && !db.Opts().InMemory {
 		l.syncer = newGroupSync(db.Sync)
 	}
@@ -161,18 +162,24 @@ func (l *BadgerLedger) write(txn *badger.Txn, rec *Record) error {
 
 // update reads key's record in a read-write transaction and passes it to
 // fn, which returns the record to write (nil for none) and whether the write
-// must be durable before update returns. A transaction that loses a conflict
-// with a concurrent one on the same key is retried.
+// must be durable before update returns. It holds key's lock (see inproc)
+// from the read until the transaction has committed; a transaction that
+// loses a conflict all the same is retried.
 func (l *BadgerLedger) update(ctx context.Context, key Key, fn func(cur *Record, now time.Time) (next *Record, durable bool, err error)) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
-	var err error
+	unlock, err := l.st.lock(ctx, []Key{key})
+	if err != nil {
+		return err
+	}
 	var wrote bool
+	var written *Record
 	for range maxConflictRetries {
 		if err = ctx.Err(); err != nil {
-			return err
+			break
 		}
+		written = nil
 		err = l.db.Update(func(txn *badger.Txn) error {
 			now := l.opts.Clock.Now()
 			cur, err := l.read(txn, key, now)
@@ -184,12 +191,20 @@ func (l *BadgerLedger) update(ctx context.Context, key Key, fn func(cur *Record,
 				return err
 			}
 			wrote = durable
+			written = next
 			return l.write(txn, next)
 		})
 		if !errors.Is(err, badger.ErrConflict) {
 			break
 		}
 	}
+	switch {
+	case err != nil:
+		l.st.forget(key)
+	case written != nil:
+		l.st.wrote(key, written)
+	}
+	unlock()
 	if err != nil {
 		switch {
 		case errors.Is(err, badger.ErrDBClosed):
@@ -327,14 +342,18 @@ func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
 
 // Close implements Ledger. It does not close the DB.
 func (l *BadgerLedger) Close() error {
-	l.closed.Store(true)
+	if !l.closed.Swap(true) {
+		releaseInproc(l.db)
+	}
 	return nil
 }
 
 // updateBatch applies fn to each of keys in one transaction and one sync;
-// fn's errors are per key and do not abort the others. A batch too large
-// for one Badger transaction is split in halves.
-func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, fn func(i int, cur *Record, now time.Time) (next *Record, err error)) []error {
+// fn's errors are per key and do not abort the others. It holds the locks of
+// all the keys (see inproc) until the transaction has committed. With
+// remembered, the record of a key the batch holds once is taken from what
+// the process remembers writing, if it does, instead of being read.
+func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, remembered bool, fn func(i int, cur *Record, now time.Time) (next *Record, err error)) []error {
 	errs := make([]error, len(keys))
 	fail := func(err error) []error {
 		for i := range errs {
@@ -345,55 +364,43 @@ func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, fn func(i in
 	if l.closed.Load() {
 		return fail(ErrClosed)
 	}
-	// Keys in order: each lookup then walks much the same path down
-	// Badger's skiplists as the one before it, mostly in cache.
+	// Keys in order: the locks are taken in that order, and each lookup
+	// then walks much the same path down Badger's skiplists as the one
+	// before it, mostly in cache.
 	order := make([]int, len(keys))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(keys[a][:], keys[b][:]) })
-	var err error
-	wrote := false
-	for range maxConflictRetries {
-		if err = ctx.Err(); err != nil {
-			return fail(err)
+	distinct := make([]Key, 0, len(keys))
+	once := make([]bool, len(keys)) // the key is in the batch once
+	for j, i := range order {
+		if j > 0 && keys[order[j-1]] == keys[i] {
+			continue
 		}
-		wrote = false
-		err = l.db.Update(func(txn *badger.Txn) error {
-			now := l.opts.Clock.Now()
-			for _, i := range order {
-				k := keys[i]
-				cur, err := l.read(txn, k, now)
-				if err != nil {
-					errs[i] = err
-					continue
-				}
-				next, err := fn(i, cur, now)
-				errs[i] = err
-				if err != nil || next == nil {
-					continue
-				}
-				if err := l.write(txn, next); err != nil {
-					return err
-				}
-				wrote = true
+		distinct = append(distinct, keys[i])
+		once[i] = j+1 == len(order) || keys[order[j+1]] != keys[i]
+	}
+	unlock, err := l.st.lock(ctx, distinct)
+	if err != nil {
+		return fail(err)
+	}
+	written := make([]*Record, len(keys))
+	wrote, err := l.updateBatchLocked(ctx, keys, order, func(i int) bool { return remembered && once[i] }, written, errs, fn)
+	if err != nil {
+		for _, k := range distinct {
+			l.st.forget(k)
+		}
+	} else {
+		// In key order, so that of a key written twice the last write counts.
+		for _, i := range order {
+			if written[i] != nil {
+				l.st.wrote(keys[i], written[i])
 			}
-			return nil
-		})
-		if !errors.Is(err, badger.ErrConflict) {
-			break
 		}
 	}
-	switch {
-	case err == nil:
-	case errors.Is(err, badger.ErrTxnTooBig) && len(keys) > 1:
-		h := len(keys) / 2
-		a := l.updateBatch(ctx, keys[:h], fn)
-		b := l.updateBatch(ctx, keys[h:], func(i int, cur *Record, now time.Time) (*Record, error) { return fn(h+i, cur, now) })
-		return append(a, b...)
-	case errors.Is(err, badger.ErrDBClosed):
-		return fail(fmt.Errorf("%w: %w", ErrClosed, err))
-	default:
+	unlock()
+	if err != nil {
 		return fail(err)
 	}
 	if wrote && l.syncer != nil {
@@ -404,6 +411,82 @@ func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, fn func(i in
 	return errs
 }
 
+// testHookRemembered, when set by a test, runs after a batch took a key's
+// claim from memory, before its transaction writes the key.
+var testHookRemembered func(Key)
+
+// rememberedClaim returns the claim of k the process remembers, if use is
+// set and it does.
+func (l *BadgerLedger) rememberedClaim(k Key, use bool) (Record, bool) {
+	if !use {
+		return Record{}, false
+	}
+	rec, ok := l.st.claim(k)
+	if ok && testHookRemembered != nil {
+		testHookRemembered(k)
+	}
+	return rec, ok
+}
+
+// updateBatchLocked is updateBatch's transaction, over the keys at order,
+// with their locks held. It sets written[i] to the record it wrote for
+// keys[i] and errs[i] to fn's error, and returns whether it wrote anything
+// or why the whole transaction failed. A batch too large for one Badger
+// transaction is split in halves.
+func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order []int, remembered func(i int) bool, written []*Record, errs []error,
+	fn func(i int, cur *Record, now time.Time) (next *Record, err error)) (bool, error) {
+	var err error
+	wrote := false
+	for range maxConflictRetries {
+		if err = ctx.Err(); err != nil {
+			return false, err
+		}
+		wrote = false
+		err = l.db.Update(func(txn *badger.Txn) error {
+			now := l.opts.Clock.Now()
+			for _, i := range order {
+				k := keys[i]
+				written[i] = nil
+				var cur *Record
+				if rec, ok := l.rememberedClaim(k, remembered(i)); ok {
+					cur = live(&rec, now)
+				} else if cur, errs[i] = l.read(txn, k, now); errs[i] != nil {
+					continue
+				}
+				next, err := fn(i, cur, now)
+				errs[i] = err
+				if err != nil || next == nil {
+					continue
+				}
+				if err := l.write(txn, next); err != nil {
+					return err
+				}
+				written[i] = next
+				wrote = true
+			}
+			return nil
+		})
+		if !errors.Is(err, badger.ErrConflict) {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+		return wrote, nil
+	case errors.Is(err, badger.ErrTxnTooBig) && len(order) > 1:
+		h := len(order) / 2
+		w1, err := l.updateBatchLocked(ctx, keys, order[:h], remembered, written, errs, fn)
+		if err != nil {
+			return false, err
+		}
+		w2, err := l.updateBatchLocked(ctx, keys, order[h:], remembered, written, errs, fn)
+		return w1 || w2, err
+	case errors.Is(err, badger.ErrDBClosed):
+		return false, fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return false, err
+}
+
 // BeginBatch claims every key of reqs in one transaction and one sync. See
 // [Batcher] and [BeginAll].
 func (l *BadgerLedger) BeginBatch(ctx context.Context, reqs []BeginRequest) []BeginResult {
@@ -412,7 +495,7 @@ func (l *BadgerLedger) BeginBatch(ctx context.Context, reqs []BeginRequest) []Be
 	for i, r := range reqs {
 		keys[i] = r.Key
 	}
-	errs := l.updateBatch(ctx, keys, func(i int, cur *Record, now time.Time) (*Record, error) {
+	errs := l.updateBatch(ctx, keys, false, func(i int, cur *Record, now time.Time) (*Record, error) {
 		if err := validBegin(reqs[i].Options); err != nil {
 			return nil, err
 		}
@@ -438,7 +521,9 @@ func (l *BadgerLedger) CommitBatch(ctx context.Context, reqs []CommitRequest) []
 	for i, r := range reqs {
 		keys[i] = r.Key
 	}
-	return l.updateBatch(ctx, keys, func(i int, cur *Record, now time.Time) (*Record, error) {
+	// Each key was claimed by this process, which remembers the claim it
+	// wrote: no need to read it back.
+	return l.updateBatch(ctx, keys, true, func(i int, cur *Record, now time.Time) (*Record, error) {
 		rec, err := l.opts.Committed(reqs[i].Key, cur, reqs[i].Token, reqs[i].Result, now)
 		if err != nil {
 			return nil, err

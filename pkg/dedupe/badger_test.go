@@ -1,6 +1,7 @@
 package dedupe_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -35,4 +36,24 @@ func TestBadgerLedgerConformance(t *testing.T) {
 			})
 		})
 	}
+	// The same suite with every Begin and Commit going through the batch
+	// calls, whose commits take the claim from what the process remembers
+	// writing instead of reading it back.
+	t.Run("batched", func(t *testing.T) {
+		dedupetest.Run(t, func(t *testing.T, opts dedupe.LedgerOptions) dedupe.Ledger {
+			return batchedLedger{newBadgerLedger(t, opts, dedupe.OpenBadgerOptions{})}
+		})
+	})
+}
+
+// batchedLedger sends Begin and Commit through BeginBatch and CommitBatch.
+type batchedLedger struct{ *dedupe.BadgerLedger }
+
+func (l batchedLedger) Begin(ctx context.Context, k dedupe.Key, o dedupe.BeginOptions) (dedupe.Claim, error) {
+	r := l.BeginBatch(ctx, []dedupe.BeginRequest{{Key: k, Options: o}})[0]
+	return r.Claim, r.Err
+}
+
+func (l batchedLedger) Commit(ctx context.Context, k dedupe.Key, token uint64, res dedupe.Result) error {
+	return l.CommitBatch(ctx, []dedupe.CommitRequest{{Key: k, Token: token, Result: res}})[0]
 }

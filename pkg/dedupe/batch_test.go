@@ -3,10 +3,15 @@ package dedupe_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/dedupetest"
 )
 
 // TestBatchMatchesOneByOne runs the same claims and commits through the
@@ -78,4 +83,185 @@ func openTestLedger(t *testing.T) *dedupe.BadgerLedger {
 		db.Close()
 	})
 	return l
+}
+
+// TestBatchCommitIsFenced: a batch commit takes the claim from what the
+// process remembers writing; a takeover in between must have replaced it,
+// so the first holder's commit is refused and the second's goes through,
+// and a commit after a Fail or after another commit is refused too.
+func TestBatchCommitIsFenced(t *testing.T) {
+	ctx := context.Background()
+	clock := dedupetest.NewClock()
+	db, err := dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		db.Close()
+	})
+	begin := func(k dedupe.Key, owner string, want dedupe.Status) uint64 {
+		t.Helper()
+		r := l.BeginBatch(ctx, []dedupe.BeginRequest{{Key: k, Options: dedupe.BeginOptions{Owner: owner, Lease: time.Second}}})[0]
+		if r.Err != nil || r.Claim.Status != want {
+			t.Fatalf("BeginBatch %v for %s: %v, %v; want %v", k, owner, r.Claim.Status, r.Err, want)
+		}
+		return r.Claim.Lease.Token
+	}
+	commit := func(k dedupe.Key, token uint64) error {
+		return l.CommitBatch(ctx, []dedupe.CommitRequest{{Key: k, Token: token, Result: dedupe.Result{DownstreamID: "x"}}})[0]
+	}
+
+	k := dedupe.Key{1, 0xfe}
+	a := begin(k, "a", dedupe.StatusNew)
+	clock.Advance(2 * time.Second)
+	b := begin(k, "b", dedupe.StatusTakenOver)
+	if err := commit(k, a); !errors.Is(err, dedupe.ErrStaleToken) {
+		t.Errorf("commit by the holder taken over: %v; want ErrStaleToken", err)
+	}
+	if err := commit(k, b); err != nil {
+		t.Errorf("commit by the new holder: %v", err)
+	}
+	if err := commit(k, b); !errors.Is(err, dedupe.ErrStaleToken) {
+		t.Errorf("second commit: %v; want ErrStaleToken", err)
+	}
+
+	// Taken over by a one-by-one Begin, then failed by its holder.
+	k2 := dedupe.Key{2, 0xfe}
+	a = begin(k2, "a", dedupe.StatusNew)
+	clock.Advance(2 * time.Second)
+	c, err := l.Begin(ctx, k2, dedupe.BeginOptions{Owner: "c", Lease: time.Second})
+	if err != nil || c.Status != dedupe.StatusTakenOver {
+		t.Fatalf("Begin: %v, %v", c.Status, err)
+	}
+	if err := commit(k2, a); !errors.Is(err, dedupe.ErrStaleToken) {
+		t.Errorf("commit by the holder taken over one by one: %v; want ErrStaleToken", err)
+	}
+	if err := l.Fail(ctx, k2, c.Lease.Token, "no"); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit(k2, c.Lease.Token); !errors.Is(err, dedupe.ErrStaleToken) {
+		t.Errorf("commit after Fail: %v; want ErrStaleToken", err)
+	}
+}
+
+// TestBatchRace: goroutines claim, renew, commit and take over a few keys
+// at once through both paths, the clock jumping past the leases now and
+// then. Whatever the interleaving, a key is committed at most once, by the
+// holder whose token the record carries, and never by a holder whose claim
+// had been taken over before its commit was called (fencing).
+func TestBatchRace(t *testing.T) {
+	ctx := context.Background()
+	clock := dedupetest.NewClock()
+	db, err := dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{NoSync: true, LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		db.Close()
+	})
+	const nkeys, workers = 3, 8
+	rounds := 1000
+	if testing.Short() {
+		rounds = 200
+	}
+	keys := make([]dedupe.Key, nkeys)
+	for i := range keys {
+		keys[i] = dedupe.Key{byte(i), 0xce}
+	}
+	var mu sync.Mutex
+	committed := map[dedupe.Key][]uint64{} // tokens whose commit succeeded
+	var issued [nkeys]atomic.Uint64        // the highest token a returned claim carried, per key
+	index := func(k dedupe.Key) int { return int(k[0]) }
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for range rounds {
+				// A batch of 1 to 4 keys, maybe repeated.
+				var reqs []dedupe.BeginRequest
+				for range 1 + rng.IntN(4) {
+					reqs = append(reqs, dedupe.BeginRequest{Key: keys[rng.IntN(nkeys)], Options: dedupe.BeginOptions{Owner: fmt.Sprint(w), Lease: time.Second}})
+				}
+				var res []dedupe.BeginResult
+				if rng.IntN(4) == 0 {
+					res = dedupe.BeginAll(ctx, dedupe.Ledger(struct{ dedupe.Ledger }{l}), reqs)
+				} else {
+					res = l.BeginBatch(ctx, reqs)
+				}
+				var commits []dedupe.CommitRequest
+				for i, r := range res {
+					if r.Err == nil && (r.Claim.Status == dedupe.StatusNew || r.Claim.Status == dedupe.StatusTakenOver) {
+						if rng.IntN(3) == 0 {
+							_, _ = l.Extend(ctx, reqs[i].Key, r.Claim.Lease.Token, time.Second)
+						}
+						commits = append(commits, dedupe.CommitRequest{Key: reqs[i].Key, Token: r.Claim.Lease.Token})
+						for n := &issued[index(reqs[i].Key)]; ; {
+							if cur := n.Load(); cur >= r.Claim.Lease.Token || n.CompareAndSwap(cur, r.Claim.Lease.Token) {
+								break
+							}
+						}
+					}
+				}
+				if rng.IntN(3) == 0 {
+					clock.Advance(2 * time.Second) // every lease taken so far runs out
+				}
+				// Claims returned before the commits are called: a commit
+				// of an older token must fail.
+				before := make([]uint64, len(commits))
+				for i, c := range commits {
+					before[i] = issued[index(c.Key)].Load()
+				}
+				var errs []error
+				if rng.IntN(4) == 0 {
+					for _, c := range commits {
+						errs = append(errs, l.Commit(ctx, c.Key, c.Token, c.Result))
+					}
+				} else {
+					errs = l.CommitBatch(ctx, commits)
+				}
+				for i, err := range errs {
+					switch {
+					case err == nil && before[i] > commits[i].Token:
+						t.Errorf("%v: the commit of token %d went through after token %d was handed out", commits[i].Key, commits[i].Token, before[i])
+					case err == nil:
+						mu.Lock()
+						committed[commits[i].Key] = append(committed[commits[i].Key], commits[i].Token)
+						mu.Unlock()
+					case !errors.Is(err, dedupe.ErrStaleToken):
+						t.Errorf("commit: %v", err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, k := range keys {
+		tokens := committed[k]
+		rec, err := l.Get(ctx, k)
+		switch {
+		case err != nil && len(tokens) == 0:
+		case err != nil:
+			t.Errorf("%v: committed by %v, then Get: %v", k, tokens, err)
+		case len(tokens) > 1:
+			t.Errorf("%v: committed %d times, by tokens %v", k, len(tokens), tokens)
+		case len(tokens) == 1 && (rec.State != dedupe.StateCommitted || rec.Token != tokens[0]):
+			t.Errorf("%v: committed by token %d; the record is %v with token %d", k, tokens[0], rec.State, rec.Token)
+		case len(tokens) == 1 && issued[index(k)].Load() > tokens[0]:
+			// A committed key is never claimed again: a later claim means
+			// a takeover the commit should have been fenced by.
+			t.Errorf("%v: committed by token %d, yet claimed with token %d", k, tokens[0], issued[index(k)].Load())
+		case len(tokens) == 0 && rec.State == dedupe.StateCommitted:
+			t.Errorf("%v: committed, but no commit succeeded", k)
+		}
+	}
 }
