@@ -25,6 +25,16 @@ const maxConflictRetries = 32
 // BadgerLedger is a Ledger in a Badger database: the embedded default, for
 // one process that owns the database directory.
 //
+// # Concurrency
+//
+// Within the process, the writes of one key are serialized: each holds the
+// key's lock from its read to its transaction's commit, and a batch takes
+// its keys' locks in key order. The ledger also remembers the claims it
+// wrote, so CommitBatch takes the claim it commits from memory instead of
+// reading it back. Both rest on the process owning the directory: every
+// BadgerLedger on one *badger.DB shares the locks and the memory, and
+// nothing else may write the ledger's keys in it.
+//
 // # Durability
 //
 // Begin's claim, Commit and Fail are durable when they return. If the DB was
