@@ -116,9 +116,17 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 	}
 
 	if p.ledger == nil { // gate-window: the window alone decides
+		// One SeenOrAddBatch for the batch: its lookups' cache misses
+		// overlap. In order, so a key twice in the batch is new once.
+		shorts := make([]uint64, len(items))
+		for i, it := range items {
+			shorts[i] = it.k.Short()
+		}
+		seen := make([]bool, len(items))
+		p.window.SeenOrAddBatch(shorts, seen)
 		var sent []*item
-		for _, it := range items {
-			if p.window.SeenOrAdd(it.k.Short()) {
+		for i, it := range items {
+			if seen[i] {
 				dup(it, GuardWindow, nil)
 				continue
 			}

@@ -254,6 +254,44 @@ func TestGatePipeline(t *testing.T) {
 	}
 }
 
+// TestGateWindowPipeline: a gate with the window alone forwards each
+// distinct webhook once, whether its repeats arrive in one fetched batch or
+// in later ones, and counts the repeats at the window.
+func TestGateWindowPipeline(t *testing.T) {
+	f := start(t, func(c *config.Config) {
+		for i := range c.Pipelines {
+			if c.Pipelines[i].Name == "webhooks" {
+				c.Pipelines[i].Mode = config.ModeGateWindow
+			}
+		}
+	}, standin.Options{})
+	hook := func(i, d int) []byte {
+		b, _ := json.Marshal(map[string]any{
+			"delivery_id": fmt.Sprintf("del-%d-%d", i, d), "event": "invoice.paid",
+			"invoice": map[string]any{"id": fmt.Sprintf("in_%d", i), "amount": 1000 + i},
+		})
+		return b
+	}
+	// Repeats back to back (likely one batch), then all of them again.
+	published := 0
+	for round := range 2 {
+		for i := range 50 {
+			for d := range 1 + i%3 {
+				f.publish("triggers.webhooks", hook(i, 10*round+d))
+				published++
+			}
+		}
+	}
+	waitFor(t, 30*time.Second, "every webhook settled", func() bool { return settled(f.stats("webhooks")) == int64(published) }, f)
+	if got := len(f.streamMsgs("ONCEGATE_EFFECTS", "effects.webhooks")); got != 50 {
+		t.Errorf("%d webhooks forwarded; want 50", got)
+	}
+	st := f.stats("webhooks")
+	if st.Effects != 50 || st.DuplicatesWindow != int64(published-50) || st.DuplicatesLedger != 0 {
+		t.Errorf("stats %+v; want 50 effects and %d duplicates at the window", st, published-50)
+	}
+}
+
 // TestBadInputIsDeadLettered: each kind of bad payload lands on the
 // dead-letter subject with its reason, and good triggers after them still
 // flow.
