@@ -543,8 +543,10 @@ retry:
 	// Phase 3: a rival add of k may have claimed another candidate while we
 	// looked. The candidate order decides: a committed k or an earlier
 	// pending k wins and we withdraw; a later pending k is aborted. The
-	// lines are in cache now, and in the common case nothing matches.
-	for {
+	// lines are in cache now. In the common case no candidate changed since
+	// phase 1, which found no k among them, and there is nothing to decide.
+	xs[target] = pending
+	for !l.unchanged(&xs) {
 		l.load(&xs)
 		xs[target] = 0
 		match, _ := w.scan(&l, &xs, t)
@@ -562,6 +564,7 @@ retry:
 		// A later pending rival, or an expired copy of k: remove it, then
 		// look again.
 		s.CompareAndSwap(x, 0)
+		xs[target] = pending
 	}
 
 	// Phase 4: commit. This fails only if an earlier rival aborted us; it
@@ -571,6 +574,20 @@ retry:
 		return true
 	}
 	return false
+}
+
+// unchanged reports whether the 16 candidate slots of l still hold xs.
+func (l *loc) unchanged(xs *[2 * slotsPerBucket]uint64) bool {
+	b1, b2 := l.b1, l.b2
+	d := b1[0].Load() ^ xs[0] | b2[0].Load() ^ xs[8]
+	d |= b1[1].Load() ^ xs[1] | b2[1].Load() ^ xs[9]
+	d |= b1[2].Load() ^ xs[2] | b2[2].Load() ^ xs[10]
+	d |= b1[3].Load() ^ xs[3] | b2[3].Load() ^ xs[11]
+	d |= b1[4].Load() ^ xs[4] | b2[4].Load() ^ xs[12]
+	d |= b1[5].Load() ^ xs[5] | b2[5].Load() ^ xs[13]
+	d |= b1[6].Load() ^ xs[6] | b2[6].Load() ^ xs[14]
+	d |= b1[7].Load() ^ xs[7] | b2[7].Load() ^ xs[15]
+	return d == 0
 }
 
 // load reads the 16 candidate slots of l into xs.
