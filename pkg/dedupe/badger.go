@@ -449,7 +449,7 @@ func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order 
 	wrote := false
 	for range maxConflictRetries {
 		if err = ctx.Err(); err != nil {
-			return false, err
+			break
 		}
 		wrote = false
 		err = l.db.Update(func(txn *badger.Txn) error {
@@ -484,15 +484,27 @@ func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order 
 	case err == nil:
 		return wrote, nil
 	case errors.Is(err, badger.ErrTxnTooBig) && len(order) > 1:
+		// Each half stands on its own: one that fails fails its keys only.
 		h := len(order) / 2
-		w1, err := l.updateBatchLocked(ctx, keys, order[:h], remembered, written, errs, fn)
-		if err != nil {
-			return false, err
+		wrote = false
+		for _, half := range [][]int{order[:h], order[h:]} {
+			w, err := l.updateBatchLocked(ctx, keys, half, remembered, written, errs, fn)
+			if err != nil {
+				for _, i := range half {
+					errs[i] = err
+					l.st.forget(keys[i])
+				}
+				continue
+			}
+			wrote = wrote || w
 		}
-		w2, err := l.updateBatchLocked(ctx, keys, order[h:], remembered, written, errs, fn)
-		return w1 || w2, err
+		return wrote, nil
 	case errors.Is(err, badger.ErrDBClosed):
-		return false, fmt.Errorf("%w: %w", ErrClosed, err)
+		err = fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	// Nothing of this transaction was written.
+	for _, i := range order {
+		written[i] = nil
 	}
 	return false, err
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
+
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/dedupe/dedupetest"
 )
@@ -262,6 +264,46 @@ func TestBatchRace(t *testing.T) {
 			t.Errorf("%v: committed by token %d, yet claimed with token %d", k, tokens[0], issued[index(k)].Load())
 		case len(tokens) == 0 && rec.State == dedupe.StateCommitted:
 			t.Errorf("%v: committed, but no commit succeeded", k)
+		}
+	}
+}
+
+// TestBatchTooBigIsSplit: a batch larger than one Badger transaction can
+// hold is written in parts, and every claim and commit in it goes through.
+func TestBatchTooBigIsSplit(t *testing.T) {
+	ctx := context.Background()
+	db, err := badger.Open(badger.DefaultOptions("").WithInMemory(true).WithMemTableSize(1 << 20).WithValueThreshold(1 << 10).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.Close()
+		db.Close()
+	})
+	const n = 5000 // a 1 MiB memtable takes transactions of ~1,000 entries
+	reqs := make([]dedupe.BeginRequest, n)
+	for i := range reqs {
+		reqs[i] = dedupe.BeginRequest{Key: dedupe.Key{byte(i), byte(i >> 8), 0x5b}, Options: dedupe.BeginOptions{Owner: "big", Lease: time.Minute}}
+	}
+	var commits []dedupe.CommitRequest
+	for i, r := range l.BeginBatch(ctx, reqs) {
+		if r.Err != nil || r.Claim.Status != dedupe.StatusNew {
+			t.Fatalf("claim %d: %v, %v", i, r.Claim.Status, r.Err)
+		}
+		commits = append(commits, dedupe.CommitRequest{Key: reqs[i].Key, Token: r.Claim.Lease.Token})
+	}
+	for i, err := range l.CommitBatch(ctx, commits) {
+		if err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	for _, r := range reqs {
+		if rec, err := l.Get(ctx, r.Key); err != nil || rec.State != dedupe.StateCommitted {
+			t.Fatalf("%v: %v, %v; want committed", r.Key, rec.State, err)
 		}
 	}
 }
