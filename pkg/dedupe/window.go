@@ -114,8 +114,7 @@ type Window struct {
 	bbits     uint   // floor(log2(nb))
 	stampBits uint   // bbits - 3
 	stampMask uint64
-	idShift   uint   // bbits - 1: word >> idShift is tag<<1 | alt
-	idMask    uint64 // the identity's bits of a word
+	idMask    uint64 // the identity's bits of a word: tag<<1 | alt, shifted left by bbits-1
 	altBit    uint64 // the alt bit of a word: set in a key's second bucket
 	commitBit uint64 // stateCommitted in a word
 
@@ -181,7 +180,6 @@ func NewWindow(opts WindowOptions) (*Window, error) {
 		bbits:     bbits,
 		stampBits: bbits - 3,
 		stampMask: 1<<(bbits-3) - 1,
-		idShift:   bbits - 1,
 		idMask:    ^uint64(0) << (bbits - 1),
 		altBit:    1 << (bbits - 1),
 		commitBit: stateCommitted << (bbits - 3),

@@ -478,8 +478,9 @@ func TestWindowRivalCheck(t *testing.T) {
 			l := w.locate(k)
 			// Occupy the first slot of each bucket with other keys' pending
 			// adds, so the add claims slot 1 and slot 0 is free for a rival.
-			l.b1[0].Store(w.word(1<<3<<w.idShift, statePending, 0))
-			l.b2[0].Store(w.word((1<<3|1)<<w.idShift, statePending, 0))
+			other := uint64(1<<3) << w.bbits // another key's identity
+			l.b1[0].Store(w.word(other, statePending, 0))
+			l.b2[0].Store(w.word(other|w.altBit, statePending, 0))
 			rivalP := -1
 			testHookClaimed = func(hl loc, target int) {
 				testHookClaimed = nil
