@@ -196,7 +196,12 @@ func (s *HTTP) Deliver(ctx context.Context, e Effect) (Result, error) {
 			Retryable: res.Status == 0 || retryableStatus(res.Status),
 			Err:       fmt.Errorf("attempt %d of %d: %w", attempt, s.attempts, err),
 		}
-		if !serr.Retryable || attempt >= s.attempts || ctx.Err() != nil {
+		if !serr.Retryable || attempt >= s.attempts {
+			return res, serr
+		}
+		if err := ctx.Err(); err != nil {
+			// Cancelled before the wait: the same answer as during it.
+			serr.Err = fmt.Errorf("%w; not retried: %w", serr.Err, err)
 			return res, serr
 		}
 		d := s.backoffFor(attempt, retryAfter)
