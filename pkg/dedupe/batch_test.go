@@ -21,8 +21,8 @@ import (
 // ledger, and compares every outcome.
 func TestBatchMatchesOneByOne(t *testing.T) {
 	ctx := context.Background()
-	batched := openTestLedger(t)
-	single := openTestLedger(t)
+	batched := openTestLedger(t, nil, dedupe.BadgerLedgerOptions{})
+	single := openTestLedger(t, nil, dedupe.BadgerLedgerOptions{})
 	key := func(i byte) dedupe.Key { return dedupe.Key{i, 0xba} }
 	opts := func(owner string) dedupe.BeginOptions {
 		return dedupe.BeginOptions{Owner: owner, Lease: time.Minute}
@@ -70,14 +70,19 @@ func TestBatchMatchesOneByOne(t *testing.T) {
 	}
 }
 
-func openTestLedger(t *testing.T) *dedupe.BadgerLedger {
+// openTestLedger returns a ledger with opts on db, or on a new Badger
+// directory if db is nil. Both are closed when the test ends.
+func openTestLedger(t *testing.T, db *badger.DB, opts dedupe.BadgerLedgerOptions) *dedupe.BadgerLedger {
 	t.Helper()
-	db, err := dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{})
-	if err != nil {
-		t.Fatal(err)
+	if db == nil {
+		var err error
+		if db, err = dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	l, err := dedupe.NewBadgerLedger(db, opts)
 	if err != nil {
+		db.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -94,18 +99,7 @@ func openTestLedger(t *testing.T) *dedupe.BadgerLedger {
 func TestBatchCommitIsFenced(t *testing.T) {
 	ctx := context.Background()
 	clock := dedupetest.NewClock()
-	db, err := dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		l.Close()
-		db.Close()
-	})
+	l := openTestLedger(t, nil, dedupe.BadgerLedgerOptions{LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
 	begin := func(k dedupe.Key, owner string, want dedupe.Status) uint64 {
 		t.Helper()
 		r := l.BeginBatch(ctx, []dedupe.BeginRequest{{Key: k, Options: dedupe.BeginOptions{Owner: owner, Lease: time.Second}}})[0]
@@ -159,18 +153,7 @@ func TestBatchCommitIsFenced(t *testing.T) {
 func TestBatchRace(t *testing.T) {
 	ctx := context.Background()
 	clock := dedupetest.NewClock()
-	db, err := dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{NoSync: true, LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		l.Close()
-		db.Close()
-	})
+	l := openTestLedger(t, nil, dedupe.BadgerLedgerOptions{NoSync: true, LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
 	const nkeys, workers = 3, 8
 	rounds := 1000
 	if testing.Short() {
@@ -276,14 +259,7 @@ func TestBatchTooBigIsSplit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		l.Close()
-		db.Close()
-	})
+	l := openTestLedger(t, db, dedupe.BadgerLedgerOptions{})
 	const n = 5000 // a 1 MiB memtable takes transactions of ~1,000 entries
 	reqs := make([]dedupe.BeginRequest, n)
 	for i := range reqs {
