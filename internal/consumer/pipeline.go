@@ -589,10 +589,15 @@ func (p *pipeline) keepAlive(m jetstream.Msg, k dedupe.Key, token *atomic.Uint64
 // settle is the one place that acks, naks, terms and dead-letters.
 func (p *pipeline) settle(ctx context.Context, m jetstream.Msg, v verdict) {
 	name := p.cfg.Name
-	meta, _ := m.Metadata()
+	// The delivery count matters only to a trigger not acked: the common
+	// case skips parsing it.
+	var meta *jetstream.MsgMetadata
 	deliveries := uint64(1)
-	if meta != nil {
-		deliveries = meta.NumDelivered
+	if v.kind != settleAck {
+		meta, _ = m.Metadata()
+		if meta != nil {
+			deliveries = meta.NumDelivered
+		}
 	}
 	if v.kind == settleNak && p.cfg.MaxDeliver > 0 && deliveries >= uint64(p.cfg.MaxDeliver) {
 		err := fmt.Errorf("gave up after %d deliveries: %w", deliveries, errOr(v.err))
