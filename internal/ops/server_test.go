@@ -137,19 +137,27 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
-// A request in progress finishes during a graceful shutdown.
-func TestShutdownWaitsForRequest(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
+// startBlockedReady starts a server whose readiness check, once called,
+// closes entered and waits for release to close.
+func startBlockedReady(t *testing.T) (s *ops.Server, addr string, entered, release chan struct{}) {
+	t.Helper()
+	entered, release = make(chan struct{}), make(chan struct{})
 	ready := func() error {
 		close(entered)
 		<-release
 		return nil
 	}
-	s := ops.NewServer("127.0.0.1:0", nil, ready, discardLogger())
+	s = ops.NewServer("127.0.0.1:0", nil, ready, discardLogger())
 	addr, err := s.Start()
 	if err != nil {
 		t.Fatalf("Start() error = %v", err)
 	}
+	return s, addr, entered, release
+}
+
+// A request in progress finishes during a graceful shutdown.
+func TestShutdownWaitsForRequest(t *testing.T) {
+	s, addr, entered, release := startBlockedReady(t)
 	type answer struct {
 		code int
 		body string
@@ -181,17 +189,7 @@ func TestShutdownWaitsForRequest(t *testing.T) {
 // When ctx ends first, Shutdown closes the connections and returns ctx's
 // error.
 func TestShutdownDeadline(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	ready := func() error {
-		close(entered)
-		<-release
-		return nil
-	}
-	s := ops.NewServer("127.0.0.1:0", nil, ready, discardLogger())
-	addr, err := s.Start()
-	if err != nil {
-		t.Fatalf("Start() error = %v", err)
-	}
+	s, addr, entered, release := startBlockedReady(t)
 	failed := make(chan error, 1)
 	go func() {
 		resp, err := client.Get("http://" + addr + "/readyz")
