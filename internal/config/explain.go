@@ -227,7 +227,11 @@ func (x *explainer) pipeline(i int) {
 	if p.Mode == ModeGateWindow {
 		row("4 ledger", "none: mode gate-window trusts the window and the target stream's Nats-Msg-Id duplicate window")
 	} else {
-		row("4 ledger", c.Ledger.Store, "lease "+formatDuration(c.Ledger.Lease),
+		claims := "claims written before the effect"
+		if c.Ledger.Store == StoreBadger && p.Effect.Class == ClassReplayable {
+			claims = "claims kept in memory (a replayable effect is redone after a crash), commits written"
+		}
+		row("4 ledger", c.Ledger.Store, "lease "+formatDuration(c.Ledger.Lease), claims,
 			fmt.Sprintf("retention %s, redelivery horizon %s", formatDuration(c.Ledger.Retention), formatDuration(max(p.Horizon(), c.Stream.MaxAge))))
 	}
 

@@ -21,7 +21,8 @@ import (
 // committed in one durable write. Each trigger goes through the same states
 // and the same settle decision as on the one-by-one path; only the waits
 // are shared. This is what takes the durable gate from two syncs per
-// trigger to two per batch.
+// trigger to one per batch: the claims of a replayable publish are volatile
+// (see dedupe.BeginOptions.Volatile), and only the commits are written.
 
 const batchMax = 256
 
@@ -159,7 +160,7 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 		it.ref = msgRef(it.m)
 		claims = append(claims, it)
 		reqs = append(reqs, dedupe.BeginRequest{Key: it.k, Options: dedupe.BeginOptions{
-			Owner: p.c.opts.Owner + "#" + it.ref, Fingerprint: it.fp, Lease: p.lease,
+			Owner: p.c.opts.Owner + "#" + it.ref, Fingerprint: it.fp, Lease: p.lease, Volatile: p.volatile,
 		}})
 	}
 	var sent []*item

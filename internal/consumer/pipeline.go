@@ -58,6 +58,7 @@ type pipeline struct {
 	step       *step // nil for gates
 	deadLetter string
 	lease      time.Duration
+	volatile   bool // claims need not survive a crash: the effect is replayable
 	maxResult  int // the most a committed result may hold
 	runID      canon.Pointer
 	hasRunID   bool
@@ -86,6 +87,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		c: c, cfg: cfg, keyer: keyer, window: w,
 		deadLetter: c.cfg.Stream.DeadLetter(cfg.Name),
 		lease:      c.cfg.Ledger.Lease,
+		volatile:   cfg.Effect.Class == config.ClassReplayable,
 		maxResult:  cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, dedupe.DefaultMaxResultBytes),
 		sinkName:   cfg.Effect.Sink,
 		sem:        make(chan struct{}, cfg.Concurrency),
@@ -350,7 +352,10 @@ func (p *pipeline) flow(ctx context.Context, m jetstream.Msg) verdict {
 	// back if the holder dies) from a redelivery of the holder's message.
 	ref := msgRef(m)
 	owner := p.c.opts.Owner + "#" + ref
-	claim, err := p.ledger.Begin(ctx, k, dedupe.BeginOptions{Owner: owner, Fingerprint: in.Fingerprint, Lease: p.lease})
+	// A replayable effect redone after a crash is harmless, so its claim
+	// need not survive one: the ledger may keep it in memory (see
+	// dedupe.BeginOptions.Volatile). A one-shot effect's must.
+	claim, err := p.ledger.Begin(ctx, k, dedupe.BeginOptions{Owner: owner, Fingerprint: in.Fingerprint, Lease: p.lease, Volatile: p.volatile})
 	if err != nil {
 		if errors.Is(err, dedupe.ErrFingerprintMismatch) {
 			return dead(&k, ReasonMismatch, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -30,14 +31,17 @@ const maxConflictRetries = 32
 // Within the process, the writes of one key are serialized: each holds the
 // key's lock from its read to its transaction's commit, and a batch takes
 // its keys' locks in key order. The ledger also remembers the claims it
-// wrote, so CommitBatch takes the claim it commits from memory instead of
-// reading it back. Both rest on the process owning the directory: every
+// wrote, so a commit or renewal takes its claim from memory instead of
+// reading it back, and keeps volatile claims (BeginOptions.Volatile) in
+// memory only. All of it rests on the process owning the directory: every
 // BadgerLedger on one *badger.DB shares the locks and the memory, and
 // nothing else may write the ledger's keys in it.
 //
 // # Durability
 //
-// Begin's claim, Commit and Fail are durable when they return. If the DB was
+// Begin's claim, Commit and Fail are durable when they return, except a
+// volatile claim, which is never written while the process has room for it
+// in memory (about 64K claims): after a crash its key is new again. If the DB was
 // opened with SyncWrites, Badger fsyncs each batch of transactions;
 // otherwise the ledger calls DB.Sync after those writes (unless
 // BadgerLedgerOptions.NoSync is set), coalescing the syncs of concurrent
@@ -170,12 +174,14 @@ func (l *BadgerLedger) write(txn *badger.Txn, rec *Record) error {
 	return txn.SetEntry(e)
 }
 
-// update reads key's record in a read-write transaction and passes it to
-// fn, which returns the record to write (nil for none) and whether the write
-// must be durable before update returns. It holds key's lock (see inproc)
-// from the read until the transaction has committed; a transaction that
-// loses a conflict all the same is retried.
-func (l *BadgerLedger) update(ctx context.Context, key Key, fn func(cur *Record, now time.Time) (next *Record, durable bool, err error)) error {
+// update passes key's record to fn, which returns the record to write (nil
+// for none) and whether the write must be durable before update returns. It
+// holds key's lock (see inproc) from the read until the write: the record is
+// the one the process remembers, if it does, and otherwise is read in the
+// read-write transaction that writes the next one. A transaction that loses
+// a conflict all the same is retried. A pending record is kept in memory
+// instead of written if vol says so and there is room (see inproc).
+func (l *BadgerLedger) update(ctx context.Context, key Key, vol volatility, fn func(cur *Record, now time.Time) (next *Record, durable bool, err error)) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
@@ -183,16 +189,16 @@ func (l *BadgerLedger) update(ctx context.Context, key Key, fn func(cur *Record,
 	if err != nil {
 		return err
 	}
-	var wrote bool
+	var wrote, kept bool
 	var written *Record
 	for range maxConflictRetries {
 		if err = ctx.Err(); err != nil {
 			break
 		}
-		written = nil
+		written, wrote, kept = nil, false, false
 		err = l.db.Update(func(txn *badger.Txn) error {
 			now := l.opts.Clock.Now()
-			cur, err := l.read(txn, key, now)
+			cur, curVolatile, err := l.current(txn, key, now)
 			if err != nil {
 				return err
 			}
@@ -200,8 +206,12 @@ func (l *BadgerLedger) update(ctx context.Context, key Key, fn func(cur *Record,
 			if err != nil || next == nil {
 				return err
 			}
-			wrote = durable
 			written = next
+			if l.keep(key, next, vol == volatileClaim || vol == sameClaim && curVolatile) {
+				kept = true
+				return nil
+			}
+			wrote = durable
 			return l.write(txn, next)
 		})
 		if !errors.Is(err, badger.ErrConflict) {
@@ -212,7 +222,7 @@ func (l *BadgerLedger) update(ctx context.Context, key Key, fn func(cur *Record,
 	case err != nil:
 		l.st.forget(key)
 	case written != nil:
-		l.st.wrote(key, written)
+		l.st.wrote(key, written, kept)
 	}
 	unlock()
 	if err != nil {
@@ -232,13 +242,51 @@ func (l *BadgerLedger) update(ctx context.Context, key Key, fn func(cur *Record,
 	return nil
 }
 
+// testHookRemembered, when set by a test, runs after a write took a key's
+// record from memory, before its transaction writes the key.
+var testHookRemembered func(Key)
+
+// current returns key's live record, or nil, and whether it is volatile:
+// the one the process remembers, if it does, and otherwise the one txn
+// reads. The caller holds key's lock.
+func (l *BadgerLedger) current(txn *badger.Txn, key Key, now time.Time) (*Record, bool, error) {
+	if rec, volatile, ok := l.st.claim(key); ok {
+		if testHookRemembered != nil {
+			testHookRemembered(key)
+		}
+		return live(&rec, now), volatile, nil
+	}
+	cur, err := l.read(txn, key, now)
+	return cur, false, err
+}
+
+// volatility says where a write puts a pending record.
+type volatility uint8
+
+const (
+	durableClaim  volatility = iota // in the DB
+	volatileClaim                   // in memory, if there is room
+	sameClaim                       // where the record it renews is
+)
+
+// keep reports whether next, key's next record, is to be kept in memory
+// instead of written: it is pending, volatile is asked for, and there is
+// room. The caller holds key's lock.
+func (l *BadgerLedger) keep(key Key, next *Record, volatile bool) bool {
+	return volatile && next.State == StatePending && l.st.room(key)
+}
+
 // Begin implements Ledger.
 func (l *BadgerLedger) Begin(ctx context.Context, key Key, opts BeginOptions) (Claim, error) {
 	if err := validBegin(opts); err != nil {
 		return Claim{}, err
 	}
 	var c Claim
-	err := l.update(ctx, key, func(cur *Record, now time.Time) (*Record, bool, error) {
+	vol := durableClaim
+	if opts.Volatile {
+		vol = volatileClaim
+	}
+	err := l.update(ctx, key, vol, func(cur *Record, now time.Time) (*Record, bool, error) {
 		var write bool
 		var err error
 		c, write, err = l.opts.Decide(key, cur, opts, now)
@@ -253,7 +301,7 @@ func (l *BadgerLedger) Begin(ctx context.Context, key Key, opts BeginOptions) (C
 // Extend implements Ledger.
 func (l *BadgerLedger) Extend(ctx context.Context, key Key, token uint64, d time.Duration) (Lease, error) {
 	var lease Lease
-	err := l.update(ctx, key, func(cur *Record, now time.Time) (*Record, bool, error) {
+	err := l.update(ctx, key, sameClaim, func(cur *Record, now time.Time) (*Record, bool, error) {
 		rec, ls, err := l.opts.Extended(key, cur, token, d, now)
 		lease = ls
 		return &rec, false, err
@@ -263,7 +311,7 @@ func (l *BadgerLedger) Extend(ctx context.Context, key Key, token uint64, d time
 
 // Commit implements Ledger.
 func (l *BadgerLedger) Commit(ctx context.Context, key Key, token uint64, result Result) error {
-	return l.update(ctx, key, func(cur *Record, now time.Time) (*Record, bool, error) {
+	return l.update(ctx, key, durableClaim, func(cur *Record, now time.Time) (*Record, bool, error) {
 		rec, err := l.opts.Committed(key, cur, token, result, now)
 		return &rec, true, err
 	})
@@ -271,7 +319,7 @@ func (l *BadgerLedger) Commit(ctx context.Context, key Key, token uint64, result
 
 // Fail implements Ledger.
 func (l *BadgerLedger) Fail(ctx context.Context, key Key, token uint64, reason string) error {
-	return l.update(ctx, key, func(cur *Record, now time.Time) (*Record, bool, error) {
+	return l.update(ctx, key, durableClaim, func(cur *Record, now time.Time) (*Record, bool, error) {
 		rec, err := l.opts.Failed(key, cur, token, reason, now)
 		return &rec, true, err
 	})
@@ -287,8 +335,10 @@ func (l *BadgerLedger) Get(ctx context.Context, key Key) (Record, error) {
 	}
 	var rec *Record
 	err := l.db.View(func(txn *badger.Txn) error {
+		// Without key's lock the record remembered and the one in the DB
+		// may be a write apart; either is a state key was in.
 		var err error
-		rec, err = l.read(txn, key, l.opts.Clock.Now())
+		rec, _, err = l.current(txn, key, l.opts.Clock.Now())
 		return err
 	})
 	if err != nil {
@@ -303,7 +353,10 @@ func (l *BadgerLedger) Get(ctx context.Context, key Key) (Record, error) {
 	return *rec, nil
 }
 
-// Pending implements Ledger. It reads a consistent snapshot.
+// Pending implements Ledger. It reads a consistent snapshot of the DB, in
+// key order, in which the volatile claims the process keeps take the place
+// of the DB's records of their keys; then it yields the volatile claims of
+// keys the DB does not hold.
 func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		if l.closed.Load() {
@@ -311,6 +364,7 @@ func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
 			return
 		}
 		now := l.opts.Clock.Now()
+		volatiles := l.st.volatiles()
 		var stopped bool
 		err := l.db.View(func(txn *badger.Txn) error {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(badgerPrefix)})
@@ -322,6 +376,14 @@ func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
 				var k Key
 				copy(k[:], it.Item().Key()[len(badgerPrefix):])
 				var rec Record
+				if v, ok := volatiles[k]; ok {
+					delete(volatiles, k)
+					if live(&v, now) != nil && !yield(v, nil) {
+						stopped = true
+						return nil
+					}
+					continue
+				}
 				err := it.Item().Value(func(v []byte) error {
 					var err error
 					rec, err = decodeRecord(k, v)
@@ -344,8 +406,17 @@ func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
 			}
 			return nil
 		})
-		if err != nil && !stopped {
+		if stopped {
+			return
+		}
+		if err != nil {
 			yield(Record{}, err)
+			return
+		}
+		for _, k := range slices.SortedFunc(maps.Keys(volatiles), func(a, b Key) int { return bytes.Compare(a[:], b[:]) }) {
+			if v := volatiles[k]; live(&v, now) != nil && !yield(v, nil) {
+				return
+			}
 		}
 	}
 }
@@ -360,10 +431,12 @@ func (l *BadgerLedger) Close() error {
 
 // updateBatch applies fn to each of keys in one transaction and one sync;
 // fn's errors are per key and do not abort the others. It holds the locks of
-// all the keys (see inproc) until the transaction has committed. With
-// remembered, the record of a key the batch holds once is taken from what
-// the process remembers writing, if it does, instead of being read.
-func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, remembered bool, fn func(i int, cur *Record, now time.Time) (next *Record, err error)) []error {
+// all the keys (see inproc) until the transaction has committed, and takes
+// each key's record from what the process remembers, if it does, instead of
+// reading it. A key the batch holds more than once sees the record its
+// previous request left. A pending record is kept in memory instead of
+// written, as in update, if volatile(i) is set.
+func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, volatile func(i int) bool, fn func(i int, cur *Record, now time.Time) (next *Record, err error)) []error {
 	errs := make([]error, len(keys))
 	fail := func(err error) []error {
 		for i := range errs {
@@ -381,31 +454,29 @@ func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, remembered b
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(keys[a][:], keys[b][:]) })
+	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(keys[a][:], keys[b][:]) })
 	distinct := make([]Key, 0, len(keys))
-	once := make([]bool, len(keys)) // the key is in the batch once
 	for j, i := range order {
-		if j > 0 && keys[order[j-1]] == keys[i] {
-			continue
+		if j == 0 || keys[order[j-1]] != keys[i] {
+			distinct = append(distinct, keys[i])
 		}
-		distinct = append(distinct, keys[i])
-		once[i] = j+1 == len(order) || keys[order[j+1]] != keys[i]
 	}
 	unlock, err := l.st.lock(ctx, distinct)
 	if err != nil {
 		return fail(err)
 	}
-	written := make([]*Record, len(keys))
-	wrote, err := l.updateBatchLocked(ctx, keys, order, func(i int) bool { return remembered && once[i] }, written, errs, fn)
+	b := batchWrite{written: make([]*Record, len(keys)), kept: make([]bool, len(keys)), errs: errs}
+	wrote, err := l.updateBatchLocked(ctx, keys, order, volatile, &b, fn)
 	if err != nil {
 		for _, k := range distinct {
 			l.st.forget(k)
 		}
 	} else {
-		// In key order, so that of a key written twice the last write counts.
+		// In key order, and within a key in request order, so that of a
+		// key written twice the last write counts.
 		for _, i := range order {
-			if written[i] != nil {
-				l.st.wrote(keys[i], written[i])
+			if b.written[i] != nil {
+				l.st.wrote(keys[i], b.written[i], b.kept[i])
 			}
 		}
 	}
@@ -421,29 +492,19 @@ func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, remembered b
 	return errs
 }
 
-// testHookRemembered, when set by a test, runs after a batch took a key's
-// claim from memory, before its transaction writes the key.
-var testHookRemembered func(Key)
-
-// rememberedClaim returns the claim of k the process remembers, if use is
-// set and it does.
-func (l *BadgerLedger) rememberedClaim(k Key, use bool) (Record, bool) {
-	if !use {
-		return Record{}, false
-	}
-	rec, ok := l.st.claim(k)
-	if ok && testHookRemembered != nil {
-		testHookRemembered(k)
-	}
-	return rec, ok
+// batchWrite is what updateBatchLocked did with each key of a batch: the
+// record it wrote or kept in memory (kept), or fn's error.
+type batchWrite struct {
+	written []*Record
+	kept    []bool
+	errs    []error
 }
 
 // updateBatchLocked is updateBatch's transaction, over the keys at order,
-// with their locks held. It sets written[i] to the record it wrote for
-// keys[i] and errs[i] to fn's error, and returns whether it wrote anything
-// or why the whole transaction failed. A batch too large for one Badger
-// transaction is split in halves.
-func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order []int, remembered func(i int) bool, written []*Record, errs []error,
+// with their locks held. It fills b and returns whether it wrote anything
+// to the DB or why the whole transaction failed. A batch too large for one
+// Badger transaction is split in halves.
+func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order []int, volatile func(i int) bool, b *batchWrite,
 	fn func(i int, cur *Record, now time.Time) (next *Record, err error)) (bool, error) {
 	var err error
 	wrote := false
@@ -454,24 +515,36 @@ func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order 
 		wrote = false
 		err = l.db.Update(func(txn *badger.Txn) error {
 			now := l.opts.Clock.Now()
-			for _, i := range order {
+			var (
+				prev    *Record // the record the previous request on the key left
+				prevErr error   // or why it could not read one
+			)
+			for j, i := range order {
 				k := keys[i]
-				written[i] = nil
+				b.written[i], b.kept[i] = nil, false
 				var cur *Record
-				if rec, ok := l.rememberedClaim(k, remembered(i)); ok {
-					cur = live(&rec, now)
-				} else if cur, errs[i] = l.read(txn, k, now); errs[i] != nil {
+				if j > 0 && keys[order[j-1]] == k {
+					cur, b.errs[i] = live(prev, now), prevErr
+				} else {
+					cur, _, b.errs[i] = l.current(txn, k, now)
+				}
+				if prev, prevErr = cur, b.errs[i]; prevErr != nil {
 					continue
 				}
 				next, err := fn(i, cur, now)
-				errs[i] = err
+				b.errs[i] = err
 				if err != nil || next == nil {
+					continue
+				}
+				b.written[i] = next
+				prev = next
+				if l.keep(k, next, volatile(i)) {
+					b.kept[i] = true
 					continue
 				}
 				if err := l.write(txn, next); err != nil {
 					return err
 				}
-				written[i] = next
 				wrote = true
 			}
 			return nil
@@ -485,16 +558,23 @@ func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order 
 		return wrote, nil
 	case errors.Is(err, badger.ErrTxnTooBig) && len(order) > 1:
 		// Each half stands on its own: one that fails fails its keys only.
+		// The halves split between requests of one key at worst, and then
+		// the later half reads what the earlier one left.
 		h := len(order) / 2
 		wrote = false
 		for _, half := range [][]int{order[:h], order[h:]} {
-			w, err := l.updateBatchLocked(ctx, keys, half, remembered, written, errs, fn)
+			w, err := l.updateBatchLocked(ctx, keys, half, volatile, b, fn)
 			if err != nil {
 				for _, i := range half {
-					errs[i] = err
+					b.errs[i] = err
 					l.st.forget(keys[i])
 				}
 				continue
+			}
+			for _, i := range half {
+				if b.written[i] != nil {
+					l.st.wrote(keys[i], b.written[i], b.kept[i])
+				}
 			}
 			wrote = wrote || w
 		}
@@ -504,7 +584,7 @@ func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order 
 	}
 	// Nothing of this transaction was written.
 	for _, i := range order {
-		written[i] = nil
+		b.written[i], b.kept[i] = nil, false
 	}
 	return false, err
 }
@@ -517,7 +597,8 @@ func (l *BadgerLedger) BeginBatch(ctx context.Context, reqs []BeginRequest) []Be
 	for i, r := range reqs {
 		keys[i] = r.Key
 	}
-	errs := l.updateBatch(ctx, keys, false, func(i int, cur *Record, now time.Time) (*Record, error) {
+	volatile := func(i int) bool { return reqs[i].Options.Volatile }
+	errs := l.updateBatch(ctx, keys, volatile, func(i int, cur *Record, now time.Time) (*Record, error) {
 		if err := validBegin(reqs[i].Options); err != nil {
 			return nil, err
 		}
@@ -545,7 +626,7 @@ func (l *BadgerLedger) CommitBatch(ctx context.Context, reqs []CommitRequest) []
 	}
 	// Each key was claimed by this process, which remembers the claim it
 	// wrote: no need to read it back.
-	return l.updateBatch(ctx, keys, true, func(i int, cur *Record, now time.Time) (*Record, error) {
+	return l.updateBatch(ctx, keys, func(int) bool { return false }, func(i int, cur *Record, now time.Time) (*Record, error) {
 		rec, err := l.opts.Committed(reqs[i].Key, cur, reqs[i].Token, reqs[i].Result, now)
 		if err != nil {
 			return nil, err

@@ -19,28 +19,39 @@ import (
 //     decides, but it still guards.)
 //   - It remembers the pending records it wrote (claims and their
 //     renewals), up to a bound. Under the key's lock the record it remembers
-//     is the one in the DB, so a batch commit takes it from memory instead
-//     of reading it back down Badger's skiplists: on a 2-core VM that read
-//     was the largest single cost of a durable gate after the fsyncs.
+//     is the current one, so every later write of the key takes it from
+//     memory instead of reading it back down Badger's skiplists: on a 2-core
+//     VM that read was the largest single cost of a durable gate after the
+//     fsyncs.
+//   - It keeps the volatile claims (BeginOptions.Volatile): pending records
+//     that exist in memory only, never in the DB. A volatile claim is kept
+//     while there is room under the bound; past it, the claim is written
+//     like any other.
 //
-// A record that is no longer pending (committed, failed) is forgotten, and so
-// is every key of a transaction that failed: its state is then read from the
-// DB again.
+// A record that is no longer pending (committed, failed) is forgotten. So is
+// every durable record of a transaction that failed: its state is then read
+// from the DB again. A volatile claim has no other copy and is kept.
 type inproc struct {
 	shards [inprocShards]inprocShard
 }
 
-const (
-	inprocShards = 64
-	// inprocClaims bounds the pending records a shard remembers: about 64K
-	// in all, far more than are in flight. A claim not remembered is read.
-	inprocClaims = 1024
-)
+const inprocShards = 64
+
+// inprocClaims bounds the pending records a shard remembers: about 64K in
+// all, far more than are in flight. A durable claim not remembered is read;
+// a volatile claim that finds no room is written. (A variable for tests.)
+var inprocClaims = 1024
+
+// memo is a pending record the process remembers.
+type memo struct {
+	rec      Record
+	volatile bool // rec is not in the DB
+}
 
 type inprocShard struct {
 	mu     sync.Mutex
 	held   map[Key]chan struct{} // closed when the key's lock is released
-	claims map[Key]Record
+	claims map[Key]memo
 	_      [64]byte
 }
 
@@ -48,7 +59,7 @@ func newInproc() *inproc {
 	s := &inproc{}
 	for i := range s.shards {
 		s.shards[i].held = make(map[Key]chan struct{})
-		s.shards[i].claims = make(map[Key]Record)
+		s.shards[i].claims = make(map[Key]memo)
 	}
 	return s
 }
@@ -97,19 +108,33 @@ func (s *inproc) lock(ctx context.Context, keys []Key) (unlock func(), err error
 	return unlock, nil
 }
 
-// claim returns the pending record of k this process wrote last, if it
-// remembers it. The caller holds k's lock.
-func (s *inproc) claim(k Key) (Record, bool) {
+// claim returns the pending record of k this process wrote or kept last, if
+// it remembers it, and whether that record is volatile. Under k's lock it is
+// k's record.
+func (s *inproc) claim(k Key) (rec Record, volatile, ok bool) {
 	sh := s.shard(k)
 	sh.mu.Lock()
-	rec, ok := sh.claims[k]
+	m, ok := sh.claims[k]
 	sh.mu.Unlock()
-	return rec, ok
+	return m.rec, m.volatile, ok
 }
 
-// wrote records that a committed transaction wrote rec as k's record. The
-// caller holds k's lock.
-func (s *inproc) wrote(k Key, rec *Record) {
+// room reports whether a volatile claim of k would be kept: k is remembered
+// already, or its shard is under the bound. The caller holds k's lock; other
+// keys may take the room meanwhile, so the bound is soft by the number of
+// writes in flight.
+func (s *inproc) room(k Key) bool {
+	sh := s.shard(k)
+	sh.mu.Lock()
+	_, ok := sh.claims[k]
+	ok = ok || len(sh.claims) < inprocClaims
+	sh.mu.Unlock()
+	return ok
+}
+
+// wrote records rec as k's record, after the transaction that wrote it
+// committed or, volatile, instead of writing it. The caller holds k's lock.
+func (s *inproc) wrote(k Key, rec *Record, volatile bool) {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -117,18 +142,37 @@ func (s *inproc) wrote(k Key, rec *Record) {
 		delete(sh.claims, k)
 		return
 	}
-	if _, ok := sh.claims[k]; ok || len(sh.claims) < inprocClaims {
-		sh.claims[k] = *rec
+	if _, ok := sh.claims[k]; ok || volatile || len(sh.claims) < inprocClaims {
+		sh.claims[k] = memo{rec: *rec, volatile: volatile}
 	}
 }
 
-// forget drops what s remembers of k: a transaction on k failed, and k's
-// record is whatever the DB holds. The caller holds k's lock.
+// forget drops a durable record s remembers of k: a transaction on k failed,
+// and k's record is whatever the DB holds. A volatile claim stays: the
+// failed transaction did not change it. The caller holds k's lock.
 func (s *inproc) forget(k Key) {
 	sh := s.shard(k)
 	sh.mu.Lock()
-	delete(sh.claims, k)
+	if m, ok := sh.claims[k]; ok && !m.volatile {
+		delete(sh.claims, k)
+	}
 	sh.mu.Unlock()
+}
+
+// volatiles returns the volatile claims s keeps.
+func (s *inproc) volatiles() map[Key]Record {
+	out := make(map[Key]Record)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, m := range sh.claims {
+			if m.volatile {
+				out[k] = m.rec
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
 }
 
 // inprocs holds the inproc of each open DB that has ledgers.

@@ -44,6 +44,26 @@ func TestBadgerLedgerConformance(t *testing.T) {
 			return batchedLedger{newBadgerLedger(t, opts, dedupe.OpenBadgerOptions{})}
 		})
 	})
+	// And with every claim volatile, kept in memory: within the process a
+	// ledger must not behave any differently for it.
+	t.Run("volatile", func(t *testing.T) {
+		dedupetest.Run(t, func(t *testing.T, opts dedupe.LedgerOptions) dedupe.Ledger {
+			return volatileLedger{newBadgerLedger(t, opts, dedupe.OpenBadgerOptions{})}
+		})
+	})
+	t.Run("batched-volatile", func(t *testing.T) {
+		dedupetest.Run(t, func(t *testing.T, opts dedupe.LedgerOptions) dedupe.Ledger {
+			return volatileLedger{batchedLedger{newBadgerLedger(t, opts, dedupe.OpenBadgerOptions{})}}
+		})
+	})
+}
+
+// volatileLedger makes every claim volatile.
+type volatileLedger struct{ dedupe.Ledger }
+
+func (l volatileLedger) Begin(ctx context.Context, k dedupe.Key, o dedupe.BeginOptions) (dedupe.Claim, error) {
+	o.Volatile = true
+	return l.Ledger.Begin(ctx, k, o)
 }
 
 // batchedLedger sends Begin and Commit through BeginBatch and CommitBatch.

@@ -90,6 +90,17 @@ type BeginOptions struct {
 	Fingerprint Fingerprint
 	// Lease is how long the claim holds without Extend. It must be positive.
 	Lease time.Duration
+	// Volatile says the claim need not survive a crash: the effect it
+	// guards is replayable at a sink that dedupes by the key, so if the
+	// process dies before the commit, doing the effect again is harmless.
+	// A ledger that one process owns (BadgerLedger) then keeps the claim,
+	// and its renewals, in memory only, saving a write and an fsync per
+	// claim; within the process it holds, fences and commits exactly as a
+	// durable claim does, and after a crash the key is simply new again. A
+	// ledger shared by processes (the JetStream KV ledger) writes every
+	// claim, since the others must see it. Never set it for a one-shot
+	// effect: its retry must find the claim to know to reconcile.
+	Volatile bool
 }
 
 // Status is Begin's verdict.

@@ -221,7 +221,8 @@ func errConflicts(op string, key dedupe.Key) error {
 
 // Begin implements dedupe.Ledger. A duplicate, which finds the work held or
 // done, costs one read that any replica of the bucket may answer; new work
-// costs that read and a write.
+// costs that read and a write. Every claim is written, volatile or not: the
+// other processes on the bucket must see it.
 func (l *Ledger) Begin(ctx context.Context, key dedupe.Key, opts dedupe.BeginOptions) (dedupe.Claim, error) {
 	if l.closed.Load() {
 		return dedupe.Claim{}, dedupe.ErrClosed
