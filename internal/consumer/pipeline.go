@@ -59,7 +59,7 @@ type pipeline struct {
 	deadLetter string
 	lease      time.Duration
 	volatile   bool // claims need not survive a crash: the effect is replayable
-	maxResult  int // the most a committed result may hold
+	maxResult  int  // the most a committed result may hold
 	runID      canon.Pointer
 	hasRunID   bool
 	limits     canon.Options
