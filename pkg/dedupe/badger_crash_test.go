@@ -21,7 +21,8 @@ import (
 )
 
 // The crash test runs a child process (this test binary, re-executed) that
-// begins and commits intents in a loop and prints the index of each commit
+// begins (with durable or volatile claims, with or without SyncWrites) and
+// commits intents in a loop and prints the index of each commit
 // after Commit returns. The parent kills it with SIGKILL at a random moment,
 // reopens the database, and checks that every commit the child reported is
 // there, intact, and that every record in the store decodes.
@@ -30,6 +31,7 @@ const (
 	crashDirEnv   = "ONCEGATE_CRASH_DIR"
 	crashStartEnv = "ONCEGATE_CRASH_START"
 	crashSyncEnv  = "ONCEGATE_CRASH_SYNC_WRITES"
+	crashVolEnv   = "ONCEGATE_CRASH_VOLATILE" // claims are volatile: only the commits are written
 	crashKillsEnv = "ONCEGATE_CRASH_KILLS" // default 20; the full run is 50
 	crashSeedEnv  = "ONCEGATE_CRASH_SEED"
 )
@@ -72,7 +74,7 @@ func TestBadgerCrashChild(t *testing.T) {
 	fmt.Fprintln(out, "ready")
 	out.Flush()
 	for i := start; ; i++ {
-		c, err := l.Begin(ctx, crashKey(i), dedupe.BeginOptions{Owner: "child", Lease: time.Millisecond})
+		c, err := l.Begin(ctx, crashKey(i), dedupe.BeginOptions{Owner: "child", Lease: time.Millisecond, Volatile: os.Getenv(crashVolEnv) == "1"})
 		if err != nil || c.Status != dedupe.StatusNew {
 			fmt.Fprintf(out, "begin %d: %v %v\n", i, c.Status, err)
 			out.Flush()
@@ -106,10 +108,10 @@ func TestBadgerCrash(t *testing.T) {
 	committed := map[int]bool{}
 	next := 0
 	for kill := range kills {
-		syncWrites := kill%2 == 1
+		flag := map[bool]string{true: "1", false: "0"}
 		cmd := exec.Command(os.Args[0], "-test.run=^TestBadgerCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashStartEnv+"="+strconv.Itoa(next),
-			crashSyncEnv+"="+map[bool]string{true: "1", false: "0"}[syncWrites])
+			crashSyncEnv+"="+flag[kill%2 == 1], crashVolEnv+"="+flag[kill%4 >= 2])
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
