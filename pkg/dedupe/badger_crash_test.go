@@ -32,7 +32,7 @@ const (
 	crashStartEnv = "ONCEGATE_CRASH_START"
 	crashSyncEnv  = "ONCEGATE_CRASH_SYNC_WRITES"
 	crashVolEnv   = "ONCEGATE_CRASH_VOLATILE" // claims are volatile: only the commits are written
-	crashKillsEnv = "ONCEGATE_CRASH_KILLS" // default 20; the full run is 50
+	crashKillsEnv = "ONCEGATE_CRASH_KILLS"    // default 20; the full run is 50
 	crashSeedEnv  = "ONCEGATE_CRASH_SEED"
 )
 
