@@ -134,9 +134,11 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 			publish(it)
 			sent = append(sent, it)
 		}
+		wctx, cancel := context.WithTimeout(ctx, js.Timeout())
+		defer cancel()
 		t0 := time.Now()
 		for _, it := range sent {
-			res, err := it.pend.Wait(ctx, js.Timeout())
+			res, err := it.pend.Wait(wctx)
 			p.observeEffect(res, err, time.Since(t0))
 			if err != nil {
 				p.window.Remove(it.k.Short())
@@ -208,9 +210,11 @@ func (p *pipeline) handleBatch(js *sink.JetStream, msgs []jetstream.Msg) {
 	defer p.c.obs.Leases(name, -len(sent))
 	var done []*item
 	var commits []dedupe.CommitRequest
+	wctx, cancel := context.WithTimeout(ctx, js.Timeout())
+	defer cancel()
 	t0 := time.Now()
 	for _, it := range sent {
-		res, err := it.pend.Wait(ctx, js.Timeout())
+		res, err := it.pend.Wait(wctx)
 		p.observeEffect(res, err, time.Since(t0))
 		if err != nil {
 			v := p.effectFailed(&it.k, err)

@@ -215,23 +215,21 @@ func (s *JetStream) PublishAsync(e Effect) *Pending {
 	return p
 }
 
-// Wait waits for the PubAck, up to the sink's timeout or ctx. Result.Body
-// is left empty (the batch path stores no PubAck).
-func (p *Pending) Wait(ctx context.Context, timeout time.Duration) (Result, error) {
+// Wait waits for the PubAck, until ctx is done. Result.Body is left empty
+// (the batch path stores no PubAck). A batch waits for all its effects
+// under one deadline, Timeout after its last publish, instead of starting a
+// timer per effect.
+func (p *Pending) Wait(ctx context.Context) (Result, error) {
 	if p.err != nil {
 		return Result{}, p.err
 	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
 	select {
 	case ack := <-p.fut.Ok():
 		return Result{Duplicate: ack.Duplicate, Attempts: 1}, nil
 	case err := <-p.fut.Err():
 		return Result{Attempts: 1}, &Error{Sink: "jetstream", Key: p.key, Retryable: retryablePublish(err), Err: fmt.Errorf("publish to %s: %w", p.subject, err)}
-	case <-t.C:
-		return Result{Attempts: 1}, &Error{Sink: "jetstream", Key: p.key, Retryable: true, Err: fmt.Errorf("publish to %s: %w", p.subject, context.DeadlineExceeded)}
 	case <-ctx.Done():
-		return Result{Attempts: 1}, &Error{Sink: "jetstream", Key: p.key, Retryable: true, Err: ctx.Err()}
+		return Result{Attempts: 1}, &Error{Sink: "jetstream", Key: p.key, Retryable: true, Err: fmt.Errorf("publish to %s: %w", p.subject, ctx.Err())}
 	}
 }
 
