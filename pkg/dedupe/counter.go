@@ -44,10 +44,13 @@ var counter struct {
 	once   sync.Once
 	usable bool // decided once: see counterUsable
 
-	mu     sync.Mutex // taken by one recalibration at a time
-	tick0  uint64     // the first anchor, the baseline of every rate
-	ns0    int64
-	broken bool // a calibration disagreed with the one before: the counter is not used again
+	// broken is set when a calibration disagreed with the one before: the
+	// counter is not used again.
+	broken atomic.Bool
+
+	mu    sync.Mutex // taken by one recalibration at a time
+	tick0 uint64     // the first anchor, the baseline of every rate
+	ns0   int64
 }
 
 // counterUsable reports whether the time-stamp counter may stand in for the
@@ -74,13 +77,10 @@ func monoNanos() int64 {
 // recalibrate reads the monotonic clock and, unless another goroutine is at
 // it, anchors a new calibration there.
 func recalibrate() int64 {
-	if !counter.mu.TryLock() {
+	if counter.broken.Load() || !counter.mu.TryLock() {
 		return int64(time.Since(monoEpoch))
 	}
 	defer counter.mu.Unlock()
-	if counter.broken {
-		return int64(time.Since(monoEpoch))
-	}
 	if counter.tick0 != 0 {
 		if ns := int64(time.Since(monoEpoch)); ns-counter.ns0 < int64(counterSpan) {
 			return ns // too short a baseline for a rate yet
@@ -105,7 +105,7 @@ func recalibrate() int64 {
 	if prev := counter.cal.Load(); prev != nil && (mult > prev.mult+prev.mult/100 || mult < prev.mult-prev.mult/100) {
 		// The rate moved by over 1%: the counter is not the steady clock
 		// the kernel said it was. Stop using it.
-		counter.broken = true
+		counter.broken.Store(true)
 		counter.cal.Store(nil)
 		return ns
 	}

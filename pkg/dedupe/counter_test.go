@@ -96,3 +96,40 @@ func TestWindowDefaultClock(t *testing.T) {
 		}
 	}
 }
+
+// TestCounterBroken checks that a counter whose rate moves between two
+// calibrations is given up, and that the clock then is the monotonic one.
+func TestCounterBroken(t *testing.T) {
+	if !counterUsable() {
+		t.Skip("no time-stamp counter clock on this machine")
+	}
+	deadline := time.Now().Add(time.Second)
+	for counter.cal.Load() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no calibration within 1s")
+		}
+		monoNanos()
+	}
+	defer func() {
+		counter.cal.Store(nil)
+		counter.broken.Store(false)
+	}()
+	// A calibration at twice the true rate, and already expired: the next
+	// reading recalibrates and finds the rate halved.
+	c := *counter.cal.Load()
+	c.mult *= 2
+	c.tick = readCounter() - c.span
+	counter.cal.Store(&c)
+	a := time.Since(monoEpoch)
+	m := time.Duration(monoNanos())
+	b := time.Since(monoEpoch)
+	if !counter.broken.Load() || counter.cal.Load() != nil {
+		t.Fatalf("after a rate change: broken %v, calibration %+v", counter.broken.Load(), counter.cal.Load())
+	}
+	if m < a || m > b {
+		t.Fatalf("monoNanos read %v between monotonic readings %v and %v", m, a, b)
+	}
+	if monoNanos(); counter.cal.Load() != nil {
+		t.Fatal("a broken counter was calibrated again")
+	}
+}
