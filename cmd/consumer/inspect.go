@@ -29,8 +29,9 @@ what:
   cache                               what the LLM cache holds: answers, their tokens, budgets spent
 
 A Badger ledger and the cache belong to one process: inspect them with the consumer stopped
-(a running consumer's figures are on its /metrics). A KV ledger (ledger.store: kv) can be
-inspected while consumers run.
+(a running consumer's figures are on its /metrics). A Badger ledger keeps the claims of
+replayable effects in the consumer's memory only, so pending shows one-shot work there. A KV
+ledger (ledger.store: kv) can be inspected while consumers run.
 `
 
 func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
