@@ -421,7 +421,9 @@ func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
 	}
 }
 
-// Close implements Ledger. It does not close the DB.
+// Close implements Ledger. It does not close the DB. When the last ledger
+// on the DB closes, the volatile claims the process kept go with it, as in
+// a crash.
 func (l *BadgerLedger) Close() error {
 	if !l.closed.Swap(true) {
 		releaseInproc(l.db)
