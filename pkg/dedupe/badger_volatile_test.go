@@ -24,6 +24,18 @@ func openVolatileTest(t *testing.T, dir string, clock Clock) (*badger.DB, *Badge
 	return db, l
 }
 
+// volatileTest opens a ledger on a fresh directory, on a fake clock, and
+// closes both when the test ends.
+func volatileTest(t *testing.T) (*fakeClock, *badger.DB, *BadgerLedger) {
+	t.Helper()
+	clock := newFakeClock()
+	clock.Set(time.Unix(1e9, 0))
+	db, l := openVolatileTest(t, t.TempDir(), clock)
+	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() { l.Close() })
+	return clock, db, l
+}
+
 // inDB returns the state of k's record in db, or 0 if db holds none.
 func inDB(t *testing.T, db *badger.DB, k Key) State {
 	t.Helper()
@@ -135,11 +147,7 @@ func TestVolatileClaim(t *testing.T) {
 // claim whose lease ran out fences it and is written.
 func TestVolatileClaimTakenOver(t *testing.T) {
 	ctx := context.Background()
-	clock := newFakeClock()
-	clock.Set(time.Unix(1e9, 0))
-	db, l := openVolatileTest(t, t.TempDir(), clock)
-	defer db.Close()
-	defer l.Close()
+	clock, db, l := volatileTest(t)
 	k := Key{3}
 	a := mustBegin(t, l, k, BeginOptions{Owner: "a", Lease: time.Second, Volatile: true}, StatusNew)
 	clock.Advance(2 * time.Second)
@@ -164,11 +172,7 @@ func TestVolatileClaimBound(t *testing.T) {
 	defer func(n int) { inprocClaims = n }(inprocClaims)
 	inprocClaims = 2
 	ctx := context.Background()
-	clock := newFakeClock()
-	clock.Set(time.Unix(1e9, 0))
-	db, l := openVolatileTest(t, t.TempDir(), clock)
-	defer db.Close()
-	defer l.Close()
+	_, db, l := volatileTest(t)
 
 	const n = 512
 	keys := make([]Key, n)
@@ -224,11 +228,7 @@ func TestVolatileClaimBound(t *testing.T) {
 // claims it once: the second request sees the first's volatile claim,
 // which is in no transaction.
 func TestVolatileBatchRepeatsKey(t *testing.T) {
-	clock := newFakeClock()
-	clock.Set(time.Unix(1e9, 0))
-	db, l := openVolatileTest(t, t.TempDir(), clock)
-	defer db.Close()
-	defer l.Close()
+	_, _, l := volatileTest(t)
 	k := Key{4}
 	o := BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}
 	rs := l.BeginBatch(context.Background(), []BeginRequest{{Key: Key{5}, Options: o}, {Key: k, Options: o}, {Key: k, Options: o}})
