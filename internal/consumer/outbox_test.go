@@ -219,13 +219,7 @@ func TestTakeoverKeyReused(t *testing.T) {
 		bodies[k] = string(b)
 	}))
 	defer hs.Close()
-	f := start(t, func(c *config.Config) {
-		p := c.Pipelines[1]
-		p.Name, p.Subject = "charges", "triggers.charges"
-		p.Key = config.Key{Fields: []string{"/charge"}}
-		p.Effect = config.Effect{Sink: config.SinkHTTP, URL: hs.URL, Class: config.ClassReplayable}
-		c.Pipelines = append(c.Pipelines, p)
-	}, standin.Options{})
+	f := start(t, chargesPipeline(hs.URL), standin.Options{})
 	first, second := []byte(`{"charge":"ch_1","note":"first wording"}`), []byte(`{"charge":"ch_1","note":"reworded"}`)
 	k := f.keyOf("charges", first)
 	// What the dead holder left: the effect sent with the first body, and
@@ -263,13 +257,7 @@ func TestRefusedAfterTakeover(t *testing.T) {
 		w.WriteHeader(http.StatusUnprocessableEntity)
 	}))
 	defer hs.Close()
-	f = start(t, func(c *config.Config) {
-		p := c.Pipelines[1]
-		p.Name, p.Subject = "charges", "triggers.charges"
-		p.Key = config.Key{Fields: []string{"/charge"}}
-		p.Effect = config.Effect{Sink: config.SinkHTTP, URL: hs.URL, Class: config.ClassReplayable}
-		c.Pipelines = append(c.Pipelines, p)
-	}, standin.Options{})
+	f = start(t, chargesPipeline(hs.URL), standin.Options{})
 	payload := []byte(`{"charge":"ch_2"}`)
 	k = f.keyOf("charges", payload)
 	f.publish("triggers.charges", payload)
@@ -282,5 +270,17 @@ func TestRefusedAfterTakeover(t *testing.T) {
 	}
 	if rec, err := f.ledger.Get(context.Background(), k); err != nil || rec.State != dedupe.StatePending || rec.Owner != "new-holder" {
 		t.Errorf("record %v owned by %q (%v); want the new holder's pending claim untouched", rec.State, rec.Owner, err)
+	}
+}
+
+// chargesPipeline adds a pipeline "charges" on triggers.charges, keyed by
+// /charge, whose replayable effect is an HTTP POST to url.
+func chargesPipeline(url string) func(*config.Config) {
+	return func(c *config.Config) {
+		p := c.Pipelines[1]
+		p.Name, p.Subject = "charges", "triggers.charges"
+		p.Key = config.Key{Fields: []string{"/charge"}}
+		p.Effect = config.Effect{Sink: config.SinkHTTP, URL: url, Class: config.ClassReplayable}
+		c.Pipelines = append(c.Pipelines, p)
 	}
 }
