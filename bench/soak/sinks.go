@@ -154,14 +154,11 @@ func newPaymentSink(seed uint64, dropRate float64, log *callLog) *paymentSink {
 
 func (s *paymentSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.calls.Add(1)
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, "unreadable body", http.StatusBadRequest)
+	c, ok := readCall(w, r)
+	if !ok {
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
-	intent := intentOf(body)
-	hostile, _ := hostileOf(body)
+	key, intent, hostile := c.key, c.intent, c.hostile
 	logCall := func(outcome string) {
 		s.log.add(call{T: time.Now().Format(time.RFC3339Nano), Key: key, Intent: intent, Outcome: outcome})
 	}
@@ -171,7 +168,7 @@ func (s *paymentSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"Idempotency-Key required"}`, http.StatusBadRequest)
 		return
 	}
-	h := sha256.Sum256(body)
+	h := sha256.Sum256(c.body)
 	s.mu.Lock()
 	p := s.keys[key]
 	switch {
@@ -258,14 +255,11 @@ func (s *oneShotSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.inFlight--
 		s.mu.Unlock()
 	}()
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, "unreadable body", http.StatusBadRequest)
+	c, ok := readCall(w, r)
+	if !ok {
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
-	intent := intentOf(body)
-	hostile, _ := hostileOf(body)
+	key, intent, hostile := c.key, c.intent, c.hostile
 	s.mu.Lock()
 	s.effects = append(s.effects, sinkEffect{at: time.Now(), intent: intent, hostile: hostile, key: key})
 	n := len(s.effects)
@@ -396,4 +390,25 @@ func serveHTTP(h http.Handler) (string, func(), error) {
 		}
 	}()
 	return "http://" + ln.Addr().String(), func() { hs.Close(); <-done }, nil
+}
+
+// effectCall is what an effect call to a sink carries.
+type effectCall struct {
+	body    []byte
+	key     string // its Idempotency-Key
+	intent  int    // the intent the body names, or -1
+	hostile int    // the hostile intent whose payload it is, or -1
+}
+
+// readCall reads an effect call. It answers 400 and reports false if the
+// body cannot be read.
+func readCall(w http.ResponseWriter, r *http.Request) (effectCall, bool) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, "unreadable body", http.StatusBadRequest)
+		return effectCall{}, false
+	}
+	c := effectCall{body: body, key: r.Header.Get("Idempotency-Key"), intent: intentOf(body)}
+	c.hostile, _ = hostileOf(body)
+	return c, true
 }
