@@ -174,15 +174,21 @@ func (h *harness) inject(ctx context.Context, t0 time.Time, schedule []fault) {
 }
 
 func (h *harness) apply(ctx context.Context, f fault) {
+	// A replica that is down (restarting, or unable to start while the
+	// server is down) or paused is waited for: every fault on a replica
+	// lands on a running process. missed records one that could not.
+	running := func(what string) *child {
+		c := h.replicas[f.replica].waitRunning(ctx, 300*time.Millisecond, 60*time.Second)
+		if c == nil {
+			h.missed(f, what+": the replica was not running for 60s")
+		}
+		return c
+	}
 	switch f.kind {
 	case fKill:
 		r := h.replicas[f.replica]
-		// A replica that is down (restarting, or unable to start while the
-		// server is down) or paused is waited for: every kill lands on a
-		// running process.
-		c := r.waitRunning(ctx, 300*time.Millisecond, 60*time.Second)
+		c := running("kill")
 		if c == nil {
-			h.events.add(event{kind: evMissed, replica: f.replica, detail: "kill: the replica was not running for 60s"})
 			return
 		}
 		if f.crashAt != "" {
@@ -190,7 +196,7 @@ func (h *harness) apply(ctx context.Context, f fault) {
 		}
 		c.killed.Store(true)
 		if err := c.signal(syscall.SIGKILL); err != nil {
-			h.events.add(event{kind: evMissed, replica: f.replica, detail: "kill: " + err.Error()})
+			h.missed(f, "kill: "+err.Error())
 			return
 		}
 		detail := ""
@@ -199,16 +205,14 @@ func (h *harness) apply(ctx context.Context, f fault) {
 		}
 		h.events.add(event{kind: evKill, replica: f.replica, detail: detail})
 	case fZombie:
-		r := h.replicas[f.replica]
-		c := r.waitRunning(ctx, 300*time.Millisecond, 60*time.Second)
+		c := running("pause")
 		if c == nil {
-			h.events.add(event{kind: evMissed, replica: f.replica, detail: "pause: the replica was not running for 60s"})
 			return
 		}
 		c.paused.Store(true)
 		if err := c.signal(syscall.SIGSTOP); err != nil {
 			c.paused.Store(false)
-			h.events.add(event{kind: evMissed, replica: f.replica, detail: "pause: " + err.Error()})
+			h.missed(f, "pause: "+err.Error())
 			return
 		}
 		h.events.add(event{kind: evPause, replica: f.replica, detail: fmt.Sprintf("for %v", f.pause.Round(time.Millisecond))})
@@ -220,14 +224,12 @@ func (h *harness) apply(ctx context.Context, f fault) {
 		// The replica's ledger clock runs ahead by twice the lease more:
 		// it sees healthy holders' leases as expired and takes their work
 		// over; fencing must turn their late commits away.
-		r := h.replicas[f.replica]
-		c := r.waitRunning(ctx, 300*time.Millisecond, 60*time.Second)
+		c := running("clock jump")
 		if c == nil {
-			h.events.add(event{kind: evMissed, replica: f.replica, detail: "clock jump: the replica was not running for 60s"})
 			return
 		}
 		if err := c.signal(syscall.SIGUSR1); err != nil {
-			h.events.add(event{kind: evMissed, replica: f.replica, detail: "clock jump: " + err.Error()})
+			h.missed(f, "clock jump: "+err.Error())
 			return
 		}
 		h.events.add(event{kind: evClock, replica: f.replica, detail: fmt.Sprintf("+%v", 2*h.o.lease)})
@@ -247,4 +249,9 @@ func (h *harness) apply(ctx context.Context, f fault) {
 		}
 		h.events.add(event{kind: evServerUp})
 	}
+}
+
+// missed records that fault f could not be applied, and why.
+func (h *harness) missed(f fault, why string) {
+	h.events.add(event{kind: evMissed, replica: f.replica, detail: why})
 }
