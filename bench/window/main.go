@@ -194,16 +194,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// windowClock describes the clock a window of the benchmark's TTL reads.
+// windowClock says which sets read time.Since: all but the window, if a
+// window of the benchmark's TTL reads the counter.
 func windowClock() string {
 	w, err := dedupe.NewWindow(dedupe.WindowOptions{TTL: altset.TTL})
 	if err != nil {
 		return err.Error()
 	}
 	if w.ClockSource() == "counter" {
-		return "the CPU's time-stamp counter (see dedupe.WindowOptions.Clock)"
+		return "every set but the window, which reads the CPU's time-stamp counter (dedupe.WindowOptions.Clock; " + dedupe.CounterEnv + "=off to turn it off)"
 	}
-	return "the monotonic clock, as theirs"
+	return "every set, the window too"
 }
 
 // timeNowCost returns what one time.Since costs, which every set pays once
@@ -444,7 +445,7 @@ func (r *results) print(w io.Writer, cfg config, clockCost time.Duration, interr
 	cells := r.sortedCells()
 	fmt.Fprintf(w, "SeenOrAdd at a steady state of live keys: median of %d runs of %v per cell (after %v warm-up)\n",
 		cfg.reps, cfg.dur, cfg.warmup)
-	fmt.Fprintf(w, "%s %s/%s, %d CPUs; time.Since costs %v, once per operation in every set but the window, whose clock is %s\n",
+	fmt.Fprintf(w, "%s %s/%s, %d CPUs; time.Since costs %v, once per operation in %s\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), clockCost, windowClock())
 	if interrupted {
 		fmt.Fprintln(w, "INTERRUPTED: partial results")

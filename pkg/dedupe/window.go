@@ -58,7 +58,9 @@ type WindowOptions struct {
 	// third of the cost, and no fence between one operation and the next. It
 	// is recalibrated against the monotonic clock every 10ms, never strays
 	// from it by more than a few microseconds, and the window adds 50µs to
-	// its TTL to cover that.
+	// its TTL to cover that. Setting the environment variable
+	// ONCEGATE_WINDOW_COUNTER=off (CounterEnv) keeps every window of the
+	// process on the monotonic clock.
 	Clock Clock
 }
 

@@ -7,9 +7,11 @@
 // # Fairness
 //
 // Every set reads the time once per SeenOrAdd, as time.Since(start): one
-// time.Now, monotonic, exactly what a Window with a nil Clock does. Otter
-// reads its own default clock, the same time.Since, as often as it needs
-// (once or more per operation). None of them
+// monotonic clock read, what a Window with a nil Clock does where it does
+// not read the CPU's time-stamp counter (see dedupe.WindowOptions.Clock; the
+// environment variable ONCEGATE_WINDOW_COUNTER=off keeps the window on
+// time.Since too). Otter reads its own default clock, the same time.Since,
+// as often as it needs (once or more per operation). None of them
 // starts a goroutine except otter, whose maintenance goroutines are part of
 // what a user of otter pays for.
 //
@@ -62,9 +64,8 @@ func Close(s Set) {
 	}
 }
 
-// clock reads the time as nanoseconds since the set was made, the way a
-// Window with a nil Clock does: one time.Now, monotonic. fake replaces it in
-// tests.
+// clock reads the time as nanoseconds since the set was made: one
+// monotonic clock read. fake replaces it in tests.
 type clock struct {
 	start time.Time
 	fake  func() int64
