@@ -223,11 +223,23 @@ type Stream struct {
 	// Subjects are the subjects the stream captures; they must not
 	// overlap. The default is ["triggers.>"].
 	Subjects []string `yaml:"subjects"`
-	// Duplicates is the stream's Nats-Msg-Id duplicate window. The default
-	// is 2m.
+	// Retention is RetentionWorkQueue (the default: a trigger is removed
+	// once its pipeline acks it, and each trigger subject belongs to one
+	// pipeline) or RetentionLimits (triggers stay until MaxAge, which is
+	// then required; pipelines may share subjects). It also applies to the
+	// outbox stream of one-shot effects, which is always a work queue.
+	Retention string `yaml:"retention"`
+	// Duplicates is the Nats-Msg-Id duplicate window of the streams
+	// Oncegate creates: the trigger stream, and the effect and outbox
+	// streams that take the effects' keyed publishes. It must cover every
+	// redelivery horizon of a pipeline whose effect it dedupes. The
+	// default is 5m.
 	Duplicates time.Duration `yaml:"duplicates"`
-	// MaxAge is how long the stream keeps a message; 0 (the default)
-	// means no limit. When set it counts towards the redelivery horizon.
+	// MaxAge is how long the stream keeps a trigger, acked or not; 0 (the
+	// default) means no limit, which only a work queue allows. It must
+	// exceed every pipeline's redelivery horizon (a trigger aged out before
+	// its last redelivery would be lost without a dead letter), and the
+	// ledger's retention must exceed it.
 	MaxAge time.Duration `yaml:"max_age"`
 	// DeadLetterSubject is where a trigger goes, with the reason, after
 	// its last delivery fails. "{pipeline}" is replaced by the pipeline's
@@ -235,6 +247,12 @@ type Stream struct {
 	// "oncegate.dead.{pipeline}".
 	DeadLetterSubject string `yaml:"dead_letter_subject"`
 }
+
+// Stream retention policies.
+const (
+	RetentionWorkQueue = "workqueue"
+	RetentionLimits    = "limits"
+)
 
 // DeadLetter returns the dead-letter subject of the named pipeline.
 func (s *Stream) DeadLetter(pipeline string) string {
@@ -278,7 +296,10 @@ type Pipeline struct {
 	// agree. The default is Backoff[0] if set, else 30s.
 	AckWait time.Duration `yaml:"ack_wait"`
 	// MaxDeliver is how many times a trigger is delivered before it is
-	// dead-lettered. The default is 5.
+	// dead-lettered. Oncegate counts the deliveries itself (the server's
+	// consumer has no limit), so that a trigger whose last delivery dies
+	// with its process comes back once more, to be dead-lettered rather
+	// than dropped. The default is 5.
 	MaxDeliver int `yaml:"max_deliver"`
 	// Backoff are the redelivery delays after each failed delivery; the
 	// last repeats. At most MaxDeliver of them. The default is none
@@ -337,6 +358,50 @@ func (p *Pipeline) Horizon() time.Duration {
 		h = addSat(h, mulSat(waits[len(waits)-1], extra))
 	}
 	return h
+}
+
+// RetryDelay is the wait Oncegate asks for before delivery n+1 after a
+// retryable failure of delivery n: the pipeline's backoff if it has one
+// (the last step repeating), or 250ms doubling up to 30s.
+func (p *Pipeline) RetryDelay(n int) time.Duration {
+	n = max(n, 1)
+	if b := p.Backoff; len(b) > 0 {
+		return b[min(n, len(b))-1]
+	}
+	return min(250*time.Millisecond<<min(n-1, 7), 30*time.Second)
+}
+
+// RedeliveryHorizon is the longest that work on one trigger of p can keep
+// being retried after its first delivery: over MaxDeliver deliveries, each
+// waits the longest of its ack deadline (Pipeline.Horizon), its retry
+// delay, and, when a ledger holds the work, the lease a crashed holder
+// leaves behind. Every window that dedupes a redo of the effect (the
+// effect stream's duplicate window, the ledger's retention, the trigger
+// stream's max age) must cover it.
+func (c *Config) RedeliveryHorizon(p *Pipeline) time.Duration {
+	var h time.Duration
+	waits := p.Backoff
+	if len(waits) == 0 {
+		waits = []time.Duration{p.AckWait}
+	}
+	for i := 1; i <= max(p.MaxDeliver, 0); i++ {
+		w := max(waits[min(i, len(waits))-1], p.RetryDelay(i))
+		if p.Mode != ModeGateWindow {
+			w = max(w, c.Ledger.Lease)
+		}
+		h = addSat(h, w)
+		if h == maxDuration {
+			break
+		}
+	}
+	return h
+}
+
+// DedupesEffect reports whether p's effect is a keyed JetStream publish
+// that the duplicate window of the stream taking it must cover: a
+// jetstream sink, or a one-shot effect's publish to its outbox.
+func (p *Pipeline) DedupesEffect() bool {
+	return p.Effect.Sink == SinkJetStream || p.Effect.Class == ClassOneShot
 }
 
 const maxDuration = time.Duration(math.MaxInt64)

@@ -24,7 +24,7 @@ const (
 	DefaultMetricsListen     = "127.0.0.1:9464"
 	DefaultStreamName        = "ONCEGATE"
 	DefaultStreamSubject     = "triggers.>"
-	DefaultDuplicates        = 2 * time.Minute
+	DefaultDuplicates        = 5 * time.Minute
 	DefaultDeadLetterSubject = "oncegate.dead.{pipeline}"
 	DefaultWindowTTL         = 10 * time.Minute
 	DefaultWindowCapacity    = 1_000_000
@@ -163,6 +163,7 @@ func (c *Config) applyDefaults() {
 	s := &c.Stream
 	setDefault(c, "stream.name", &s.Name, DefaultStreamName)
 	setDefault(c, "stream.subjects", &s.Subjects, []string{DefaultStreamSubject})
+	setDefault(c, "stream.retention", &s.Retention, RetentionWorkQueue)
 	setDefault(c, "stream.duplicates", &s.Duplicates, DefaultDuplicates)
 	setDefault(c, "stream.max_age", &s.MaxAge, 0)
 	setDefault(c, "stream.dead_letter_subject", &s.DeadLetterSubject, DefaultDeadLetterSubject)

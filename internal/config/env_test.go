@@ -44,7 +44,7 @@ func TestEnvOverrides(t *testing.T) {
 		{"string list", []string{"ONCEGATE_STREAM_SUBJECTS=triggers.>, hooks.>"}, func(c *Config) error {
 			return want(strings.Join(c.Stream.Subjects, " "), "triggers.> hooks.>")
 		}},
-		{"duration list, and ack_wait follows the first backoff", []string{"ONCEGATE_PIPELINES_ALERTS_BACKOFF=10s,1m,5m"}, func(c *Config) error {
+		{"duration list, and ack_wait follows the first backoff", []string{"ONCEGATE_PIPELINES_ALERTS_BACKOFF=10s,1m,5m", "ONCEGATE_STREAM_DUPLICATES=20m"}, func(c *Config) error {
 			p := c.Pipelines[0]
 			if err := want(len(p.Backoff), 3); err != nil {
 				return err

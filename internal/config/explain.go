@@ -232,7 +232,7 @@ func (x *explainer) pipeline(i int) {
 			claims = "claims kept in memory (a replayable effect is redone after a crash), commits written"
 		}
 		row("4 ledger", c.Ledger.Store, "lease "+formatDuration(c.Ledger.Lease), claims,
-			fmt.Sprintf("retention %s, redelivery horizon %s", formatDuration(c.Ledger.Retention), formatDuration(max(p.Horizon(), c.Stream.MaxAge))))
+			fmt.Sprintf("retention %s, redelivery horizon %s", formatDuration(c.Ledger.Retention), formatDuration(max(c.RedeliveryHorizon(p), c.Stream.MaxAge))))
 	}
 
 	if s := p.Step; s == nil {

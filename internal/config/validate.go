@@ -23,8 +23,13 @@ import (
 //
 // Besides the checks of each field on its own, Validate enforces:
 //   - the ledger's retention exceeds every pipeline's redelivery horizon
-//     (Pipeline.Horizon), and the stream's max_age when set, so that a late
-//     redelivery always finds its record;
+//     (Config.RedeliveryHorizon), and the stream's max_age when set, so that
+//     a late redelivery always finds its record; the stream's max_age, when
+//     set, exceeds every horizon too, and the duplicate window of the
+//     effect streams covers the horizon of every pipeline whose effect is
+//     a keyed JetStream publish;
+//   - on a work-queue stream (the default) no two pipelines share a
+//     subject; a limits stream has a max_age;
 //   - each pipeline's subject is covered by the stream's subjects, and
 //     neither its effect nor the dead letters feed back into it;
 //   - backoff has at most max_deliver entries and ack_wait equals its first
@@ -41,6 +46,7 @@ func (c *Config) Validate() error {
 	v.stream()
 	v.pipelines()
 	v.retention()
+	v.horizons()
 	return c.fieldErrors(v.issues)
 }
 
@@ -219,6 +225,25 @@ func (v *validator) stream() {
 	v.positive("stream.duplicates", s.Duplicates)
 	if s.MaxAge < 0 {
 		v.add("stream.max_age", invalid("must be 0 (no limit) or positive, got %s", formatDuration(s.MaxAge)))
+	}
+	switch s.Retention {
+	case RetentionWorkQueue:
+		// Each trigger belongs to one pipeline: their subjects must not
+		// overlap, or the server refuses the second consumer.
+		for i := range v.c.Pipelines {
+			for j := range i {
+				a, b := &v.c.Pipelines[j], &v.c.Pipelines[i]
+				if checkSubject(a.Subject, false) == nil && checkSubject(b.Subject, false) == nil && subjectsCollide(a.Subject, b.Subject) {
+					v.add(joinPath(indexPath("pipelines", i), "subject"), invalid("%q overlaps pipeline %q's %q: on a work-queue stream each trigger belongs to one pipeline; use stream.retention: limits (with a max_age) for pipelines that share triggers", b.Subject, a.Name, a.Subject))
+				}
+			}
+		}
+	case RetentionLimits:
+		if s.MaxAge == 0 {
+			v.add("stream.max_age", missing("required with retention limits: without it every trigger is kept for ever, and a recreated consumer replays them all"))
+		}
+	default:
+		v.add("stream.retention", invalid("%q: want %s or %s", s.Retention, RetentionWorkQueue, RetentionLimits))
 	}
 	if s.MaxAge > 0 && s.Duplicates > s.MaxAge {
 		v.add("stream.duplicates", invalid("the duplicate window %s is longer than max_age %s", formatDuration(s.Duplicates), formatDuration(s.MaxAge)))
@@ -502,6 +527,30 @@ func (v *validator) effect(at func(string) string, p *Pipeline, subjectOK bool) 
 	}
 }
 
+// horizons checks every window that dedupes a redo of a pipeline's work
+// against its redelivery horizon (Config.RedeliveryHorizon): the effect
+// streams' duplicate window for a keyed JetStream publish, and the trigger
+// stream's max age.
+func (v *validator) horizons() {
+	s := &v.c.Stream
+	for i := range v.c.Pipelines {
+		p := &v.c.Pipelines[i]
+		if p.MaxDeliver <= 0 || p.AckWait <= 0 || s.Duplicates <= 0 {
+			continue // reported already
+		}
+		h := v.c.RedeliveryHorizon(p)
+		at := joinPath(indexPath("pipelines", i), "max_deliver")
+		if p.DedupesEffect() && s.Duplicates < h {
+			v.add(at, invalid("pipeline %q can redo its effect up to %s after the first attempt (%s), past the effect stream's duplicate window stream.duplicates %s: a redo after a crash would be a second effect; raise stream.duplicates, or lower max_deliver, ack_wait, backoff or ledger.lease",
+				p.Name, formatDuration(h), horizonTerms(p), formatDuration(s.Duplicates)))
+		}
+		if s.MaxAge > 0 && s.MaxAge <= h {
+			v.add("stream.max_age", invalid("%s does not exceed the redelivery horizon %s of pipeline %q (%s): a trigger could age out between two deliveries and be lost without a dead letter",
+				formatDuration(s.MaxAge), formatDuration(h), p.Name, horizonTerms(p)))
+		}
+	}
+}
+
 // retention checks the ledger's retention against the redelivery horizon
 // of every pipeline that uses the ledger.
 func (v *validator) retention() {
@@ -512,10 +561,10 @@ func (v *validator) retention() {
 	worst, horizon := -1, time.Duration(0)
 	for i := range v.c.Pipelines {
 		p := &v.c.Pipelines[i]
-		if p.Mode == ModeGateWindow {
+		if p.Mode == ModeGateWindow || p.AckWait <= 0 {
 			continue
 		}
-		if h := p.Horizon(); worst < 0 || h > horizon {
+		if h := v.c.RedeliveryHorizon(p); worst < 0 || h > horizon {
 			worst, horizon = i, h
 		}
 	}

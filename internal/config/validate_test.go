@@ -210,6 +210,7 @@ func TestValidateHorizonPasses(t *testing.T) {
 	c.Pipelines = c.Pipelines[1:]
 	p := &c.Pipelines[0]
 	p.Mode, p.AckWait, p.MaxDeliver = ModeGateWindow, time.Hour, 1000
+	c.Stream.Duplicates = 1001 * time.Hour // its publishes still need the duplicate window
 	if err := c.Validate(); err != nil {
 		t.Errorf("gate-window pipeline with a long horizon: Validate() = %v; want nil", err)
 	}
