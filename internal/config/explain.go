@@ -169,6 +169,7 @@ func (x *explainer) process() {
 		maxAge = formatDuration(s.MaxAge)
 	}
 	x.row("stream", x.d("stream.name", s.Name, s.Name)+" on "+x.d("stream.subjects", s.Subjects, strings.Join(s.Subjects, ", ")),
+		"retention "+x.d("stream.retention", s.Retention, s.Retention),
 		"duplicate window "+x.d("stream.duplicates", s.Duplicates, formatDuration(s.Duplicates)),
 		"max age "+x.d("stream.max_age", s.MaxAge, maxAge))
 	x.row("dead letters", x.d("stream.dead_letter_subject", s.DeadLetterSubject, s.DeadLetterSubject))
