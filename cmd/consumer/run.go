@@ -105,7 +105,7 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	a, err := app.Start(ctx, cfg, app.Options{Logger: log, Fault: faultHook(), BrokenAckEarly: brokenAckEarly(), Clock: faultClock()})
+	a, err := app.Start(ctx, cfg, app.Options{Logger: log, Clock: faultClock()})
 	if err != nil {
 		return err
 	}

@@ -44,9 +44,6 @@ type Options struct {
 	// empty (the demo injects faults with it).
 	Standin standin.Options
 
-	// Fault is passed to the consumer; tests crash the process with it.
-	Fault func(consumer.Point, dedupe.Key)
-
 	// Getenv reads the environment (the LLM API key). The default is
 	// os.Getenv.
 	Getenv func(string) string
@@ -57,10 +54,6 @@ type Options struct {
 	// Clock, if set, is the ledger's clock (the soak harness jumps it).
 	// The default is the system clock.
 	Clock dedupe.Clock
-
-	// BrokenAckEarly is passed to the consumer: a deliberate bug that only
-	// the oncegate_faults build sets, for the soak harness.
-	BrokenAckEarly bool
 
 	// WrapSink, if set, wraps each pipeline's sink (the demo injects
 	// effect failures with it).
@@ -177,14 +170,13 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 
 	a.consumerOpts = consumer.Options{
 		Config: cfg, Conn: nc, Ledger: a.Ledger, Model: client,
-		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"), Fault: o.Fault,
-		BrokenAckEarly: o.BrokenAckEarly,
+		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"),
 	}
 	if o.WrapSink != nil {
 		a.consumerOpts.Sinks = map[string]sink.Sink{}
 		for i := range cfg.Pipelines {
 			p := &cfg.Pipelines[i]
-			s, err := consumer.BuildSink(a.JS, &p.Effect)
+			s, err := sink.FromConfig(a.JS, &p.Effect)
 			if err != nil {
 				return nil, fmt.Errorf("app: pipeline %s: %w", p.Name, err)
 			}
@@ -341,7 +333,14 @@ func (a *App) windowStats() []ops.WindowStats {
 	if a.Consumer == nil {
 		return nil
 	}
-	return a.Consumer.WindowStats()
+	var out []ops.WindowStats
+	for _, w := range a.Consumer.WindowStats() {
+		out = append(out, ops.WindowStats{
+			Pipeline: w.Pipeline, Capacity: w.Capacity, Bytes: w.Bytes,
+			Live: w.Live, Hits: w.Hits, Evictions: w.Evictions, Expired: w.Expired,
+		})
+	}
+	return out
 }
 
 // Run runs the consumer until ctx is done, then drains it.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,7 +15,6 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/oncegate/oncegate/internal/config"
-	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -67,32 +66,22 @@ type Options struct {
 	// hostname:pid.
 	Owner string
 
-	// Fault, if set, is called at each Point of the flow with the intent
-	// key; tests use it to crash the process there. Never set in
-	// production.
-	Fault func(p Point, key dedupe.Key)
-
 	// DrainTimeout bounds the wait for work in flight at shutdown. The
 	// default is 30s.
 	DrainTimeout time.Duration
-
-	// BrokenAckEarly acks each trigger as soon as its claim is made,
-	// before the effect: a deliberate bug, for tests that must show they
-	// notice work lost when the process dies. Never set in production.
-	BrokenAckEarly bool
 }
 
 // Consumer takes triggers off JetStream and runs each pipeline's flow:
 // key → window → ledger → model step → effect → commit → ack.
 type Consumer struct {
-	opts  Options
-	cfg   *config.Config
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	log   *slog.Logger
-	obs   Observer
-	pipes []*pipeline
-	ready atomic.Bool
+	opts    Options
+	cfg     *config.Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	obs     Observer
+	pipes   []*pipeline
+	running atomic.Bool
 }
 
 // New checks opts and builds the pipelines; it does not touch NATS yet.
@@ -131,8 +120,13 @@ func New(opts Options) (*Consumer, error) {
 // Ready reports nil once Run has set up the streams and consumers and is
 // taking messages.
 func (c *Consumer) Ready() error {
-	if !c.ready.Load() {
-		return errors.New("consumer: not consuming yet")
+	if !c.running.Load() {
+		return errors.New("consumer: not consuming")
+	}
+	for _, s := range c.sources() {
+		if !s.consuming.Load() {
+			return fmt.Errorf("consumer: %s is not consuming (durable consumer %s)", s.name, s.durable)
+		}
 	}
 	if !c.nc.IsConnected() {
 		return errors.New("consumer: NATS connection is " + c.nc.Status().String())
@@ -149,44 +143,6 @@ func (c *Consumer) Stats() []PipelineStats {
 	return out
 }
 
-// Setup creates the trigger stream, the streams that capture effect and
-// dead-letter subjects no stream captures yet, and each pipeline's durable
-// pull consumer, or updates them to the configuration.
-func (c *Consumer) Setup(ctx context.Context) error {
-	s := c.cfg.Stream
-	sc := jetstream.StreamConfig{
-		Name: s.Name, Subjects: s.Subjects, Storage: jetstream.FileStorage,
-		Duplicates: s.Duplicates, MaxAge: s.MaxAge,
-	}
-	if _, err := c.js.CreateOrUpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("consumer: stream %s: %w", s.Name, err)
-	}
-	var effects, dead []string
-	for _, p := range c.pipes {
-		if p.cfg.Effect.Sink == config.SinkJetStream {
-			effects = append(effects, p.cfg.Effect.Subject)
-		}
-		dead = append(dead, p.deadLetter)
-	}
-	if err := c.capture(ctx, s.Name+"_EFFECTS", effects, s.Duplicates); err != nil {
-		return err
-	}
-	if err := c.capture(ctx, s.Name+"_DEAD", dead, 0); err != nil {
-		return err
-	}
-	for _, p := range c.pipes {
-		if err := p.setup(ctx); err != nil {
-			return err
-		}
-		if p.dispatch != nil {
-			if err := p.dispatch.setup(ctx); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // DispatchStats returns the one-shot dispatchers' counters.
 func (c *Consumer) DispatchStats() []DispatchStats {
 	var out []DispatchStats
@@ -198,109 +154,64 @@ func (c *Consumer) DispatchStats() []DispatchStats {
 	return out
 }
 
-// capture makes sure every subject in subjects lands in some stream,
-// creating (or extending) stream name for the ones that do not: a JetStream
-// sink needs a PubAck, and a dead letter must be kept.
-func (c *Consumer) capture(ctx context.Context, name string, subjects []string, dup time.Duration) error {
-	var missing []string
-	seen := map[string]bool{}
-	for _, subj := range subjects {
-		if seen[subj] {
-			continue
+// sources lists every durable consumer the Consumer takes messages from.
+func (c *Consumer) sources() []*source {
+	var out []*source
+	for _, p := range c.pipes {
+		out = append(out, p.src)
+		if p.dispatch != nil {
+			out = append(out, p.dispatch.src)
 		}
-		seen[subj] = true
-		probe := strings.NewReplacer("*", "x", ">", "x").Replace(subj)
-		_, err := c.js.StreamNameBySubject(ctx, probe)
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("consumer: looking up the stream of %s: %w", subj, err)
-		}
-		missing = append(missing, subj)
 	}
-	if len(missing) == 0 {
-		return nil
-	}
-	sc := jetstream.StreamConfig{Name: name, Subjects: missing, Storage: jetstream.FileStorage, Duplicates: dup}
-	if st, err := c.js.Stream(ctx, name); err == nil {
-		sc = st.CachedInfo().Config
-		sc.Subjects = append(sc.Subjects, missing...)
-	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("consumer: stream %s: %w", name, err)
-	}
-	if _, err := c.js.CreateOrUpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("consumer: stream %s for %v: %w", name, missing, err)
-	}
-	c.log.Info("stream set up for subjects no other stream captured", "stream", name, "subjects", missing)
-	return nil
+	return out
 }
 
 // Run sets up the streams and consumers, then consumes every pipeline
 // until ctx is done; then it stops fetching, finishes the work in flight
-// (up to DrainTimeout), and returns. Work it could not finish is not acked
-// and comes back after AckWait; its lease expires and another worker takes
-// it over.
+// (up to DrainTimeout), and returns. Work runs under a context of its own
+// that ctx's end does not cancel; past DrainTimeout it is cancelled, and
+// unfinished triggers come back after their ack wait (a trigger past its
+// last delivery comes back to be dead-lettered, never dropped).
+//
+// A durable consumer deleted under a running Consumer is set up again;
+// meanwhile Ready reports an error.
 func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.Setup(ctx); err != nil {
 		return err
 	}
-	var ccs []jetstream.ConsumeContext
-	stopAll := func() {
-		for _, cc := range ccs {
-			cc.Drain()
-		}
-	}
 	for _, p := range c.pipes {
-		cc, err := p.consume()
-		if err != nil {
-			stopAll()
-			return err
-		}
-		ccs = append(ccs, cc)
 		if p.dispatch != nil {
-			defer p.dispatch.stop()
-			cc, err := p.dispatch.start()
-			if err != nil {
-				stopAll()
+			if err := p.dispatch.subscribe(); err != nil {
 				return fmt.Errorf("consumer: pipeline %s: dispatcher: %w", p.cfg.Name, err)
 			}
-			ccs = append(ccs, cc)
+			defer p.dispatch.unsubscribe()
 		}
 	}
-	c.ready.Store(true)
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var wg sync.WaitGroup
+	for _, s := range c.sources() {
+		wg.Go(func() { s.run(ctx, work) })
+	}
+	c.running.Store(true)
 	c.log.Info("consuming", "pipelines", len(c.pipes), "stream", c.cfg.Stream.Name)
 	<-ctx.Done()
-	c.ready.Store(false)
+	c.running.Store(false)
 	c.log.Info("draining: no new triggers; finishing the ones in flight")
-	stopAll()
-	deadline := time.After(c.opts.DrainTimeout)
-	for _, cc := range ccs {
-		select {
-		case <-cc.Closed():
-		case <-deadline:
-		}
-	}
 	done := make(chan struct{})
 	go func() {
-		for _, p := range c.pipes {
-			p.wg.Wait()
-		}
+		wg.Wait()
 		close(done)
 	}()
 	select {
 	case <-done:
 		c.log.Info("drained")
-	case <-deadline:
-		c.log.Warn("drain timed out; unfinished triggers will be redelivered", "timeout", c.opts.DrainTimeout)
+	case <-time.After(c.opts.DrainTimeout):
+		c.log.Warn("drain timed out; cancelling the work in flight: unfinished triggers will be redelivered", "timeout", c.opts.DrainTimeout)
+		cancelWork()
+		<-done
 	}
 	return nil
-}
-
-func (c *Consumer) fault(p Point, k dedupe.Key) {
-	if c.opts.Fault != nil {
-		c.opts.Fault(p, k)
-	}
 }
 
 type nopObserver struct{}
@@ -315,15 +226,17 @@ func (nopObserver) Settled(string, string)                       {}
 func (nopObserver) InFlight(string, int)                         {}
 func (nopObserver) Leases(string, int)                           {}
 
+// WindowStats is one pipeline's duplicate window, as Window.Stats sees it.
+type WindowStats struct {
+	Pipeline string
+	dedupe.WindowStats
+}
+
 // WindowStats returns each pipeline's window figures, for metrics.
-func (c *Consumer) WindowStats() []ops.WindowStats {
-	out := make([]ops.WindowStats, 0, len(c.pipes))
+func (c *Consumer) WindowStats() []WindowStats {
+	out := make([]WindowStats, 0, len(c.pipes))
 	for _, p := range c.pipes {
-		s := p.window.Stats()
-		out = append(out, ops.WindowStats{
-			Pipeline: p.cfg.Name, Capacity: p.window.Capacity(), Bytes: p.window.Bytes(),
-			Live: s.Live, Hits: s.Hits, Evictions: s.Evictions, Expired: s.Expired,
-		})
+		out = append(out, WindowStats{Pipeline: p.cfg.Name, WindowStats: p.window.Stats()})
 	}
 	return out
 }

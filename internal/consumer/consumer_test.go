@@ -132,6 +132,24 @@ func (f *fixture) stats(name string) consumer.PipelineStats {
 	return consumer.PipelineStats{}
 }
 
+// subjectCount is the number of messages of stream on subject, 0 if the
+// stream does not exist yet.
+func (f *fixture) subjectCount(stream, subject string) int {
+	f.t.Helper()
+	st, err := f.js.Stream(context.Background(), stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return int(info.State.Subjects[subject])
+}
+
 // streamMsgs returns the messages of stream on subject.
 func (f *fixture) streamMsgs(stream, subject string) []jetstream.Msg {
 	f.t.Helper()

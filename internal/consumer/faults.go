@@ -1,12 +1,14 @@
 package consumer
 
-// Point names a place between two steps of the flow where a test may crash
-// the process ([Options.Fault]).
+// Point names a place between two stages of the gate where a build with the
+// oncegate_faults tag may crash the process (ONCEGATE_CRASH_AT=point:N kills
+// it with SIGKILL the Nth time a trigger passes there). Other builds have
+// no such stage at all.
 type Point string
 
 // The points, in the order a new trigger passes them.
 const (
-	AfterClaim  Point = "after-claim"  // the ledger claim is durable; nothing else happened
+	AfterClaim  Point = "after-claim"  // the ledger claim is made; nothing else happened
 	AfterAnswer Point = "after-answer" // the model answered (and the cache stored it)
 	AfterEffect Point = "after-effect" // the sink accepted the effect; not committed
 	AfterCommit Point = "after-commit" // committed in the ledger; the trigger is not acked
@@ -17,5 +19,21 @@ const (
 	AfterDispatchClaim Point = "after-dispatch-claim"
 )
 
-// Points lists every Point.
+// Points lists the points of a pipeline's gate.
 var Points = []Point{AfterClaim, AfterAnswer, AfterEffect, AfterCommit, BeforeAck}
+
+// reaches reports which triggers pass p, and whether they do on the way
+// in to the stages after it (false) or on the way back out of the stages
+// before it (true).
+func reaches(p Point) (out bool, on func(t *Trigger) bool) {
+	all := func(*Trigger) bool { return true }
+	switch p {
+	case AfterEffect:
+		return true, func(t *Trigger) bool { return t.effected }
+	case AfterCommit:
+		return true, func(t *Trigger) bool { return t.committed && t.claim.Lease.Token != 0 }
+	case BeforeAck:
+		return true, func(t *Trigger) bool { return t.decided && t.v.kind == settleAck && t.keyed }
+	}
+	return false, all
+}

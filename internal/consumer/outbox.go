@@ -3,7 +3,7 @@ package consumer
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
+
 	"fmt"
 	"strings"
 	"sync"
@@ -73,13 +73,59 @@ type DispatchStats struct {
 
 type dispatcher struct {
 	p    *pipeline
-	sink sink.Sink // the real one-shot sink
-	cons jetstream.Consumer
+	gate *gate
+	src  *source
 	subs []*nats.Subscription
 
 	mu sync.Mutex
 	n  DispatchStats
 }
+
+// reasonCancelled is the ledger's reason on a dispatch cancelled before it
+// went out.
+const reasonCancelled = "cancelled"
+
+func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
+	c, cfg := p.c, p.cfg
+	d := &dispatcher{p: p}
+	g := &gate{
+		c: c, pipeline: cfg.Name, d: d, keyOf: d.keyOf,
+		ledger: pg.ledger, owner: c.opts.Owner, lease: pg.lease,
+		keepEvery: func(*Trigger) time.Duration { return min(d.ackWait(), pg.lease) },
+		sink:      oneShot, sinkName: cfg.Effect.Sink, stepName: pg.stepName,
+		maxResult: pg.maxResult,
+	}
+	g.set = &settler{
+		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, ledger: pg.ledger,
+		retryDelay: cfg.RetryDelay, // maxDeliver 0: an entry waiting for approval comes back until it is approved
+	}
+	g.build(d.wait)
+	d.gate = g
+	d.src = &source{
+		c: c, name: cfg.Name + "/dispatch", stream: OutboxStream(c.cfg.Stream.Name), durable: Durable(cfg.Name) + "-dispatch",
+		batch: 1, workers: cfg.Concurrency, pull: min(max(cfg.Concurrency*2, 64), cfg.MaxAckPending),
+		handle: g.run, config: d.consumerConfig,
+	}
+	return d
+}
+
+func (d *dispatcher) ackWait() time.Duration { return max(d.p.cfg.AckWait, 5*time.Second) }
+
+func (d *dispatcher) consumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       d.src.durable,
+		Description:   "Oncegate one-shot dispatcher for pipeline " + d.p.cfg.Name,
+		FilterSubject: OutboxSubject(d.p.cfg.Name),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       d.ackWait(),
+		MaxDeliver:    -1, // an entry waiting for approval comes back until it is approved
+		MaxAckPending: d.p.cfg.MaxAckPending,
+	}
+}
+
+// OutboxStream is the name of the stream of the outboxes, beside the
+// trigger stream named stream.
+func OutboxStream(stream string) string { return stream + "_OUTBOX" }
 
 func (d *dispatcher) count(f func(*DispatchStats)) {
 	d.mu.Lock()
@@ -95,163 +141,67 @@ func (d *dispatcher) stats() DispatchStats {
 	return s
 }
 
-func (d *dispatcher) durable() string { return Durable(d.p.cfg.Name) + "-dispatch" }
-
-func (d *dispatcher) setup(ctx context.Context) error {
-	c := d.p.c
-	sc := jetstream.StreamConfig{
-		Name: c.cfg.Stream.Name + "_OUTBOX", Subjects: []string{"oncegate.outbox.>"},
-		Storage: jetstream.FileStorage, Duplicates: c.cfg.Stream.Duplicates,
-	}
-	if _, err := c.js.CreateOrUpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("consumer: outbox stream: %w", err)
-	}
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, sc.Name, jetstream.ConsumerConfig{
-		Durable:       d.durable(),
-		Description:   "Oncegate one-shot dispatcher for pipeline " + d.p.cfg.Name,
-		FilterSubject: OutboxSubject(d.p.cfg.Name),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       max(d.p.cfg.AckWait, 5*time.Second),
-		MaxDeliver:    -1, // an entry waiting for approval comes back until it is approved
-		MaxAckPending: d.p.cfg.MaxAckPending,
-	})
-	if err != nil {
-		return fmt.Errorf("consumer: pipeline %s: dispatcher: %w", d.p.cfg.Name, err)
-	}
-	d.cons = cons
-	return nil
-}
-
-func (d *dispatcher) start() (jetstream.ConsumeContext, error) {
+// subscribe starts answering cancel and approval requests.
+func (d *dispatcher) subscribe() error {
 	c := d.p.c
 	queue := "oncegate-" + d.p.cfg.Name
 	sub, err := c.nc.QueueSubscribe(CancelSubject(d.p.cfg.Name), queue, d.cancel)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	d.subs = append(d.subs, sub)
 	if subj := d.p.cfg.Effect.ApprovalSubject; subj != "" {
 		sub, err := c.nc.QueueSubscribe(subj, queue, d.approve)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		d.subs = append(d.subs, sub)
 	}
-	return d.cons.Consume(func(m jetstream.Msg) {
-		d.p.wg.Add(1)
-		defer d.p.wg.Done()
-		d.dispatch(m)
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		c.log.Warn("dispatcher consume error", "pipeline", d.p.cfg.Name, "err", err)
-	}))
+	return nil
 }
 
-func (d *dispatcher) stop() {
+func (d *dispatcher) unsubscribe() {
 	for _, s := range d.subs {
 		s.Unsubscribe()
 	}
+	d.subs = nil
 }
 
-func (d *dispatcher) dispatch(m jetstream.Msg) {
-	ctx := context.Background()
-	p := d.p
-	k, err := dedupe.ParseKey(m.Headers().Get(nats.MsgIdHdr))
+// keyOf reads the intent key of an outbox entry from its Nats-Msg-Id; the
+// ledger key of its dispatch is DispatchKey of it.
+func (d *dispatcher) keyOf(t *Trigger) *verdict {
+	k, err := dedupe.ParseKey(t.msg.Headers().Get(nats.MsgIdHdr))
 	if err != nil {
-		d.dead(ctx, m, nil, ReasonInvalidJSON, fmt.Errorf("outbox entry without an intent key: %w", err))
-		return
+		v := dead(nil, ReasonInvalidJSON, fmt.Errorf("outbox entry without an intent key: %w", err))
+		return &v
 	}
-	if delay := p.cfg.Effect.Delay; delay > 0 {
-		if meta, err := m.Metadata(); err == nil {
-			if wait := time.Until(meta.Timestamp.Add(delay)); wait > 0 {
-				d.count(func(s *DispatchStats) { s.Waiting++ })
-				m.NakWithDelay(wait)
-				return
+	t.intent, t.key = k, DispatchKey(k)
+	return nil
+}
+
+// wait puts back the entries still in their delay window or waiting for
+// an approval.
+func (d *dispatcher) wait(next Handler) Handler {
+	return func(ctx context.Context, ts []*Trigger) {
+		p := d.p
+		for _, t := range ts {
+			if delay := p.cfg.Effect.Delay; delay > 0 && t.meta != nil {
+				if wait := time.Until(t.meta.Timestamp.Add(delay)); wait > 0 {
+					d.count(func(s *DispatchStats) { s.Waiting++ })
+					t.decide(nak(t.keyRef(), wait, nil))
+					continue
+				}
+			}
+			if p.cfg.Effect.ApprovalSubject != "" {
+				rec, err := d.gate.ledger.Get(ctx, approvalKey(t.intent))
+				if err != nil || rec.State != dedupe.StateCommitted {
+					d.count(func(s *DispatchStats) { s.Waiting++ })
+					t.decide(nak(t.keyRef(), time.Second, nil))
+				}
 			}
 		}
+		pass(ctx, next, ts)
 	}
-	if p.cfg.Effect.ApprovalSubject != "" {
-		rec, err := p.ledger.Get(ctx, approvalKey(k))
-		if err != nil || rec.State != dedupe.StateCommitted {
-			d.count(func(s *DispatchStats) { s.Waiting++ })
-			m.NakWithDelay(time.Second)
-			return
-		}
-	}
-	dk := DispatchKey(k)
-	claim, err := p.ledger.Begin(ctx, dk, dedupe.BeginOptions{Owner: p.c.opts.Owner, Lease: p.lease})
-	if err != nil {
-		m.Nak()
-		return
-	}
-	switch claim.Status {
-	case dedupe.StatusCommitted:
-		m.Ack() // sent before; this is a redelivery of the entry
-		return
-	case dedupe.StatusFailed:
-		if claim.Record.Reason == "cancelled" {
-			d.count(func(s *DispatchStats) { s.Cancelled++ })
-		}
-		m.Ack()
-		return
-	case dedupe.StatusHeld:
-		m.NakWithDelay(claim.RetryAfter + 10*time.Millisecond)
-		return
-	case dedupe.StatusTakenOver:
-		err := errors.New("a dispatcher claimed this effect and stopped before recording the outcome; it may or may not have been sent, and a one-shot effect is not resent")
-		p.fail(ctx, dk, claim.Lease.Token, errors.New("outcome unknown"))
-		d.count(func(s *DispatchStats) { s.Unknown++ })
-		d.dead(ctx, m, &k, ReasonUnknownOutcome, err)
-		return
-	}
-	token := claim.Lease.Token
-	p.c.obs.Leases(p.cfg.Name, 1)
-	defer p.c.obs.Leases(p.cfg.Name, -1)
-	p.c.fault(AfterDispatchClaim, k)
-	step := ""
-	if p.step != nil {
-		step = p.step.cfg.Name
-	}
-	t0 := time.Now()
-	res, err := d.sink.Deliver(ctx, sink.Effect{Key: k.String(), Pipeline: p.cfg.Name, Step: step, Body: m.Data()})
-	if err != nil {
-		// A one-shot sink that failed may have acted all the same (a
-		// timeout after the message went out): nothing is resent.
-		reason, outcome := ReasonUnknownOutcome, "retry"
-		if errors.Is(err, sink.ErrPermanent) {
-			reason, outcome = ReasonPermanentEffect, "dead"
-			d.count(func(s *DispatchStats) { s.Failed++ })
-		} else {
-			d.count(func(s *DispatchStats) { s.Unknown++ })
-		}
-		p.c.obs.Effect(p.cfg.Name, p.cfg.Effect.Sink, outcome, time.Since(t0))
-		p.fail(ctx, dk, token, err)
-		d.dead(ctx, m, &k, reason, err)
-		return
-	}
-	p.c.obs.Effect(p.cfg.Name, p.cfg.Effect.Sink, "done", time.Since(t0))
-	if err := p.ledger.Commit(ctx, dk, token, dedupe.Result{DownstreamID: string(res.Body)}); err != nil {
-		// Sent, but the ledger does not know. The entry comes back, finds
-		// the dispatch taken over and reports the effect as unknown:
-		// better than a silent success the ledger cannot vouch for.
-		p.c.log.Error("one-shot effect sent but its dispatch not recorded; its redelivery will report it as unknown", "pipeline", p.cfg.Name, "key", k.String(), "err", err)
-		m.NakWithDelay(p.lease)
-		return
-	}
-	d.count(func(s *DispatchStats) { s.Sent++ })
-	m.Ack()
-}
-
-func (d *dispatcher) dead(ctx context.Context, m jetstream.Msg, k *dedupe.Key, r Reason, err error) {
-	meta, _ := m.Metadata()
-	v := dead(k, r, err)
-	if perr := d.p.publishDead(ctx, m, v, meta); perr != nil {
-		d.p.c.log.Error("dead letter not published; the outbox entry will come back", "pipeline", d.p.cfg.Name, "err", perr)
-		m.Nak()
-		return
-	}
-	d.p.c.obs.DeadLetter(d.p.cfg.Name, r)
-	d.p.c.log.Warn("one-shot effect dead-lettered", "pipeline", d.p.cfg.Name, "reason", r, "err", err)
-	m.Term()
 }
 
 // request parses a cancel or approval request, whose body is an intent
@@ -276,15 +226,15 @@ func (d *dispatcher) cancel(msg *nats.Msg) {
 		return
 	}
 	ctx := context.Background()
-	p := d.p
-	claim, err := p.ledger.Begin(ctx, DispatchKey(k), dedupe.BeginOptions{Owner: p.c.opts.Owner + "#cancel", Lease: time.Second})
+	l := d.gate.ledger
+	claim, err := l.Begin(ctx, DispatchKey(k), dedupe.BeginOptions{Owner: d.p.c.opts.Owner + "#cancel", Lease: time.Second})
 	if err != nil {
 		reply("error: " + err.Error())
 		return
 	}
 	switch claim.Status {
 	case dedupe.StatusNew, dedupe.StatusTakenOver:
-		if err := p.ledger.Fail(ctx, DispatchKey(k), claim.Lease.Token, "cancelled"); err != nil {
+		if err := l.Fail(ctx, DispatchKey(k), claim.Lease.Token, reasonCancelled); err != nil {
 			reply("error: " + err.Error())
 			return
 		}
@@ -305,15 +255,15 @@ func (d *dispatcher) approve(msg *nats.Msg) {
 		return
 	}
 	ctx := context.Background()
-	p := d.p
+	l := d.gate.ledger
 	ak := approvalKey(k)
-	claim, err := p.ledger.Begin(ctx, ak, dedupe.BeginOptions{Owner: p.c.opts.Owner + "#approve", Lease: time.Second})
+	claim, err := l.Begin(ctx, ak, dedupe.BeginOptions{Owner: d.p.c.opts.Owner + "#approve", Lease: time.Second})
 	if err != nil {
 		reply("error: " + err.Error())
 		return
 	}
 	if claim.Status == dedupe.StatusNew || claim.Status == dedupe.StatusTakenOver {
-		if err := p.ledger.Commit(ctx, ak, claim.Lease.Token, dedupe.Result{DownstreamID: "approved"}); err != nil {
+		if err := l.Commit(ctx, ak, claim.Lease.Token, dedupe.Result{DownstreamID: "approved"}); err != nil {
 			reply("error: " + err.Error())
 			return
 		}

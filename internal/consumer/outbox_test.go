@@ -182,7 +182,9 @@ func TestOneShotUnknownOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.publish("triggers.messages", payload)
-	waitFor(t, 20*time.Second, "the unknown outcome reported", func() bool { return f.dispatchStats().Unknown == 1 }, f)
+	waitFor(t, 20*time.Second, "the unknown outcome reported", func() bool {
+		return f.dispatchStats().Unknown == 1 && f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages") == 1
+	}, f)
 	dead := f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.messages")
 	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(consumer.ReasonUnknownOutcome) {
 		t.Errorf("%d dead letters; want one with reason unknown_outcome", len(dead))

@@ -155,7 +155,7 @@ func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte) (answer, e
 
 // effectBody is what a full pipeline's effect carries: the intent, the
 // model's answer and the trigger.
-func (p *pipeline) effectBody(k dedupe.Key, payload []byte, a answer) ([]byte, error) {
+func (g *gate) effectBody(k dedupe.Key, payload []byte, a answer) ([]byte, error) {
 	b, err := json.Marshal(struct {
 		Key      string          `json:"key"`
 		Pipeline string          `json:"pipeline"`
@@ -163,7 +163,7 @@ func (p *pipeline) effectBody(k dedupe.Key, payload []byte, a answer) ([]byte, e
 		Model    string          `json:"model"`
 		Answer   string          `json:"answer"`
 		Trigger  json.RawMessage `json:"trigger"`
-	}{k.String(), p.cfg.Name, p.step.cfg.Name, a.Model, a.Text, payload})
+	}{k.String(), g.pipeline, g.step.cfg.Name, a.Model, a.Text, payload})
 	if err != nil {
 		return nil, fmt.Errorf("effect body: %w", err)
 	}

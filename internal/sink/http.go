@@ -68,6 +68,15 @@ type HTTPOptions struct {
 	// broke (it would, for a request carrying Idempotency-Key). The
 	// default is false.
 	OneShot bool
+
+	// KeyReusedStatus is the status with which the receiver says that the
+	// Idempotency-Key was used before for another request body: 422, as the
+	// IETF Idempotency-Key draft specifies. Such an answer means the
+	// intent's effect exists; Deliver's error wraps [ErrKeyConflict]. A
+	// negative value turns this off, for a receiver that answers 422 for
+	// other reasons (the error is then permanent like any other 4xx). The
+	// default is 422.
+	KeyReusedStatus int
 }
 
 // HTTP sends each effect as an HTTP request with the intent key as
@@ -87,6 +96,7 @@ type HTTP struct {
 	timeout    time.Duration
 	attempts   int
 	oneShot    bool
+	keyReused  int
 	backoff    time.Duration
 	maxBackoff time.Duration
 	maxBody    int
@@ -111,6 +121,7 @@ func NewHTTP(opts HTTPOptions) (*HTTP, error) {
 		client:     opts.Client,
 		timeout:    cmp.Or(opts.Timeout, 10*time.Second),
 		attempts:   cmp.Or(opts.Attempts, 5),
+		keyReused:  cmp.Or(opts.KeyReusedStatus, http.StatusUnprocessableEntity),
 		oneShot:    opts.OneShot,
 		backoff:    cmp.Or(opts.Backoff, 200*time.Millisecond),
 		maxBackoff: cmp.Or(opts.MaxBackoff, 10*time.Second),
@@ -253,6 +264,9 @@ func (s *HTTP) try(ctx context.Context, h http.Header, body []byte, res *Result)
 	}
 	if resp.StatusCode/100 == 2 {
 		return 0, nil
+	}
+	if resp.StatusCode == s.keyReused {
+		return 0, fmt.Errorf("%w: %s %q: %s", ErrKeyConflict, s.method, s.target, resp.Status)
 	}
 	return parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
 		fmt.Errorf("%s %q: %s", s.method, s.target, resp.Status)

@@ -34,9 +34,12 @@ var (
 	// deduplicates.
 	ErrRetryable = errors.New("sink: retryable failure")
 
-	// ErrKeyConflict is wrapped by the error of a sink that already holds
-	// the key with different content: the key was reused for different
-	// work. It is permanent.
+	// ErrKeyConflict is wrapped by the error of a sink whose target already
+	// holds the key with different content: a file present with another
+	// body, an HTTP receiver answering that the Idempotency-Key was used
+	// for another request ([HTTPOptions.KeyReusedStatus]). It is permanent
+	// as an error, but it says that an effect for the key exists: the
+	// consumer records the intent as done, not as failed.
 	ErrKeyConflict = errors.New("sink: key already used for a different effect")
 )
 

@@ -1,0 +1,625 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncegate/oncegate/internal/sink"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// gate is the chain of stages of one pipeline or dispatcher (handler.go),
+// and what its stages need.
+type gate struct {
+	c        *Consumer
+	pipeline string
+	n        *pipelineCounters // nil for a dispatcher
+	d        *dispatcher       // set for a dispatcher: its effect is one-shot
+
+	// keyOf sets t.key and t.intent, or returns the verdict on a trigger
+	// that cannot be keyed.
+	keyOf func(t *Trigger) *verdict
+
+	window     *dedupe.Window // nil: none
+	windowOnly bool           // the window alone decides (gate-window mode)
+	windowFP   bool           // the window remembers key and payload (mismatch reject)
+
+	ledger     dedupe.Ledger // nil in gate-window mode
+	owner      string
+	lease      time.Duration
+	volatile   bool
+	maxDeliver int                            // 0: no limit
+	keepEvery  func(t *Trigger) time.Duration // how often to renew a held trigger
+
+	step     *step  // nil without a model step
+	stepName string // for the effect's headers
+	sink     sink.Sink
+	js       *sink.JetStream // the sink, when it publishes asynchronously
+	sinkName string
+	// dedupeWindow is how long the effect's target drops a repeat of its
+	// key (the duplicate window of the stream a JetStream effect lands
+	// in); 0 when unknown or unlimited.
+	dedupeWindow time.Duration
+	maxResult    int
+
+	set *settler
+	h   Handler
+}
+
+// build composes the gate's stages.
+func (g *gate) build(wait Middleware) {
+	var window, answer Middleware
+	if g.window != nil {
+		window = g.windowStage
+	}
+	claim := Middleware(nil)
+	if g.ledger != nil {
+		claim = g.claimStage
+	}
+	model := Middleware(nil)
+	if g.step != nil {
+		model, answer = g.model, faultAt(AfterAnswer, g.set)
+	}
+	var afterClaim Middleware
+	switch {
+	case g.d != nil:
+		afterClaim = faultAt(AfterDispatchClaim, g.set)
+	case g.ledger != nil:
+		afterClaim = faultAt(AfterClaim, g.set)
+	}
+	g.h = chain(g.effect,
+		g.keys,
+		faultAt(BeforeAck, g.set),
+		wait,
+		window,
+		faultAt(AfterCommit, g.set),
+		claim,
+		afterClaim,
+		model,
+		answer,
+		faultAt(AfterEffect, g.set),
+	)
+}
+
+// run takes a batch of messages through the gate and settles each.
+func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
+	ts := make([]*Trigger, len(msgs))
+	for i, m := range msgs {
+		ts[i] = newTrigger(m)
+	}
+	if g.n != nil {
+		g.n.deliveries.Add(int64(len(ts)))
+		g.c.obs.InFlight(g.pipeline, len(ts))
+		defer g.c.obs.InFlight(g.pipeline, -len(ts))
+		for range ts {
+			g.c.obs.Trigger(g.pipeline)
+		}
+	}
+	g.h(ctx, ts)
+	for _, t := range ts {
+		if !t.decided {
+			if t.effected {
+				g.done(t)
+				t.decide(ack(t.keyRef(), nil))
+			} else {
+				t.decide(nak(t.keyRef(), 0, errors.New("no stage decided the trigger")))
+			}
+		}
+		g.set.settle(ctx, t)
+	}
+}
+
+// pass runs next on the triggers of ts not yet decided, if any.
+func pass(ctx context.Context, next Handler, ts []*Trigger) []*Trigger {
+	rest := open(ts)
+	if len(rest) > 0 {
+		next(ctx, rest)
+	}
+	return rest
+}
+
+// keys derives each trigger's intent key.
+func (g *gate) keys(next Handler) Handler {
+	return func(ctx context.Context, ts []*Trigger) {
+		for _, t := range ts {
+			if v := g.keyOf(t); v != nil {
+				t.decide(*v)
+			} else {
+				t.keyed = true
+			}
+		}
+		pass(ctx, next, ts)
+	}
+}
+
+// exhausted reports whether t came back after its last delivery: its
+// process died (or drained) during that delivery.
+func (g *gate) exhausted(t *Trigger) bool {
+	return g.maxDeliver > 0 && t.deliveries() > uint64(g.maxDeliver)
+}
+
+func (g *gate) exhaustedErr(t *Trigger) error {
+	return fmt.Errorf("delivered %d times (max_deliver %d); the last delivery did not finish (its process stopped)", t.deliveries(), g.maxDeliver)
+}
+
+// windowKey is t's key in the window. Under a mismatch policy of reject it
+// includes the payload fingerprint, so that a reused key with another
+// payload misses the window and reaches the ledger, which refuses it.
+func (g *gate) windowKey(t *Trigger) uint64 {
+	k := t.key.Short()
+	if g.windowFP {
+		k ^= dedupe.Key(t.fp).Short()*0x9e3779b97f4a7c15 | 1
+	}
+	return k
+}
+
+// windowStage drops the triggers whose key the window has seen.
+func (g *gate) windowStage(next Handler) Handler {
+	if g.windowOnly {
+		return func(ctx context.Context, ts []*Trigger) {
+			// One SeenOrAddBatch for the batch: its lookups' cache misses
+			// overlap. In order, so a key twice in the batch is new once.
+			keys := make([]uint64, len(ts))
+			for i, t := range ts {
+				keys[i] = g.windowKey(t)
+			}
+			seen := make([]bool, len(ts))
+			g.window.SeenOrAddBatch(keys, seen)
+			for i, t := range ts {
+				switch {
+				case seen[i]:
+					g.duplicate(GuardWindow)
+					t.decide(ack(t.keyRef(), nil))
+				case g.exhausted(t):
+					t.decide(dead(t.keyRef(), ReasonExhausted, g.exhaustedErr(t)))
+				}
+			}
+			pass(ctx, next, ts)
+			for i, t := range ts {
+				switch {
+				case seen[i]:
+				case t.effected:
+					g.done(t)
+					if !t.decided {
+						t.decide(ack(t.keyRef(), nil))
+					}
+				default:
+					g.window.Remove(keys[i]) // not done: a redelivery must pass
+				}
+			}
+		}
+	}
+	return func(ctx context.Context, ts []*Trigger) {
+		for _, t := range ts {
+			if g.window.Contains(g.windowKey(t)) {
+				g.duplicate(GuardWindow)
+				t.decide(ack(t.keyRef(), nil))
+			}
+		}
+		for _, t := range pass(ctx, next, ts) {
+			if t.committed {
+				g.window.Add(g.windowKey(t))
+			}
+		}
+	}
+}
+
+// claimStage claims each trigger's key in the ledger, runs the rest of the
+// chain on the ones it holds, keeping their messages and leases alive, and
+// commits what the effect stage delivered.
+func (g *gate) claimStage(next Handler) Handler {
+	return func(ctx context.Context, ts []*Trigger) {
+		reqs := make([]dedupe.BeginRequest, len(ts))
+		for i, t := range ts {
+			reqs[i] = dedupe.BeginRequest{Key: t.key, Options: dedupe.BeginOptions{
+				Owner: g.owner + "#" + t.ref, Fingerprint: t.fp, Lease: g.lease, Volatile: g.volatile,
+			}}
+		}
+		var held []*Trigger
+		for i, r := range dedupe.BeginAll(ctx, g.ledger, reqs) {
+			t := ts[i]
+			if r.Err != nil {
+				if errors.Is(r.Err, dedupe.ErrFingerprintMismatch) {
+					t.decide(dead(t.keyRef(), ReasonMismatch, r.Err))
+				} else {
+					t.decide(nak(t.keyRef(), 0, fmt.Errorf("ledger begin: %w", r.Err)))
+				}
+				continue
+			}
+			t.claim = r.Claim
+			g.c.obs.Claim(g.pipeline, r.Claim.Status)
+			if g.claimed(ctx, t) {
+				held = append(held, t)
+			}
+		}
+		if len(held) == 0 {
+			return
+		}
+		// The leases of held are ours until they are committed, released
+		// or failed.
+		g.c.obs.Leases(g.pipeline, len(held))
+		defer g.c.obs.Leases(g.pipeline, -len(held))
+		hctx, stop := g.hold(ctx, held)
+		next(hctx, held)
+		stop()
+		g.finish(ctx, held)
+	}
+}
+
+// claimed decides a trigger by its claim's status, and reports whether the
+// caller now holds its work.
+func (g *gate) claimed(ctx context.Context, t *Trigger) bool {
+	c := t.claim
+	switch c.Status {
+	case dedupe.StatusCommitted:
+		if g.d != nil { // the effect was sent; this is a redelivery of its entry
+			t.decide(ack(t.keyRef(), nil))
+			return false
+		}
+		t.committed = true // the window remembers it
+		g.duplicate(GuardLedger)
+		t.decide(ack(t.keyRef(), c.Record.Result.Response))
+		return false
+	case dedupe.StatusHeld:
+		if g.d == nil && !strings.HasSuffix(c.Record.Owner, "#"+t.ref) {
+			// Another message carries the work, and comes back if its
+			// holder dies: this one is a duplicate.
+			g.duplicate(GuardLedger)
+			t.decide(ack(t.keyRef(), nil))
+			return false
+		}
+		// Our own message, redelivered while its holder is silent (a
+		// stalled or dead worker), or an outbox entry someone is
+		// cancelling: wait for the lease to run out.
+		if g.n != nil {
+			g.n.held.Add(1)
+		}
+		t.decide(nak(t.keyRef(), c.RetryAfter+10*time.Millisecond, errors.New("held by a silent worker")))
+		return false
+	case dedupe.StatusFailed:
+		if g.d != nil {
+			if c.Record.Reason == reasonCancelled {
+				g.d.count(func(s *DispatchStats) { s.Cancelled++ })
+			}
+			t.decide(ack(t.keyRef(), nil)) // cancelled, or dead-lettered before
+			return false
+		}
+		t.decide(dead(t.keyRef(), ReasonPoison, errors.New(c.Record.Reason)))
+		return false
+	case dedupe.StatusTakenOver:
+		if g.n != nil {
+			g.n.takenOver.Add(1)
+		}
+	}
+	t.token.Store(c.Lease.Token)
+	switch {
+	case g.exhausted(t):
+		g.giveUp(ctx, t, dead(t.keyRef(), ReasonExhausted, g.exhaustedErr(t)))
+		return false
+	case c.Status != dedupe.StatusTakenOver:
+		return true
+	case g.d != nil:
+		// A dispatcher claimed this one-shot effect and stopped before
+		// recording the outcome. It may or may not have gone out, and a
+		// one-shot sink cannot be asked: report it, never resend it.
+		g.d.count(func(s *DispatchStats) { s.Unknown++ })
+		g.giveUp(ctx, t, dead(t.keyRef(), ReasonUnknownOutcome, errors.New("a dispatcher claimed this effect and stopped before recording the outcome; it may or may not have been sent, and a one-shot effect is not resent")))
+		return false
+	}
+	// An earlier holder may have performed the effect. A redo is harmless
+	// only while the target still drops a repeat of the key.
+	if g.dedupeWindow > 0 {
+		now := c.Lease.Until.Add(-g.lease) // on the ledger's clock, as Created is
+		if age := now.Sub(c.Record.Created); age >= g.dedupeWindow {
+			g.giveUp(ctx, t, dead(t.keyRef(), ReasonUnknownOutcome, fmt.Errorf(
+				"the work was begun %s ago and its holder stopped: it may have performed the effect, and a redo past the target's duplicate window (%s) would not be dropped",
+				age.Round(time.Millisecond), g.dedupeWindow)))
+			return false
+		}
+	}
+	return true
+}
+
+// hold keeps the held triggers' messages and leases alive while the rest
+// of the chain works on them. The context it returns ends if the leases
+// run out without renewal, or are all taken over: work past that point
+// could race the new holder.
+func (g *gate) hold(ctx context.Context, held []*Trigger) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	until := held[0].claim.Lease.Until
+	for _, t := range held[1:] {
+		if t.claim.Lease.Until.Before(until) {
+			until = t.claim.Lease.Until
+		}
+	}
+	expire := time.AfterFunc(time.Until(until), func() { cancel(errLeaseExpired) })
+	every := max(g.keepEvery(held[0])/3, 50*time.Millisecond)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			live := 0
+			var next time.Time
+			for _, t := range held {
+				if t.lost.Load() || t.decided && !t.effected {
+					continue
+				}
+				g.set.inProgress(t.msg)
+				l, err := g.ledger.Extend(context.WithoutCancel(ctx), t.key, t.token.Load(), g.lease)
+				switch {
+				case err == nil:
+					t.token.Store(l.Token)
+					if next.IsZero() || l.Until.Before(next) {
+						next = l.Until
+					}
+					live++
+				case errors.Is(err, dedupe.ErrStaleToken):
+					t.lost.Store(true) // taken over: the new holder answers for it
+				default:
+					live++
+					g.c.log.Warn("lease renewal failed", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
+				}
+			}
+			if live == 0 {
+				cancel(errLeaseLost)
+			} else if !next.IsZero() {
+				expire.Reset(time.Until(next))
+			}
+		}
+	})
+	return ctx, func() {
+		close(done)
+		wg.Wait()
+		expire.Stop()
+		cancel(nil)
+	}
+}
+
+var (
+	errLeaseExpired = errors.New("consumer: the lease ran out before the work finished")
+	errLeaseLost    = errors.New("consumer: the lease was taken over by another worker")
+)
+
+// finish commits what the held triggers' effects produced, and releases or
+// fails the leases of the others.
+func (g *gate) finish(ctx context.Context, held []*Trigger) {
+	var commits []dedupe.CommitRequest
+	var done []*Trigger
+	for _, t := range held {
+		token := t.token.Load()
+		switch {
+		case t.effected:
+			res := dedupe.Result{DownstreamID: string(t.res.Body), ModelRef: t.modelRef}
+			if g.step != nil && len(t.body)+len(res.DownstreamID)+len(res.ModelRef) <= g.maxResult {
+				// Kept for the replies to later duplicates. A larger body is
+				// not kept: the ledger would refuse the commit, and the
+				// effect went out all the same.
+				res.Response = t.body
+			}
+			commits = append(commits, dedupe.CommitRequest{Key: t.key, Token: token, Result: res})
+			done = append(done, t)
+		case !t.decided:
+			g.release(ctx, t)
+			t.decide(nak(t.keyRef(), 0, errors.New("the work did not finish")))
+			t.v.token = token
+		case t.v.kind == settleDead:
+			g.giveUp(ctx, t, t.v)
+		case t.v.kind == settleNak:
+			g.release(ctx, t)
+			t.v.token = token
+		}
+	}
+	if len(commits) == 0 {
+		return
+	}
+	for i, err := range dedupe.CommitAll(ctx, g.ledger, commits) {
+		t := done[i]
+		switch {
+		case errors.Is(err, dedupe.ErrStaleToken):
+			// Another worker took the work over and commits it; the effect
+			// went out under the same key, so the target collapses the two.
+			g.stale()
+			t.decide(ack(t.keyRef(), nil))
+		case err != nil:
+			// The effect went out; the redelivery takes the work over at
+			// once and sends it again under the same key, which the target
+			// collapses (a one-shot dispatch reports its outcome unknown).
+			g.release(ctx, t)
+			t.decide(nak(t.keyRef(), 0, fmt.Errorf("ledger commit: %w", err)))
+			t.v.token = commits[i].Token
+		default:
+			t.committed = true
+			g.done(t)
+			t.decide(ack(t.keyRef(), commits[i].Result.Response))
+		}
+	}
+}
+
+// release ends t's lease now, so that its redelivery takes the work over
+// at once instead of waiting for the lease to run out.
+func (g *gate) release(ctx context.Context, t *Trigger) {
+	if _, err := g.ledger.Extend(ctx, t.key, t.token.Load(), time.Nanosecond); err != nil && !errors.Is(err, dedupe.ErrStaleToken) {
+		g.c.log.Warn("releasing a lease failed; the redelivery waits for it to run out", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
+	}
+}
+
+// giveUp decides a dead letter for work that failed for good, and records
+// it failed in the ledger, unless another worker has taken the work over
+// meanwhile: its failure is then not the intent's (a refusal because the
+// new holder sent first, say), the new holder settles the intent, and this
+// trigger is acked.
+func (g *gate) giveUp(ctx context.Context, t *Trigger, v verdict) {
+	err := g.ledger.Fail(ctx, t.key, t.token.Load(), errOr(v.err).Error())
+	switch {
+	case errors.Is(err, dedupe.ErrStaleToken):
+		g.stale()
+		g.c.log.Info("gave up on work another worker has taken over; it answers for the intent", "pipeline", g.pipeline, "key", t.key.String(), "err", v.err)
+		t.decide(ack(t.keyRef(), nil))
+		return
+	case err != nil:
+		g.c.log.Warn("recording a failure in the ledger failed", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
+	}
+	t.decide(v)
+}
+
+// model runs the model step of each trigger.
+func (g *gate) model(next Handler) Handler {
+	return func(ctx context.Context, ts []*Trigger) {
+		each(ts, func(t *Trigger) {
+			t0 := time.Now()
+			ans, err := g.step.run(ctx, t.intent, t.msg.Data())
+			g.n.modelCalls.Add(1)
+			g.c.obs.Step(g.pipeline, g.step.cfg.Name, time.Since(t0))
+			if err != nil {
+				if se, ok := errors.AsType[*stepError](err); ok && se.permanent {
+					t.decide(dead(t.keyRef(), se.reason, err))
+				} else {
+					t.decide(nak(t.keyRef(), 0, err))
+				}
+				return
+			}
+			body, err := g.effectBody(t.intent, t.msg.Data(), ans)
+			if err != nil {
+				t.decide(dead(t.keyRef(), ReasonInvalidJSON, err))
+				return
+			}
+			t.body, t.modelRef = body, ans.cacheKey
+		})
+		pass(ctx, next, ts)
+	}
+}
+
+// each runs f on every trigger, concurrently when there are several.
+func each(ts []*Trigger, f func(t *Trigger)) {
+	if len(ts) == 1 {
+		f(ts[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, t := range ts {
+		wg.Go(func() { f(t) })
+	}
+	wg.Wait()
+}
+
+// effect performs each trigger's effect; it is the last stage.
+func (g *gate) effect(ctx context.Context, ts []*Trigger) {
+	live := ts[:0:0]
+	for _, t := range ts {
+		if t.lost.Load() {
+			// Taken over before the effect: the new holder does it.
+			g.stale()
+			t.decide(ack(t.keyRef(), nil))
+			continue
+		}
+		live = append(live, t)
+	}
+	eff := func(t *Trigger) sink.Effect {
+		return sink.Effect{Key: t.intent.String(), Pipeline: g.pipeline, Step: g.stepName, Body: t.body}
+	}
+	if g.js != nil {
+		for _, t := range live {
+			t.pend = g.js.PublishAsync(eff(t))
+		}
+		// One deadline for the batch's PubAcks.
+		wctx, cancel := context.WithTimeout(ctx, g.js.Timeout())
+		defer cancel()
+		t0 := time.Now()
+		for _, t := range live {
+			res, err := t.pend.Wait(wctx)
+			g.effectOutcome(t, res, err, time.Since(t0))
+		}
+		return
+	}
+	each(live, func(t *Trigger) {
+		t0 := time.Now()
+		res, err := g.sink.Deliver(ctx, eff(t))
+		g.effectOutcome(t, res, err, time.Since(t0))
+	})
+}
+
+// effectOutcome records what the sink said of t's effect.
+func (g *gate) effectOutcome(t *Trigger, res sink.Result, err error, took time.Duration) {
+	outcome := "done"
+	switch {
+	case err == nil:
+		t.res, t.effected = res, true
+		if res.Duplicate {
+			outcome = "duplicate"
+		}
+	case errors.Is(err, sink.ErrKeyConflict):
+		// The target already has this key with another body: the
+		// intent's effect exists (a holder before a crash sent it, or a
+		// reworded duplicate did). Record it as done, never as failed: a
+		// person replaying a dead letter would do it twice.
+		g.c.log.Info("the target already has this key with another body: the effect exists", "pipeline", g.pipeline, "key", t.intent.String(), "err", err)
+		t.res, t.effected = sink.Result{Status: res.Status, Duplicate: true}, true
+		outcome = "key_reused"
+	case g.d != nil:
+		// A one-shot sink that failed may have acted all the same (a
+		// timeout after the message went out): nothing is resent.
+		if errors.Is(err, sink.ErrPermanent) {
+			g.d.count(func(s *DispatchStats) { s.Failed++ })
+			t.decide(dead(t.keyRef(), ReasonPermanentEffect, err))
+			outcome = "dead"
+		} else {
+			g.d.count(func(s *DispatchStats) { s.Unknown++ })
+			t.decide(dead(t.keyRef(), ReasonUnknownOutcome, err))
+			outcome = "retry"
+		}
+	case errors.Is(err, sink.ErrPermanent):
+		t.decide(dead(t.keyRef(), ReasonPermanentEffect, err))
+		outcome = "dead"
+	default:
+		t.decide(nak(t.keyRef(), 0, err))
+		outcome = "retry"
+	}
+	name := g.sinkName
+	g.c.obs.Effect(g.pipeline, name, outcome, took)
+}
+
+// done counts an effect performed and settled.
+func (g *gate) done(t *Trigger) {
+	if g.d != nil {
+		g.d.count(func(s *DispatchStats) { s.Sent++ })
+		return
+	}
+	g.n.effects.Add(1)
+	if t.res.Duplicate {
+		g.n.dupStream.Add(1)
+		g.c.obs.Duplicate(g.pipeline, GuardStream)
+	}
+}
+
+// duplicate counts a trigger stopped as a duplicate by the window or the
+// ledger.
+func (g *gate) duplicate(gd Guard) {
+	if g.n == nil {
+		return
+	}
+	if gd == GuardWindow {
+		g.n.dupWindow.Add(1)
+	} else {
+		g.n.dupLedger.Add(1)
+	}
+	g.c.obs.Duplicate(g.pipeline, gd)
+}
+
+func (g *gate) stale() {
+	if g.n != nil {
+		g.n.stale.Add(1)
+	}
+}

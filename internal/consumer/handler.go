@@ -1,0 +1,146 @@
+package consumer
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncegate/oncegate/internal/sink"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// Every path through Oncegate — a trigger on its own, a batch of triggers on
+// a gate pipeline, an outbox entry on its way to a one-shot sink — runs the
+// same gate: a chain of stages, each a Middleware over a batch of
+// Triggers, that decides one verdict per trigger; settle (settle.go) then
+// carries the verdict out, and is the only code that acks, naks or terms.
+//
+//	observe → key → [before-ack] → window → [after-commit] → claim → [after-claim] → step → [after-answer] → [after-effect] → effect
+//
+// A stage decides the triggers it can (a duplicate, a failure), passes the
+// others on, and may act on them when the rest of the chain returns (the
+// claim stage commits what the effect stage delivered; the window stage
+// remembers what was committed). The bracketed stages exist only in builds
+// with the oncegate_faults tag, which crash the process there.
+
+// Trigger is one delivery on its way through a gate.
+type Trigger struct {
+	msg  jetstream.Msg
+	meta *jetstream.MsgMetadata // nil when the message has none
+	ref  string                 // stream:sequence, or "?"
+
+	key    dedupe.Key // the ledger's key
+	intent dedupe.Key // the intent key the effect carries: key, or for an outbox entry the key it dispatches
+	fp     dedupe.Fingerprint
+	keyed  bool
+
+	claim dedupe.Claim
+	token atomic.Uint64 // the lease's fencing token, renewed while the work runs
+	lost  atomic.Bool   // the lease was taken over while the work ran
+
+	body     []byte // what the effect sends: the trigger, or the step's effect body
+	modelRef string // the LLM cache entry the body was built from
+
+	pend      *sink.Pending // an async JetStream publish in flight
+	res       sink.Result
+	effected  bool // the effect is known to exist at its target
+	committed bool // the ledger holds the result
+
+	v       verdict
+	decided bool
+}
+
+func newTrigger(m jetstream.Msg) *Trigger {
+	t := &Trigger{msg: m, ref: "?"}
+	if meta, err := m.Metadata(); err == nil {
+		t.meta = meta
+		t.ref = meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10)
+	}
+	t.body = m.Data()
+	return t
+}
+
+// deliveries is the trigger's delivery count, 1 for the first.
+func (t *Trigger) deliveries() uint64 {
+	if t.meta == nil {
+		return 1
+	}
+	return t.meta.NumDelivered
+}
+
+func (t *Trigger) decide(v verdict) {
+	t.v = v
+	t.decided = true
+}
+
+// keyRef returns the trigger's key for a verdict, or nil if it has none.
+func (t *Trigger) keyRef() *dedupe.Key {
+	if !t.keyed {
+		return nil
+	}
+	k := t.intent
+	return &k
+}
+
+// Handler runs a stage of the gate, and the rest of the chain after it, on
+// a batch of triggers. It decides triggers' verdicts; it never settles them.
+type Handler func(ctx context.Context, ts []*Trigger)
+
+// Middleware wraps a Handler with one stage.
+type Middleware func(next Handler) Handler
+
+// chain builds the handler that runs the middlewares, the first outermost,
+// around last. Nil middlewares (stages a pipeline or build does not have)
+// are skipped.
+func chain(last Handler, mws ...Middleware) Handler {
+	h := last
+	for i := len(mws) - 1; i >= 0; i-- {
+		if mws[i] != nil {
+			h = mws[i](h)
+		}
+	}
+	return h
+}
+
+// open returns the triggers not yet decided, reusing ts's array.
+func open(ts []*Trigger) []*Trigger {
+	out := ts[:0:0]
+	for _, t := range ts {
+		if !t.decided {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// verdict is how a trigger is settled: the one decision the gate makes.
+type verdict struct {
+	kind   settleKind
+	delay  time.Duration // for nak; 0 leaves it to the retry schedule
+	reason Reason        // for dead
+	err    error         // for dead and nak, for the logs and the dead letter
+	key    *dedupe.Key
+	reply  []byte // the stored result, for HeaderReply
+	token  uint64 // the lease the work held, for a nak after a claim
+}
+
+type settleKind uint8
+
+const (
+	settleAck settleKind = iota
+	settleNak
+	settleDead
+)
+
+func ack(k *dedupe.Key, reply []byte) verdict { return verdict{kind: settleAck, key: k, reply: reply} }
+
+func nak(k *dedupe.Key, delay time.Duration, err error) verdict {
+	return verdict{kind: settleNak, key: k, delay: delay, err: err}
+}
+
+func dead(k *dedupe.Key, r Reason, err error) verdict {
+	return verdict{kind: settleDead, key: k, reason: r, err: err}
+}

@@ -1,0 +1,158 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// This file is the only one in the package that acks, naks, terms or marks
+// a message in progress (TestSettleIsTheOnlyAcker checks it).
+
+// settler carries out verdicts for one source of messages: a pipeline's
+// triggers, or its dispatcher's outbox entries.
+type settler struct {
+	c          *Consumer
+	pipeline   string
+	deadLetter string
+	// maxDeliver is the most deliveries a message gets; 0 means no limit
+	// (the outbox, whose entries wait for approvals).
+	maxDeliver int
+	retryDelay func(n int) time.Duration
+	ledger     dedupe.Ledger // nil without one
+	n          *pipelineCounters
+}
+
+// settle acks, naks or dead-letters t as its verdict says. A nak of a
+// trigger on its last delivery becomes a dead letter: the server would
+// not deliver it again.
+func (s *settler) settle(ctx context.Context, t *Trigger) {
+	v := t.v
+	m := t.msg
+	deliveries := t.deliveries()
+	if v.kind == settleNak && s.maxDeliver > 0 && deliveries >= uint64(s.maxDeliver) {
+		err := fmt.Errorf("gave up after %d deliveries: %w", deliveries, errOr(v.err))
+		if v.token != 0 && v.key != nil && s.ledger != nil {
+			// Mark the work failed, so that a later duplicate does not
+			// take it over and do it after the dead letter.
+			if ferr := s.ledger.Fail(ctx, *v.key, v.token, err.Error()); ferr != nil && !errors.Is(ferr, dedupe.ErrStaleToken) {
+				s.c.log.Warn("recording a failure in the ledger failed", "pipeline", s.pipeline, "key", v.key.String(), "err", ferr)
+			}
+		}
+		v = dead(v.key, ReasonExhausted, err)
+	}
+	switch v.kind {
+	case settleAck:
+		if to := m.Headers().Get(HeaderReply); to != "" && v.reply != nil {
+			if err := s.c.nc.Publish(to, v.reply); err != nil {
+				s.c.log.Warn("reply failed", "pipeline", s.pipeline, "subject", to, "err", err)
+			}
+		}
+		if err := m.Ack(); err != nil {
+			s.c.log.Warn("ack failed; the trigger comes back and the ledger answers it", "pipeline", s.pipeline, "err", err)
+		}
+		s.c.obs.Settled(s.pipeline, "ack")
+	case settleNak:
+		d := v.delay
+		if d <= 0 {
+			// A plain NAK is redelivered at once; the server's BackOff
+			// only paces ack timeouts. So the delay is set here, from the
+			// same schedule.
+			d = s.retryDelay(int(deliveries))
+			if s.n != nil {
+				s.n.retries.Add(1)
+			}
+			s.c.log.Info("retrying later", "pipeline", s.pipeline, "deliveries", deliveries, "in", d, "err", v.err)
+		}
+		_ = m.NakWithDelay(d)
+		s.c.obs.Settled(s.pipeline, "nak")
+	case settleDead:
+		if err := s.publishDead(ctx, t, v); err != nil {
+			// Keep the trigger rather than lose it: it comes back.
+			s.c.log.Error("dead letter not published; the message will be redelivered", "pipeline", s.pipeline, "err", err)
+			_ = m.NakWithDelay(time.Second)
+			s.c.obs.Settled(s.pipeline, "nak")
+			return
+		}
+		if s.n != nil {
+			s.n.dead.Add(1)
+		}
+		s.c.obs.DeadLetter(s.pipeline, v.reason)
+		s.c.log.Warn("dead-lettered", "pipeline", s.pipeline, "reason", v.reason, "subject", s.deadLetter, "err", v.err)
+		_ = m.TermWithReason(string(v.reason))
+		s.c.obs.Settled(s.pipeline, "term")
+	}
+}
+
+// inProgress tells JetStream that work on m goes on, resetting its ack
+// deadline.
+func (s *settler) inProgress(m jetstream.Msg) {
+	if m.InProgress() == nil {
+		s.c.obs.Settled(s.pipeline, "in_progress")
+	}
+}
+
+// ackEarly acks m before its work is done: the deliberate bug of the
+// oncegate_faults build (ONCEGATE_BROKEN=ack-early), which the soak's
+// checker must catch. Nothing else calls it.
+func ackEarly(m jetstream.Msg) { _ = m.Ack() }
+
+func errOr(err error) error {
+	if err == nil {
+		return errors.New("no success")
+	}
+	return err
+}
+
+// publishDead publishes t to the dead-letter subject, with the reason. Its
+// Nats-Msg-Id names the pipeline and the message's stream and sequence, so
+// that a dead letter published twice (the process died before the term) is
+// kept once, and dead letters of two streams, or of two pipelines sharing a
+// trigger, never collide.
+func (s *settler) publishDead(ctx context.Context, t *Trigger, v verdict) error {
+	m := t.msg
+	out := nats.NewMsg(s.deadLetter)
+	out.Header.Set(HeaderReason, string(v.reason))
+	if v.err != nil {
+		d := v.err.Error()
+		if len(d) > 1024 {
+			d = d[:1024]
+		}
+		out.Header.Set(HeaderDetail, d)
+	}
+	out.Header.Set(HeaderPipeline, s.pipeline)
+	out.Header.Set(HeaderSubject, m.Subject())
+	var opts []jetstream.PublishOpt
+	if meta := t.meta; meta != nil {
+		out.Header.Set(HeaderStream, meta.Stream)
+		out.Header.Set(HeaderStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
+		out.Header.Set(HeaderDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
+		opts = append(opts, jetstream.WithMsgID(DeadLetterID(s.pipeline, meta.Stream, meta.Sequence.Stream)))
+	}
+	if v.key != nil {
+		out.Header.Set(HeaderKey, v.key.String())
+	}
+	data := m.Data()
+	if len(data) > maxDeadLetterBody {
+		data = data[:maxDeadLetterBody]
+		out.Header.Set(HeaderTruncated, "true")
+	}
+	out.Data = data
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := s.c.js.PublishMsg(ctx, out, opts...)
+	return err
+}
+
+// DeadLetterID is the Nats-Msg-Id of pipeline's dead letter of the message
+// at sequence seq of stream. Pipeline names hold no ':'.
+func DeadLetterID(pipeline, stream string, seq uint64) string {
+	return "dead:" + pipeline + ":" + stream + ":" + strconv.FormatUint(seq, 10)
+}
