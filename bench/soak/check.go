@@ -189,6 +189,11 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
+	hookMsgs, err := readStream(ctx, h.js, hooksStream)
+	if err != nil {
+		return nil, err
+	}
+	effMsgs = append(effMsgs, hookMsgs...)
 	for _, m := range effMsgs {
 		hi, _ := hostileOf(m.data)
 		count(intentOf(m.data), hi, strings.TrimPrefix(m.subject, "effects."), m.at)

@@ -170,6 +170,11 @@ func (h *harness) runCtx(ctx context.Context) error {
 	if err := h.writeConfig(); err != nil {
 		return err
 	}
+	if _, err := h.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: hooksStream, Subjects: []string{"effects.hooks"}, Storage: jetstream.FileStorage, Duplicates: h.o.hooksWindow,
+	}); err != nil {
+		return fmt.Errorf("stream %s: %w", hooksStream, err)
+	}
 	t := time.Now()
 	if err := h.startReplicas(ctx); err != nil {
 		return err
@@ -288,8 +293,10 @@ func (h *harness) printProgress(ctx context.Context) {
 	effects := h.pay.created.Load() + h.shot.calls.Load()
 	ictx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if st, err := h.js.Stream(ictx, "ONCEGATE_EFFECTS"); err == nil {
-		effects += int64(st.CachedInfo().State.Msgs)
+	for _, name := range []string{"ONCEGATE_EFFECTS", hooksStream} {
+		if st, err := h.js.Stream(ictx, name); err == nil {
+			effects += int64(st.CachedInfo().State.Msgs)
+		}
 	}
 	kills := h.events.count(evKill) + h.events.count(evCrashPoint)
 	restarts := h.events.count(evServerTerm) + h.events.count(evServerKill)
@@ -422,6 +429,9 @@ metrics:
   listen: ""
 log:
   level: info
+stream:
+  # Covers the redelivery horizon of the pipelines with max_deliver %[6]d.
+  duplicates: %[9]s
 pipelines:
   - name: triage
     subject: triggers.triage
@@ -455,16 +465,32 @@ pipelines:
     subject: triggers.hooks
     key:
       volatile: [/delivery_id, /sent_at]
+    # Its effects land in ONCEGATE_HOOKS, whose duplicate window the
+    # harness makes tight (-hooks-window): a redo after an outage would
+    # land past it, so a taken-over claim older than it is dead-lettered
+    # as an unknown outcome, never redone.
     effect: {sink: jetstream, subject: effects.hooks}
-    ack_wait: %[5]s
-    max_deliver: %[6]d
+    ack_wait: 1s
+    backoff: [1s, 2s, 4s]
+    max_deliver: %[10]d
 `
+
+// renderConfig returns the configuration under test.
+func renderConfig(o options, dataDir, natsURL, modelURL, payURL, shotURL string) []byte {
+	// Every pipeline's redelivery horizon: each delivery waits at most the
+	// longest of its ack wait, Oncegate's retry delay (up to 30s) and the
+	// lease.
+	dup := time.Duration(o.maxDeliver) * max(o.ackWait, o.lease, 30*time.Second)
+	return fmt.Appendf(nil, consumerConfig, dataDir, natsURL, o.lease, modelURL, o.ackWait, o.maxDeliver, payURL, shotURL, dup, o.hooksMaxDel)
+}
+
+// hooksStream is the stream the hooks pipeline's effects land in.
+const hooksStream = "ONCEGATE_HOOKS"
 
 func (h *harness) writeConfig() error {
 	h.configPath = filepath.Join(h.dir, "oncegate.yaml")
-	cfg := fmt.Sprintf(consumerConfig, filepath.Join(h.dir, "replica-data"), h.server.url(), h.o.lease,
-		h.urls.model, h.o.ackWait, h.o.maxDeliver, h.urls.pay, h.urls.shot)
-	return os.WriteFile(h.configPath, []byte(cfg), 0o644)
+	cfg := renderConfig(h.o, filepath.Join(h.dir, "replica-data"), h.server.url(), h.urls.model, h.urls.pay, h.urls.shot)
+	return os.WriteFile(h.configPath, cfg, 0o644)
 }
 
 // startReplicas starts the replicas, the first one alone until it has set

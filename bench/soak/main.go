@@ -129,6 +129,8 @@ type options struct {
 	lease          time.Duration
 	ackWait        time.Duration
 	maxDeliver     int
+	hooksMaxDel    int
+	hooksWindow    time.Duration
 	syncInterval   string
 	settleTimeout  time.Duration
 	broken         bool
@@ -158,7 +160,9 @@ func parseFlags(args []string) (options, []string, error) {
 	fs.Float64Var(&o.crashPoints, "crash-points", 0.3, "share of kills whose restart is armed with ONCEGATE_CRASH_AT (a death at a point of the flow)")
 	fs.DurationVar(&o.lease, "lease", 3*time.Second, "ledger.lease of the consumers")
 	fs.DurationVar(&o.ackWait, "ack-wait", 2*time.Second, "ack_wait of every pipeline")
-	fs.IntVar(&o.maxDeliver, "max-deliver", 50, "max_deliver of every pipeline")
+	fs.IntVar(&o.maxDeliver, "max-deliver", 50, "max_deliver of every pipeline but hooks")
+	fs.IntVar(&o.hooksMaxDel, "hooks-max-deliver", 3, "max_deliver of the hooks pipeline, whose backoff is 1s, 2s, 4s: its last delivery comes soon, and a crash there must still dead-letter the trigger, never drop it")
+	fs.DurationVar(&o.hooksWindow, "hooks-window", 10*time.Second, "duplicate window of the stream hooks' effects land in (the harness creates it): tight, so that a redo after an outage lands past it unless Oncegate refuses to redo")
 	fs.StringVar(&o.syncInterval, "sync-interval", "100ms", "nats-server jetstream sync_interval (a duration or \"always\")")
 	fs.DurationVar(&o.settleTimeout, "settle-timeout", 12*time.Minute, "how long to wait, after the fault window, for every trigger to settle (more than the LLM cache's 10m fill timeout: a hung model call can pin an intent that long)")
 	fs.BoolVar(&o.broken, "broken", false, "run the consumers with ONCEGATE_BROKEN=ack-early (ack before the effect): the checker must fail the run")
@@ -183,8 +187,8 @@ func parseFlags(args []string) (options, []string, error) {
 		return o, nil, errors.New("-hostile must be in [0, 1]")
 	case o.lostResponses < 0 || o.lostResponses > 1 || o.oneShotLost < 0 || o.oneShotLost > 1 || o.crashPoints < 0 || o.crashPoints > 1:
 		return o, nil, errors.New("-lost-responses, -oneshot-lost and -crash-points must be in [0, 1]")
-	case o.lease <= 0 || o.ackWait <= 0 || o.maxDeliver < 1:
-		return o, nil, errors.New("-lease, -ack-wait and -max-deliver must be positive")
+	case o.lease <= 0 || o.ackWait <= 0 || o.maxDeliver < 1 || o.hooksMaxDel < 1 || o.hooksWindow <= 0:
+		return o, nil, errors.New("-lease, -ack-wait, -max-deliver, -hooks-max-deliver and -hooks-window must be positive")
 	}
 	if o.duration == 0 {
 		o.duration = max(30*time.Second, time.Duration(o.intents)*10*time.Millisecond)

@@ -354,7 +354,7 @@ func (g *gate) hold(ctx context.Context, held []*Trigger) (context.Context, func
 			live := 0
 			var next time.Time
 			for _, t := range held {
-				if t.lost.Load() || t.decided && !t.effected {
+				if t.lost.Load() {
 					continue
 				}
 				g.set.inProgress(t.msg)

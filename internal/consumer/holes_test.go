@@ -1,0 +1,255 @@
+package consumer_test
+
+import (
+	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/standin"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// The tests in this file each close a hole in "once" found by trying the
+// consumer adversarially; each failed before its fix. The ones that need a
+// process killed are in cmd/consumer (TestLastDeliveryCrash,
+// TestRedoPastDuplicateWindow, TestKeyReusedAfterCrash).
+
+// TestSettleIsTheOnlyAcker: acks, naks, terms and in-progress marks are
+// made in settle.go alone, so that every path ends in one decision.
+func TestSettleIsTheOnlyAcker(t *testing.T) {
+	acks := []string{"Ack", "DoubleAck", "Nak", "NakWithDelay", "Term", "TermWithReason", "InProgress"}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	found := map[string][]string{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			if sel, ok := call.Fun.(*ast.SelectorExpr); ok && slices.Contains(acks, sel.Sel.Name) {
+				found[name] = append(found[name], fset.Position(call.Pos()).String()+" "+sel.Sel.Name)
+			}
+			return true
+		})
+	}
+	for name, calls := range found {
+		if name != "settle.go" {
+			t.Errorf("%s settles messages; only settle.go may: %v", name, calls)
+		}
+	}
+	if len(found["settle.go"]) == 0 {
+		t.Error("settle.go settles nothing: the check looks at the wrong files")
+	}
+}
+
+// TestDeadLetterIDsDoNotCollide (hole 2): a trigger and an outbox entry of
+// one pipeline that share a stream sequence number are both dead-lettered.
+// Their Nats-Msg-Ids once named only the pipeline and the sequence, so the
+// second was dropped as a duplicate of the first, and its message termed.
+func TestDeadLetterIDsDoNotCollide(t *testing.T) {
+	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
+	hs := httptest.NewServer(target)
+	defer hs.Close()
+	f := start(t, withOneShot(hs.URL, 0, ""), standin.Options{})
+	// Trigger stream sequence 1: not JSON, dead-lettered.
+	f.publish("triggers.messages", []byte("not json"))
+	waitFor(t, 10*time.Second, "the bad trigger dead-lettered", func() bool { return f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages") == 1 }, f)
+	// Outbox sequence 1: its dispatch was claimed by a dispatcher that
+	// died, so it is dead-lettered as an unknown outcome.
+	payload := message("m-1", 0)
+	if _, err := f.ledger.Begin(context.Background(), consumer.DispatchKey(f.keyOf("messages", payload)), dedupe.BeginOptions{Owner: "dead-dispatcher", Lease: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	f.publish("triggers.messages", payload)
+	waitFor(t, 20*time.Second, "both dead letters", func() bool { return f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages") == 2 }, f)
+	reasons := map[string]bool{}
+	for _, m := range f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.messages") {
+		reasons[m.Headers().Get(consumer.HeaderReason)+" from "+m.Headers().Get(consumer.HeaderStream)] = true
+	}
+	if !reasons["invalid_json from ONCEGATE"] || !reasons["unknown_outcome from ONCEGATE_OUTBOX"] {
+		t.Errorf("dead letters: %v; want the bad trigger's and the outbox entry's", reasons)
+	}
+}
+
+// TestMismatchRejectBypassesNoWindow (hole 4): under ledger.mismatch:
+// reject, the same key with another payload is dead-lettered even while
+// the window remembers the key; the window once acked it as a duplicate.
+func TestMismatchRejectBypassesNoWindow(t *testing.T) {
+	f := start(t, func(c *config.Config) {
+		c.Ledger.Mismatch = config.MismatchReject
+		p := c.Pipelines[1]
+		p.Name, p.Subject = "invoices", "triggers.invoices"
+		p.Key = config.Key{Fields: []string{"/invoice/id"}}
+		p.Effect = config.Effect{Sink: config.SinkJetStream, Subject: "effects.invoices", Class: config.ClassReplayable}
+		c.Pipelines = append(c.Pipelines, p)
+	}, standin.Options{})
+	first := []byte(`{"invoice":{"id":"in_1","amount":100}}`)
+	again := first
+	other := []byte(`{"invoice":{"id":"in_1","amount":999}}`) // the same key, another payload
+	f.publish("triggers.invoices", first)
+	waitFor(t, 10*time.Second, "the first invoice", func() bool { return f.stats("invoices").Effects == 1 }, f)
+	f.publish("triggers.invoices", again)
+	waitFor(t, 10*time.Second, "the repeat", func() bool { return f.stats("invoices").DuplicatesWindow == 1 }, f)
+	f.publish("triggers.invoices", other)
+	waitFor(t, 10*time.Second, "the reused key settled", func() bool { return settled(f.stats("invoices")) == 3 }, f)
+	if s := f.stats("invoices"); s.DeadLetters != 1 || s.Effects != 1 {
+		t.Fatalf("stats %+v; want the reused key dead-lettered", s)
+	}
+	dead := f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.invoices")
+	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(consumer.ReasonMismatch) {
+		t.Errorf("%d dead letters; want one with reason mismatch", len(dead))
+	}
+}
+
+// TestFileKeyConflictIsDone (hole 5, the file sink): a file already
+// written for the key with other content means the intent's effect
+// exists. It is recorded as done, never failed and dead-lettered.
+func TestFileKeyConflictIsDone(t *testing.T) {
+	dir := t.TempDir()
+	f := start(t, func(c *config.Config) {
+		p := c.Pipelines[1]
+		p.Name, p.Subject = "files", "triggers.files"
+		p.Key = config.Key{Fields: []string{"/doc"}}
+		p.Effect = config.Effect{Sink: config.SinkFile, Dir: dir, Class: config.ClassReplayable}
+		c.Pipelines = append(c.Pipelines, p)
+	}, standin.Options{})
+	payload := []byte(`{"doc":"d-1","text":"reworded"}`)
+	k := f.keyOf("files", payload)
+	if err := os.WriteFile(filepath.Join(dir, k.String()+".json"), []byte(`{"doc":"d-1","text":"first wording"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.publish("triggers.files", payload)
+	waitFor(t, 10*time.Second, "the trigger settled", func() bool { return settled(f.stats("files")) == 1 }, f)
+	if s := f.stats("files"); s.DeadLetters != 0 || s.Effects != 1 {
+		t.Errorf("stats %+v; want the effect recorded as done", s)
+	}
+	if rec, err := f.ledger.Get(context.Background(), k); err != nil || rec.State.String() != "committed" {
+		t.Errorf("record %v (%v); want committed", rec.State, err)
+	}
+}
+
+// TestAckedTriggersAreRemoved (hole 6): a trigger is removed from the
+// stream once its pipeline acks it, so that a recreated durable consumer
+// (a deleted consumer, a renamed pipeline) never replays history.
+func TestAckedTriggersAreRemoved(t *testing.T) {
+	f := start(t, nil, standin.Options{})
+	for i := range 5 {
+		f.publish("triggers.webhooks", []byte(`{"n":`+string(rune('0'+i))+`}`))
+	}
+	waitFor(t, 10*time.Second, "the webhooks", func() bool { return f.stats("webhooks").Effects == 5 }, f)
+	waitFor(t, 10*time.Second, "the acked triggers removed", func() bool { return f.subjectCount("ONCEGATE", "triggers.webhooks") == 0 }, f)
+	st, err := f.js.Stream(context.Background(), "ONCEGATE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := st.CachedInfo().Config.Retention; r != jetstream.WorkQueuePolicy {
+		t.Errorf("trigger stream retention %v; want work queue", r)
+	}
+}
+
+// TestConsumerDeletedUnderUs (hole 7): a durable consumer deleted under a
+// running Consumer makes it not ready, and it sets the consumer up again
+// and goes on; it once stopped taking triggers while it reported ready.
+func TestConsumerDeletedUnderUs(t *testing.T) {
+	f := start(t, nil, standin.Options{})
+	if err := f.js.DeleteConsumer(context.Background(), "ONCEGATE", consumer.Durable("webhooks")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the consumer to be set up again", func() bool {
+		_, err := f.js.Consumer(context.Background(), "ONCEGATE", consumer.Durable("webhooks"))
+		return err == nil && f.c.Ready() == nil
+	}, f)
+	f.publish("triggers.webhooks", []byte(`{"after":"the deletion"}`))
+	waitFor(t, 10*time.Second, "the trigger after the deletion", func() bool { return f.stats("webhooks").Effects == 1 }, f)
+}
+
+// TestReadyFollowsConsuming: Ready reports an error while a durable
+// consumer is gone.
+func TestReadyFollowsConsuming(t *testing.T) {
+	f := start(t, nil, standin.Options{})
+	if err := f.c.Ready(); err != nil {
+		t.Fatalf("Ready() = %v after start", err)
+	}
+	seen := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if err := f.c.Ready(); err != nil {
+				seen <- err
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		seen <- nil
+	}()
+	if err := f.js.DeleteConsumer(context.Background(), "ONCEGATE", consumer.Durable("alerts")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-seen; err == nil || !strings.Contains(err.Error(), "not consuming") {
+		t.Errorf("Ready() stayed %v while the durable consumer was gone", err)
+	}
+}
+
+// TestSlowDispatchKeepsItsLease (hole 7): a one-shot send slower than the
+// lease and the ack wait is kept alive; it once became a false
+// unknown_outcome when its outbox entry came back.
+func TestSlowDispatchKeepsItsLease(t *testing.T) {
+	release := make(chan struct{})
+	calls := make(chan struct{}, 4)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer hs.Close()
+	defer close(release)
+	f := start(t, func(c *config.Config) {
+		withOneShot(hs.URL, 0, "")(c)
+		c.Ledger.Lease = time.Second
+		for i := range c.Pipelines {
+			c.Pipelines[i].AckWait = time.Second
+		}
+	}, standin.Options{})
+	f.publish("triggers.messages", message("m-slow", 0))
+	select {
+	case <-calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no send")
+	}
+	// Hold the send for three leases, then let it answer.
+	timer := time.NewTimer(3500 * time.Millisecond)
+	select {
+	case <-calls:
+		t.Fatal("the one-shot effect was sent twice")
+	case <-timer.C:
+	}
+	release <- struct{}{}
+	waitFor(t, 10*time.Second, "the send recorded", func() bool { return f.dispatchStats().Sent == 1 }, f)
+	if s := f.dispatchStats(); s.Unknown != 0 || f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages") != 0 {
+		t.Errorf("dispatch %+v; want the slow send recorded, no unknown outcome", s)
+	}
+}
