@@ -215,8 +215,10 @@ func TestReadyFollowsConsuming(t *testing.T) {
 }
 
 // TestSlowDispatchKeepsItsLease (hole 7): a one-shot send slower than the
-// lease and the ack wait is kept alive; it once became a false
-// unknown_outcome when its outbox entry came back.
+// lease and than its outbox entry's ack wait keeps both alive. The
+// dispatcher once renewed neither: the entry came back, on a second
+// replica, which found the lease run out and reported the effect as an
+// unknown outcome while it was being sent.
 func TestSlowDispatchKeepsItsLease(t *testing.T) {
 	release := make(chan struct{})
 	calls := make(chan struct{}, 4)
@@ -234,22 +236,43 @@ func TestSlowDispatchKeepsItsLease(t *testing.T) {
 			c.Pipelines[i].AckWait = time.Second
 		}
 	}, standin.Options{})
+	// A second replica of the one-shot pipeline, on the same ledger.
+	cfg := *f.cfg
+	cfg.Pipelines = slices.DeleteFunc(slices.Clone(cfg.Pipelines), func(p config.Pipeline) bool { return p.Name != "messages" })
+	other, err := consumer.New(consumer.Options{Config: &cfg, Conn: f.nc, Ledger: f.ledger, Owner: "replica-2", DrainTimeout: 5 * time.Second, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- other.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("second replica: %v", err)
+		}
+	}()
+	waitFor(t, 10*time.Second, "the second replica", func() bool { return other.Ready() == nil })
+
 	f.publish("triggers.messages", message("m-slow", 0))
 	select {
 	case <-calls:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no send")
 	}
-	// Hold the send for three leases, then let it answer.
-	timer := time.NewTimer(3500 * time.Millisecond)
+	// Hold the send past the lease (1s) and past the outbox entry's ack
+	// wait (at least 5s), then let it answer.
+	timer := time.NewTimer(6 * time.Second)
 	select {
 	case <-calls:
 		t.Fatal("the one-shot effect was sent twice")
 	case <-timer.C:
 	}
 	release <- struct{}{}
-	waitFor(t, 10*time.Second, "the send recorded", func() bool { return f.dispatchStats().Sent == 1 }, f)
-	if s := f.dispatchStats(); s.Unknown != 0 || f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages") != 0 {
-		t.Errorf("dispatch %+v; want the slow send recorded, no unknown outcome", s)
+	sent := func() int64 { return f.dispatchStats().Sent + other.DispatchStats()[0].Sent }
+	unknown := func() int64 { return f.dispatchStats().Unknown + other.DispatchStats()[0].Unknown }
+	waitFor(t, 10*time.Second, "the send settled", func() bool { return sent()+unknown() >= 1 }, f)
+	if dead := f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages"); sent() != 1 || unknown() != 0 || dead != 0 {
+		t.Errorf("%d sent, %d unknown outcomes, %d dead letters; want the slow send recorded as sent, nothing else", sent(), unknown(), dead)
 	}
 }
