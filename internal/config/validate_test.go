@@ -78,6 +78,17 @@ func TestValidateRules(t *testing.T) {
 		{"stream subject '>' not last", func(c *Config) { c.Stream.Subjects = []string{"triggers.>.x"} }, "stream.subjects[0]", ErrInvalid, "last"},
 		{"stream subjects overlap", func(c *Config) { c.Stream.Subjects = []string{"triggers.>", "*.alerts"} }, "stream.subjects[1]", ErrInvalid, "overlap"},
 		{"duplicates zero", func(c *Config) { c.Stream.Duplicates = 0 }, "stream.duplicates", ErrInvalid, ""},
+		{"retention unknown", func(c *Config) { c.Stream.Retention = "interest" }, "stream.retention", ErrInvalid, "workqueue"},
+		{"limits without max_age", func(c *Config) { c.Stream.Retention = RetentionLimits }, "stream.max_age", ErrMissing, "for ever"},
+		{"work queue with pipelines sharing a subject", func(c *Config) { c.Pipelines[1].Subject = "triggers.*" }, "pipelines[webhooks].subject", ErrInvalid, "work-queue"},
+		{"max_age inside the horizon", func(c *Config) {
+			c.Stream.MaxAge, c.Stream.Duplicates = 2*time.Minute, time.Minute
+			c.Pipelines[0].MaxDeliver = 5
+		}, "stream.max_age", ErrInvalid, "lost without a dead letter"},
+		{"duplicate window inside the horizon", func(c *Config) {
+			c.Stream.Duplicates = 2 * time.Minute
+			c.Pipelines[0].AckWait, c.Pipelines[0].Backoff = 30*time.Second, []time.Duration{30 * time.Second, time.Minute, 5 * time.Minute}
+		}, "pipelines[alerts].max_deliver", ErrInvalid, "second effect"},
 		{"max age negative", func(c *Config) { c.Stream.MaxAge = -1 }, "stream.max_age", ErrInvalid, ""},
 		{"duplicates longer than max age", func(c *Config) { c.Stream.MaxAge = time.Minute }, "stream.duplicates", ErrInvalid, "max_age"},
 		{"dead letter empty", func(c *Config) { c.Stream.DeadLetterSubject = "" }, "stream.dead_letter_subject", ErrMissing, "never dropped"},

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	badger "github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	openai "github.com/sashabaranov/go-openai"
@@ -36,6 +37,7 @@ type fixture struct {
 	model  *standin.Server
 	cache  *llmcache.Cache
 	ledger dedupe.Ledger
+	db     *badger.DB
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -93,7 +95,7 @@ func start(t *testing.T, mutate func(*config.Config), modelOpts standin.Options,
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &fixture{t: t, nc: nc, js: js, c: c, cfg: cfg, model: model, cache: cache, ledger: led, cancel: cancel, done: make(chan error, 1)}
+	f := &fixture{t: t, nc: nc, js: js, c: c, cfg: cfg, model: model, cache: cache, ledger: led, db: db, cancel: cancel, done: make(chan error, 1)}
 	go func() { f.done <- c.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()

@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -274,5 +276,95 @@ func TestSlowDispatchKeepsItsLease(t *testing.T) {
 	waitFor(t, 10*time.Second, "the send settled", func() bool { return sent()+unknown() >= 1 }, f)
 	if dead := f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages"); sent() != 1 || unknown() != 0 || dead != 0 {
 		t.Errorf("%d sent, %d unknown outcomes, %d dead letters; want the slow send recorded as sent, nothing else", sent(), unknown(), dead)
+	}
+}
+
+// pastClock is a ledger clock set back by d.
+type pastClock time.Duration
+
+func (c pastClock) Now() time.Time { return time.Now().Add(-time.Duration(c)) }
+
+// TestTakeoverPastDuplicateWindow (hole 3, at run time): a holder claimed
+// the work longer ago than the effect stream's duplicate window and
+// stopped (an outage longer than the window). Its effect may be in the
+// stream, and a redo would not be dropped: the trigger is dead-lettered as
+// an unknown outcome instead of redone.
+func TestTakeoverPastDuplicateWindow(t *testing.T) {
+	f := start(t, nil, standin.Options{})
+	payload := []byte(`{"invoice":"in_1"}`)
+	k := f.keyOf("webhooks", payload)
+	// What the holder left: a claim made 6 minutes ago (the window is 5m),
+	// whose lease has run out.
+	past, err := dedupe.NewBadgerLedger(f.db, dedupe.BadgerLedgerOptions{LedgerOptions: dedupe.LedgerOptions{Clock: pastClock(6 * time.Minute)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := past.Begin(context.Background(), k, dedupe.BeginOptions{Owner: "holder-before-the-outage", Lease: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	past.Close()
+	f.publish("triggers.webhooks", payload)
+	waitFor(t, 10*time.Second, "the trigger settled", func() bool { return settled(f.stats("webhooks")) == 1 }, f)
+	if n := f.subjectCount("ONCEGATE_EFFECTS", "effects.webhooks"); n != 0 {
+		t.Errorf("%d effects; want none: the redo would land past the duplicate window", n)
+	}
+	dead := f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.webhooks")
+	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(consumer.ReasonUnknownOutcome) {
+		t.Errorf("%d dead letters; want one with reason unknown_outcome", len(dead))
+	}
+	// Within the window, a takeover redoes the effect: the stream drops a
+	// repeat.
+	payload = []byte(`{"invoice":"in_2"}`)
+	k = f.keyOf("webhooks", payload)
+	if _, err := f.ledger.Begin(context.Background(), k, dedupe.BeginOptions{Owner: "holder-just-before", Lease: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	f.publish("triggers.webhooks", payload)
+	waitFor(t, 10*time.Second, "the second trigger settled", func() bool { return settled(f.stats("webhooks")) == 2 }, f)
+	if s := f.stats("webhooks"); s.Effects != 1 || s.TakenOver != 2 {
+		t.Errorf("stats %+v; want the recent takeover redone", s)
+	}
+}
+
+// TestSetupRefusesIncompatibleStreams: a trigger stream kept as a log
+// (limits retention) where Oncegate is configured for a work queue, and an
+// effect stream whose duplicate window is shorter than the redelivery
+// horizon, are refused at start with what to do, never rewritten.
+func TestSetupRefusesIncompatibleStreams(t *testing.T) {
+	s := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	run := func() error {
+		c, err := consumer.New(consumer.Options{Config: cfg, Conn: nc, Ledger: nil, Model: nil, Sinks: nil})
+		if err != nil {
+			return err
+		}
+		return c.Setup(ctx)
+	}
+	cfg.Pipelines = cfg.Pipelines[1:] // webhooks only: no ledger or model needed for Setup's checks
+	cfg.Pipelines[0].Mode = config.ModeGateWindow
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ONCEGATE", Subjects: []string{"triggers.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); !errors.Is(err, consumer.ErrIncompatibleStream) || !strings.Contains(err.Error(), "retention") {
+		t.Errorf("Setup on a limits stream = %v; want ErrIncompatibleStream about retention", err)
+	}
+	if err := js.DeleteStream(ctx, "ONCEGATE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "THEIRS", Subjects: []string{"effects.webhooks"}, Duplicates: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); !errors.Is(err, consumer.ErrIncompatibleStream) || !strings.Contains(err.Error(), "duplicate window") {
+		t.Errorf("Setup with a 10s effect duplicate window = %v; want ErrIncompatibleStream about the duplicate window", err)
+	}
+	st, err := js.Stream(ctx, "THEIRS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := st.CachedInfo().Config.Duplicates; d != 10*time.Second {
+		t.Errorf("the operator's stream was changed: duplicate window %v", d)
 	}
 }
