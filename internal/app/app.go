@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -240,7 +239,7 @@ func (a *App) openLedger(ctx context.Context, clock dedupe.Clock) (dedupe.Ledger
 		dir := cfg.BadgerDir()
 		db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{})
 		if err != nil {
-			if strings.Contains(err.Error(), "Cannot acquire directory lock") {
+			if errors.Is(err, dedupe.ErrLocked) {
 				return nil, fmt.Errorf("%w: %s is held by another Oncegate process. A Badger ledger serves one process; "+
 					"to run several replicas on one durable consumer, set ledger.store: kv (the JetStream KV ledger): %w", ErrLedgerInUse, dir, err)
 			}

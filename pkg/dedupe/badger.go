@@ -132,6 +132,9 @@ func OpenBadger(dir string, o OpenBadgerOptions) (*badger.DB, error) {
 	}
 	db, err := badger.Open(bo)
 	if err != nil {
+		if !o.InMemory && dirLocked(dir) {
+			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, dir, err)
+		}
 		if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
 			return nil, fmt.Errorf("dedupe: %s was written with another encryption key (or none): %w", dir, err)
 		}

@@ -33,6 +33,9 @@ var (
 	ErrCorruptRecord = errors.New("dedupe: corrupt ledger record")
 	// ErrClosed is returned by every method of a ledger after Close.
 	ErrClosed = errors.New("dedupe: ledger is closed")
+	// ErrLocked is wrapped by the error of OpenBadger when another process
+	// holds the directory: a Badger ledger serves one process.
+	ErrLocked = errors.New("dedupe: the ledger directory is in use by another process")
 )
 
 // Ledger is the durable record of each intent: "being done by an owner until
