@@ -157,6 +157,7 @@ data_dir: %s
 metrics: {listen: ""}
 log: {level: debug, format: text}
 ledger: {lease: 2s}
+stream: {duplicates: 30m}  # covers the redelivery horizon of max_deliver 50
 pipelines:
   - name: alerts
     subject: triggers.alerts

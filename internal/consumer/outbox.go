@@ -103,7 +103,9 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 	d.gate = g
 	d.src = &source{
 		c: c, name: cfg.Name + "/dispatch", stream: OutboxStream(c.cfg.Stream.Name), durable: Durable(cfg.Name) + "-dispatch",
-		batch: 1, workers: cfg.Concurrency, pull: min(max(cfg.Concurrency*2, 64), cfg.MaxAckPending),
+		// One send at a time: a crash leaves at most one dispatch claimed
+		// and unrecorded, that is one unknown outcome for a person to check.
+		batch: 1, workers: 1, pull: min(64, cfg.MaxAckPending),
 		handle: g.run, config: d.consumerConfig,
 	}
 	return d
