@@ -159,7 +159,7 @@ func openLedger(ctx context.Context, cfg *config.Config) (dedupe.Ledger, func(),
 	}
 	db, err := dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{})
 	if err != nil {
-		if strings.Contains(err.Error(), "Cannot acquire directory lock") {
+		if errors.Is(err, dedupe.ErrLocked) {
 			return nil, nil, fmt.Errorf("inspect: %s is held by a running consumer; stop it first, or read its /metrics", cfg.BadgerDir())
 		}
 		return nil, nil, err
@@ -211,7 +211,7 @@ func inspectCache(w io.Writer, cfg *config.Config) error {
 	dir := filepath.Join(cfg.DataDir, "llm-cache")
 	c, err := llmcache.Open(dir, llmcache.Options{})
 	if err != nil {
-		if strings.Contains(err.Error(), "Cannot acquire directory lock") {
+		if errors.Is(err, dedupe.ErrLocked) {
 			return fmt.Errorf("inspect: %s is held by a running consumer; stop it first, or read its /metrics (oncegate_llm_*)", dir)
 		}
 		return err

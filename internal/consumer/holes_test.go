@@ -368,3 +368,27 @@ func TestSetupRefusesIncompatibleStreams(t *testing.T) {
 		t.Errorf("the operator's stream was changed: duplicate window %v", d)
 	}
 }
+
+// TestLimitsStreamNoReplay: on a limits stream (triggers kept until their
+// max age), a durable consumer recreated under a running process replays
+// what the stream holds; the ledger answers every replayed trigger whose
+// work was committed, and no effect is redone.
+func TestLimitsStreamNoReplay(t *testing.T) {
+	f := start(t, func(c *config.Config) {
+		c.Stream.Retention, c.Stream.MaxAge = config.RetentionLimits, time.Hour
+	}, standin.Options{})
+	for i := range 5 {
+		f.publish("triggers.webhooks", []byte(`{"n":`+string(rune('0'+i))+`}`))
+	}
+	waitFor(t, 10*time.Second, "the webhooks", func() bool { return f.stats("webhooks").Effects == 5 }, f)
+	if err := f.js.DeleteConsumer(context.Background(), "ONCEGATE", consumer.Durable("webhooks")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the replay answered", func() bool {
+		s := f.stats("webhooks")
+		return s.DuplicatesWindow+s.DuplicatesLedger == 5
+	}, f)
+	if n := f.subjectCount("ONCEGATE_EFFECTS", "effects.webhooks"); n != 5 {
+		t.Errorf("%d effects after the replay; want the 5 of the first pass", n)
+	}
+}

@@ -159,7 +159,23 @@ func Durable(pipeline string) string { return "oncegate-" + pipeline }
 // without limit: Oncegate counts the deliveries itself and dead-letters a
 // trigger past MaxDeliver, so that one whose last delivery died with its
 // process comes back to be dead-lettered instead of being dropped.
+//
+// A new durable consumer on a stream that keeps acked triggers (limits
+// retention) replays what the stream holds. The ledger answers a replay of
+// committed work (its retention exceeds the stream's max age); a
+// gate-window pipeline has no ledger, so its consumer starts at the
+// effect stream's duplicate window ago, the oldest trigger whose effect
+// the stream would still drop.
 func (p *pipeline) consumerConfig() jetstream.ConsumerConfig {
+	cc := p.baseConsumerConfig()
+	if p.c.cfg.Stream.Retention == config.RetentionLimits && p.cfg.Mode == config.ModeGateWindow {
+		from := time.Now().Add(-p.c.cfg.Stream.Duplicates)
+		cc.DeliverPolicy, cc.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
+	}
+	return cc
+}
+
+func (p *pipeline) baseConsumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       Durable(p.cfg.Name),
 		Description:   "Oncegate pipeline " + p.cfg.Name,
