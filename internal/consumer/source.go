@@ -100,11 +100,11 @@ var errStopped = errors.New("consumer: the server ended the subscription (durabl
 // returns once the workers have finished.
 func (s *source) consume(ctx, work context.Context) (stopped, err error) {
 	in := make(chan jetstream.Msg, 2*s.batch)
-	var lastErr atomic.Value
+	var lastErr atomic.Pointer[error]
 	cc, err := s.cons.Consume(func(m jetstream.Msg) { in <- m },
 		jetstream.PullMaxMessages(max(s.pull, 2*s.batch)),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			lastErr.Store(err)
+			lastErr.Store(&err)
 			s.c.log.Warn("consume error", "source", s.name, "err", err)
 		}),
 	)
@@ -147,8 +147,8 @@ func (s *source) consume(ctx, work context.Context) (stopped, err error) {
 	if ctx.Err() != nil {
 		return nil, nil
 	}
-	if e, ok := lastErr.Load().(error); ok {
-		return fmt.Errorf("%w: %w", errStopped, e), nil
+	if e := lastErr.Load(); e != nil {
+		return fmt.Errorf("%w: %w", errStopped, *e), nil
 	}
 	return errStopped, nil
 }
