@@ -216,9 +216,11 @@ func (g *gate) windowStage(next Handler) Handler {
 func (g *gate) claimStage(next Handler) Handler {
 	return func(ctx context.Context, ts []*Trigger) {
 		reqs := make([]dedupe.BeginRequest, len(ts))
+		refs := make([]string, len(ts))
 		for i, t := range ts {
+			refs[i] = "#" + t.ref()
 			reqs[i] = dedupe.BeginRequest{Key: t.key, Options: dedupe.BeginOptions{
-				Owner: g.owner + "#" + t.ref, Fingerprint: t.fp, Lease: g.lease, Volatile: g.volatile,
+				Owner: g.owner + refs[i], Fingerprint: t.fp, Lease: g.lease, Volatile: g.volatile,
 			}}
 		}
 		var held []*Trigger
@@ -234,7 +236,7 @@ func (g *gate) claimStage(next Handler) Handler {
 			}
 			t.claim = r.Claim
 			g.c.obs.Claim(g.pipeline, r.Claim.Status)
-			if g.claimed(ctx, t) {
+			if g.claimed(ctx, t, refs[i]) {
 				held = append(held, t)
 			}
 		}
@@ -254,7 +256,7 @@ func (g *gate) claimStage(next Handler) Handler {
 
 // claimed decides a trigger by its claim's status, and reports whether the
 // caller now holds its work.
-func (g *gate) claimed(ctx context.Context, t *Trigger) bool {
+func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 	c := t.claim
 	switch c.Status {
 	case dedupe.StatusCommitted:
@@ -267,7 +269,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger) bool {
 		t.decide(ack(t.keyRef(), c.Record.Result.Response))
 		return false
 	case dedupe.StatusHeld:
-		if g.d == nil && !strings.HasSuffix(c.Record.Owner, "#"+t.ref) {
+		if g.d == nil && !strings.HasSuffix(c.Record.Owner, ref) {
 			// Another message carries the work, and comes back if its
 			// holder dies: this one is a duplicate.
 			g.duplicate(GuardLedger)

@@ -28,9 +28,9 @@ import (
 
 // Trigger is one delivery on its way through a gate.
 type Trigger struct {
-	msg  jetstream.Msg
-	meta *jetstream.MsgMetadata // nil when the message has none
-	ref  string                 // stream:sequence, or "?"
+	msg    jetstream.Msg
+	meta   *jetstream.MsgMetadata // parsed on first use; nil when the message has none
+	parsed bool
 
 	key    dedupe.Key // the ledger's key
 	intent dedupe.Key // the intent key the effect carries: key, or for an outbox entry the key it dispatches
@@ -54,21 +54,32 @@ type Trigger struct {
 }
 
 func newTrigger(m jetstream.Msg) *Trigger {
-	t := &Trigger{msg: m, ref: "?"}
-	if meta, err := m.Metadata(); err == nil {
-		t.meta = meta
-		t.ref = meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10)
+	return &Trigger{msg: m, body: m.Data()}
+}
+
+// metadata returns the message's JetStream metadata, or nil if it has none.
+func (t *Trigger) metadata() *jetstream.MsgMetadata {
+	if !t.parsed {
+		t.meta, _ = t.msg.Metadata()
+		t.parsed = true
 	}
-	t.body = m.Data()
-	return t
+	return t.meta
+}
+
+// ref names the message: its stream and stream sequence, or "?".
+func (t *Trigger) ref() string {
+	if meta := t.metadata(); meta != nil {
+		return meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10)
+	}
+	return "?"
 }
 
 // deliveries is the trigger's delivery count, 1 for the first.
 func (t *Trigger) deliveries() uint64 {
-	if t.meta == nil {
-		return 1
+	if meta := t.metadata(); meta != nil {
+		return meta.NumDelivered
 	}
-	return t.meta.NumDelivered
+	return 1
 }
 
 func (t *Trigger) decide(v verdict) {

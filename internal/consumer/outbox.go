@@ -187,8 +187,8 @@ func (d *dispatcher) wait(next Handler) Handler {
 	return func(ctx context.Context, ts []*Trigger) {
 		p := d.p
 		for _, t := range ts {
-			if delay := p.cfg.Effect.Delay; delay > 0 && t.meta != nil {
-				if wait := time.Until(t.meta.Timestamp.Add(delay)); wait > 0 {
+			if delay := p.cfg.Effect.Delay; delay > 0 && t.metadata() != nil {
+				if wait := time.Until(t.metadata().Timestamp.Add(delay)); wait > 0 {
 					d.count(func(s *DispatchStats) { s.Waiting++ })
 					t.decide(nak(t.keyRef(), wait, nil))
 					continue

@@ -36,7 +36,10 @@ type settler struct {
 func (s *settler) settle(ctx context.Context, t *Trigger) {
 	v := t.v
 	m := t.msg
-	deliveries := t.deliveries()
+	var deliveries uint64
+	if v.kind != settleAck { // the common case skips parsing the metadata
+		deliveries = t.deliveries()
+	}
 	if v.kind == settleNak && s.maxDeliver > 0 && deliveries >= uint64(s.maxDeliver) {
 		err := fmt.Errorf("gave up after %d deliveries: %w", deliveries, errOr(v.err))
 		if v.token != 0 && v.key != nil && s.ledger != nil {
@@ -130,7 +133,7 @@ func (s *settler) publishDead(ctx context.Context, t *Trigger, v verdict) error 
 	out.Header.Set(HeaderPipeline, s.pipeline)
 	out.Header.Set(HeaderSubject, m.Subject())
 	var opts []jetstream.PublishOpt
-	if meta := t.meta; meta != nil {
+	if meta := t.metadata(); meta != nil {
 		out.Header.Set(HeaderStream, meta.Stream)
 		out.Header.Set(HeaderStreamSeq, strconv.FormatUint(meta.Sequence.Stream, 10))
 		out.Header.Set(HeaderDeliveries, strconv.FormatUint(meta.NumDelivered, 10))
