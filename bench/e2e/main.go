@@ -86,9 +86,9 @@ const (
 
 // Targets of the verdict, as fractions of raw.
 const (
-	targetLedgerUnique = 0.60 // gate-ledger, 0% duplicates
-	targetDuplicates   = 1.00 // gate pipelines, the highest -dup
-	targetWindow       = 0.90 // gate-window, 0% duplicates
+	targetLedgerUnique = 0.70 // gate-ledger, 0% duplicates
+	targetDuplicates   = 1.40 // gate pipelines, the highest -dup
+	targetWindow       = 0.85 // gate-window, 0% duplicates
 )
 
 // stuckAfter is how long a cell may make no progress before it fails.
