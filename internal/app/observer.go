@@ -49,3 +49,5 @@ func (o observer) Settled(p, kind string) { o.m.Ack(p, ops.Ack(kind)) }
 func (o observer) InFlight(p string, delta int) { o.m.AddInflight(p, delta) }
 
 func (o observer) Leases(p string, delta int) { o.m.AddPendingLeases(p, delta) }
+
+func (o observer) ReplyRefused(p string) { o.m.ReplyRefused(p) }

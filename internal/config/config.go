@@ -241,11 +241,35 @@ type Stream struct {
 	// its last redelivery would be lost without a dead letter), and the
 	// ledger's retention must exceed it.
 	MaxAge time.Duration `yaml:"max_age"`
+	// ReplyPrefixes are the subject prefixes on which Oncegate publishes a
+	// trigger's stored result when the trigger names a subject in its
+	// Oncegate-Reply header. A reply to any other subject is refused and
+	// counted: a trigger must not make Oncegate publish into an effect,
+	// outbox or KV subject, or call the JetStream API. A prefix may not
+	// begin with '$' or "oncegate.". The default is ["_INBOX."], where
+	// request-reply clients listen.
+	ReplyPrefixes []string `yaml:"reply_prefixes"`
 	// DeadLetterSubject is where a trigger goes, with the reason, after
 	// its last delivery fails. "{pipeline}" is replaced by the pipeline's
 	// name. It must not be consumed by any pipeline. The default is
 	// "oncegate.dead.{pipeline}".
 	DeadLetterSubject string `yaml:"dead_letter_subject"`
+}
+
+// ReplyAllowed reports whether Oncegate may publish a trigger's result to
+// subject: under one of ReplyPrefixes, never on a subject the server or
+// Oncegate owns, never on a wildcard.
+func (s *Stream) ReplyAllowed(subject string) bool {
+	if subject == "" || strings.HasPrefix(subject, "$") || strings.HasPrefix(subject, "oncegate.") ||
+		strings.ContainsAny(subject, "*> \t\r\n") {
+		return false
+	}
+	for _, p := range s.ReplyPrefixes {
+		if strings.HasPrefix(subject, p) && len(subject) > len(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Stream retention policies.

@@ -167,6 +167,7 @@ func (c *Config) applyDefaults() {
 	setDefault(c, "stream.duplicates", &s.Duplicates, DefaultDuplicates)
 	setDefault(c, "stream.max_age", &s.MaxAge, 0)
 	setDefault(c, "stream.dead_letter_subject", &s.DeadLetterSubject, DefaultDeadLetterSubject)
+	setDefault(c, "stream.reply_prefixes", &s.ReplyPrefixes, []string{"_INBOX."})
 
 	for i := range c.Pipelines {
 		p := &c.Pipelines[i]

@@ -226,6 +226,15 @@ func (v *validator) stream() {
 	if s.MaxAge < 0 {
 		v.add("stream.max_age", invalid("must be 0 (no limit) or positive, got %s", formatDuration(s.MaxAge)))
 	}
+	for i, p := range s.ReplyPrefixes {
+		at := indexPath("stream.reply_prefixes", i)
+		switch {
+		case !strings.HasSuffix(p, ".") || checkSubject(strings.TrimSuffix(p, "."), true) != nil:
+			v.add(at, invalid("%q: want literal subject tokens ending in '.', such as \"_INBOX.\"", p))
+		case strings.HasPrefix(p, "$") || strings.HasPrefix(p, "oncegate."):
+			v.add(at, invalid("%q: subjects beginning with '$' or \"oncegate.\" belong to the server and to Oncegate", p))
+		}
+	}
 	switch s.Retention {
 	case RetentionWorkQueue:
 		// Each trigger belongs to one pipeline: their subjects must not

@@ -34,6 +34,9 @@ type Observer interface {
 	// is taken (new or taken over), -1 once it is committed, released or
 	// failed.
 	Leases(pipeline string, delta int)
+	// ReplyRefused counts a trigger whose Oncegate-Reply subject is not
+	// one Oncegate may publish to.
+	ReplyRefused(pipeline string)
 }
 
 // Options configures a [Consumer].
@@ -225,6 +228,7 @@ func (nopObserver) DeadLetter(string, Reason)                    {}
 func (nopObserver) Settled(string, string)                       {}
 func (nopObserver) InFlight(string, int)                         {}
 func (nopObserver) Leases(string, int)                           {}
+func (nopObserver) ReplyRefused(string)                          {}
 
 // WindowStats is one pipeline's duplicate window, as Window.Stats sees it.
 type WindowStats struct {

@@ -411,7 +411,7 @@ func testLogger(t *testing.T) *slog.Logger {
 func TestReplySubject(t *testing.T) {
 	f := start(t, nil, standin.Options{})
 	replies := make(chan *nats.Msg, 4)
-	sub, err := f.nc.ChanSubscribe("replies.triage", replies)
+	sub, err := f.nc.ChanSubscribe("_INBOX.triage", replies)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestReplySubject(t *testing.T) {
 	send := func(delivery int) {
 		m := nats.NewMsg("triggers.alerts")
 		m.Data = alert("reply-1", 1, delivery)
-		m.Header.Set(consumer.HeaderReply, "replies.triage")
+		m.Header.Set(consumer.HeaderReply, "_INBOX.triage")
 		if _, err := f.js.PublishMsg(context.Background(), m); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -12,9 +13,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/internal/config"
@@ -390,5 +394,78 @@ func TestLimitsStreamNoReplay(t *testing.T) {
 	}, f)
 	if n := f.subjectCount("ONCEGATE_EFFECTS", "effects.webhooks"); n != 5 {
 		t.Errorf("%d effects after the replay; want the 5 of the first pass", n)
+	}
+}
+
+// refusals counts the replies an Observer was told were refused.
+type refusals struct{ n atomic.Int64 }
+
+func (r *refusals) ReplyRefused(string)                        { r.n.Add(1) }
+func (*refusals) Trigger(string)                               {}
+func (*refusals) Duplicate(string, consumer.Guard)             {}
+func (*refusals) Claim(string, dedupe.Status)                  {}
+func (*refusals) Effect(string, string, string, time.Duration) {}
+func (*refusals) Step(string, string, time.Duration)           {}
+func (*refusals) DeadLetter(string, consumer.Reason)           {}
+func (*refusals) Settled(string, string)                       {}
+func (*refusals) InFlight(string, int)                         {}
+func (*refusals) Leases(string, int)                           {}
+
+// TestReplySubjectRefused: a trigger's Oncegate-Reply header cannot make
+// Oncegate publish into an effect subject, the KV ledger, the JetStream API
+// or its own outbox; such replies are refused and counted, while a reply
+// under _INBOX. gets the stored result.
+func TestReplySubjectRefused(t *testing.T) {
+	obs := &refusals{}
+	f := start(t, nil, standin.Options{}, func(o *consumer.Options) { o.Observer = obs })
+	var mu sync.Mutex
+	var got []string
+	for _, subj := range []string{"effects.>", "$KV.>", "$JS.API.>", "oncegate.>", "_INBOX.>"} {
+		sub, err := f.nc.Subscribe(subj, func(m *nats.Msg) {
+			if strings.HasPrefix(m.Subject, "effects.") && m.Header.Get(nats.MsgIdHdr) != "" {
+				return // the pipeline's own effects
+			}
+			mu.Lock()
+			got = append(got, m.Subject)
+			mu.Unlock()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	hostile := []string{"effects.alerts", "$KV.oncegate-ledger.x", "$JS.API.STREAM.DELETE.ONCEGATE", "oncegate.outbox.alerts", "_INBOX.*"}
+	for i, to := range append(hostile, "_INBOX.caller") {
+		m := nats.NewMsg("triggers.alerts")
+		m.Data = alert(fmt.Sprintf("reply-%d", i), 1, 0)
+		m.Header.Set(consumer.HeaderReply, to)
+		if _, err := f.js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	received := func(subject string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, s := range got {
+			if s == subject {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 20*time.Second, "the allowed reply and the refusals", func() bool {
+		return received("_INBOX.caller") == 1 && obs.n.Load() == int64(len(hostile))
+	}, f)
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range hostile {
+		if n := received(to); n != 0 {
+			t.Errorf("%d replies published to %s; want none", n, to)
+		}
+	}
+	if _, err := f.js.Stream(context.Background(), "ONCEGATE"); err != nil {
+		t.Errorf("the trigger stream: %v", err)
 	}
 }

@@ -43,6 +43,7 @@ func (*leaseObserver) Step(string, string, time.Duration)           {}
 func (*leaseObserver) DeadLetter(string, consumer.Reason)           {}
 func (*leaseObserver) Settled(string, string)                       {}
 func (*leaseObserver) InFlight(string, int)                         {}
+func (*leaseObserver) ReplyRefused(string)                          {}
 
 // TestLeasesAreCounted: the pending-leases gauge counts a claim from the
 // moment it is taken until its commit, on the one-by-one path (alerts,

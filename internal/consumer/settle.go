@@ -54,9 +54,7 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 	switch v.kind {
 	case settleAck:
 		if to := m.Headers().Get(HeaderReply); to != "" && v.reply != nil {
-			if err := s.c.nc.Publish(to, v.reply); err != nil {
-				s.c.log.Warn("reply failed", "pipeline", s.pipeline, "subject", to, "err", err)
-			}
+			s.reply(to, v.reply)
 		}
 		if err := m.Ack(); err != nil {
 			s.c.log.Warn("ack failed; the trigger comes back and the ledger answers it", "pipeline", s.pipeline, "err", err)
@@ -91,6 +89,21 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 		s.c.log.Warn("dead-lettered", "pipeline", s.pipeline, "reason", v.reason, "subject", s.deadLetter, "err", v.err)
 		_ = m.TermWithReason(string(v.reason))
 		s.c.obs.Settled(s.pipeline, "term")
+	}
+}
+
+// reply publishes a trigger's stored result to the subject its
+// Oncegate-Reply header names, if the configuration allows that subject
+// (stream.reply_prefixes): a trigger must not make Oncegate publish into an
+// effect, outbox or KV subject, or call the JetStream API.
+func (s *settler) reply(to string, result []byte) {
+	if !s.c.cfg.Stream.ReplyAllowed(to) {
+		s.c.obs.ReplyRefused(s.pipeline)
+		s.c.log.Warn("reply refused: the subject is not under stream.reply_prefixes", "pipeline", s.pipeline, "subject", to, "allowed", s.c.cfg.Stream.ReplyPrefixes)
+		return
+	}
+	if err := s.c.nc.Publish(to, result); err != nil {
+		s.c.log.Warn("reply failed", "pipeline", s.pipeline, "subject", to, "err", err)
 	}
 }
 

@@ -45,10 +45,11 @@ type Outcome string
 
 // The effect outcomes.
 const (
-	OutcomeDone      Outcome = "done"      // the sink performed the effect
-	OutcomeDuplicate Outcome = "duplicate" // the sink had performed it already
-	OutcomeRetry     Outcome = "retry"     // a retryable failure
-	OutcomeDead      Outcome = "dead"      // a permanent failure: dead-lettered
+	OutcomeDone      Outcome = "done"       // the sink performed the effect
+	OutcomeDuplicate Outcome = "duplicate"  // the sink had performed it already
+	OutcomeRetry     Outcome = "retry"      // a retryable failure
+	OutcomeDead      Outcome = "dead"       // a permanent failure: dead-lettered
+	OutcomeKeyReused Outcome = "key_reused" // the target holds the key with another body: the effect exists
 )
 
 // Reason is why a trigger was dead-lettered.
@@ -65,6 +66,7 @@ const (
 	ReasonBudget          Reason = "budget"           // the key's token budget is spent
 	ReasonMismatch        Reason = "mismatch"         // a key reused for another payload, refused by policy
 	ReasonTemplate        Reason = "template"         // the prompt template failed on this trigger
+	ReasonUnknownOutcome  Reason = "unknown_outcome"  // a holder stopped mid-effect, and a redo could repeat it
 )
 
 // Ack is how the consumer settled, or extended, a JetStream message.
@@ -81,9 +83,9 @@ const (
 var (
 	guards   = []Guard{GuardWindow, GuardLedger, GuardStream}
 	claims   = []ClaimStatus{ClaimNew, ClaimCommitted, ClaimHeld, ClaimTakenOver, ClaimFailed}
-	outcomes = []Outcome{OutcomeDone, OutcomeDuplicate, OutcomeRetry, OutcomeDead}
+	outcomes = []Outcome{OutcomeDone, OutcomeDuplicate, OutcomeRetry, OutcomeDead, OutcomeKeyReused}
 	reasons  = []Reason{ReasonInvalidJSON, ReasonTooLarge, ReasonMissingField, ReasonPoison,
-		ReasonExhausted, ReasonPermanentEffect, ReasonBudget, ReasonMismatch, ReasonTemplate}
+		ReasonExhausted, ReasonPermanentEffect, ReasonBudget, ReasonMismatch, ReasonTemplate, ReasonUnknownOutcome}
 	acks = []Ack{AckAck, AckNak, AckTerm, AckInProgress}
 )
 
@@ -154,6 +156,7 @@ type Metrics struct {
 	acks         *prometheus.CounterVec   // pipeline, kind
 	pendingLease *prometheus.GaugeVec     // pipeline
 	inflight     *prometheus.GaugeVec     // pipeline
+	replyRefused *prometheus.CounterVec   // pipeline
 }
 
 // NewMetrics returns Metrics registered on a new registry.
@@ -191,12 +194,14 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			"Ledger leases this process holds: taken, and not yet committed, released or failed.", "pipeline"),
 		inflight: gauge("inflight",
 			"Triggers being worked on now.", "pipeline"),
+		replyRefused: counter("replies_refused_total",
+			"Oncegate-Reply subjects refused: not under stream.reply_prefixes.", "pipeline"),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.triggers, m.duplicates, m.claims, m.effects, m.effectTime, m.stepTime,
-		m.deadLetters, m.acks, m.pendingLease, m.inflight,
+		m.deadLetters, m.acks, m.pendingLease, m.inflight, m.replyRefused,
 	)
 	if opts.LLMStats != nil {
 		m.reg.MustRegister(newLLMCollector(opts.LLMStats))
@@ -238,6 +243,15 @@ func (m *Metrics) AddPipeline(name string) {
 	}
 	m.pendingLease.WithLabelValues(name)
 	m.inflight.WithLabelValues(name)
+	m.replyRefused.WithLabelValues(name)
+}
+
+// ReplyRefused counts a trigger whose Oncegate-Reply subject was refused.
+func (m *Metrics) ReplyRefused(pipeline string) {
+	if m == nil {
+		return
+	}
+	m.replyRefused.WithLabelValues(pipeline).Inc()
 }
 
 // AddSink creates the pipeline's effect series for sink (its kind:
