@@ -1,6 +1,7 @@
 package dedupe_test
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -72,4 +73,29 @@ func ExampleWindow() {
 	// 7 duplicate
 	// 7 duplicate
 	// 11 new
+}
+
+// Do runs a side effect once per key: the retry gets the stored result,
+// and the effect is not repeated.
+func ExampleDo() {
+	db, _ := dedupe.OpenBadger("", dedupe.OpenBadgerOptions{InMemory: true})
+	defer db.Close()
+	ledger, _ := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	defer ledger.Close()
+	keyer, _ := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "billing", Step: "charge", Fields: []string{"/invoice"}})
+	charges := 0
+	charge := func(ctx context.Context) (dedupe.Result, error) {
+		charges++ // the side effect: send in.Key as its idempotency key
+		return dedupe.Result{DownstreamID: fmt.Sprintf("ch_%d", charges)}, nil
+	}
+	for _, delivery := range []string{`{"invoice":"in_1","attempt":1}`, `{"invoice":"in_1","attempt":2}`} {
+		in, _ := keyer.Intent([]byte(delivery))
+		res, ran, err := dedupe.Do(context.Background(), ledger, in.Key, charge, dedupe.DoOptions{Fingerprint: in.Fingerprint})
+		fmt.Println(res.DownstreamID, ran, err)
+	}
+	fmt.Println("charges:", charges)
+	// Output:
+	// ch_1 true <nil>
+	// ch_1 false <nil>
+	// charges: 1
 }
