@@ -7,6 +7,7 @@
 //	consumer inspect [flags]           # keys, ledger records, leases, cache figures
 //	consumer config check [FILE]       # validate and explain a configuration
 //	consumer key [flags] < payload.json
+//	consumer version                   # version, commit, Go version
 //
 // The key command reads one trigger payload from standard input, validates it
 // as I-JSON, and prints its RFC 8785 canonical form, the intent key that a
@@ -25,6 +26,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/oncegate/oncegate/internal/version"
 )
 
 func main() {
@@ -47,6 +50,7 @@ commands:
   inspect  show a trigger's key and ledger record, pending leases, cache figures
   config   check FILE: validate a configuration and explain it
   key      derive the intent key of a payload read from standard input
+  version  print the version, the commit and the Go version of this build
 
 Run "consumer <command> -h" for a command's flags.
 `
@@ -67,6 +71,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runInspect(ctx, args[1:], stdin, stdout, stderr)
 	case "config":
 		return runConfig(ctx, args[1:], stdin, stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, version.Get())
+		return nil
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

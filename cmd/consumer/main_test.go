@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -58,5 +59,16 @@ func TestKeyCommandErrors(t *testing.T) {
 				t.Errorf("consumer %v: error = %v; want it to mention %q", tt.args, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestVersionCommand: "consumer version" and "consumer -version" print the
+// build's version, commit and Go version.
+func TestVersionCommand(t *testing.T) {
+	for _, arg := range []string{"version", "-version", "--version"} {
+		out, _, err := runCmd(t, "", arg)
+		if err != nil || !strings.HasPrefix(out, "oncegate ") || !strings.Contains(out, runtime.Version()) {
+			t.Errorf("consumer %s = %q, %v; want the version line", arg, out, err)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/oncegate/oncegate/internal/version"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
@@ -197,7 +198,15 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		replyRefused: counter("replies_refused_total",
 			"Oncegate-Reply subjects refused: not under stream.reply_prefixes.", "pipeline"),
 	}
+	build := version.Get()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "build_info",
+		Help:        "The running build: 1, labelled with the version, the commit and the Go version.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "commit": build.Commit, "goversion": build.Go},
+	})
+	buildInfo.Set(1)
 	m.reg.MustRegister(
+		buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.triggers, m.duplicates, m.claims, m.effects, m.effectTime, m.stepTime,

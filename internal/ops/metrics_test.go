@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -492,5 +493,23 @@ func TestConcurrentRecordAndScrape(t *testing.T) {
 		if got := f.value(t, tt.name, tt.labels); got != tt.want {
 			t.Errorf("%s{%s} = %v; want %v", tt.name, tt.labels, got, tt.want)
 		}
+	}
+}
+
+// TestBuildInfo: the build is exposed as oncegate_build_info 1 with its
+// version, commit and Go version.
+func TestBuildInfo(t *testing.T) {
+	m := ops.NewMetrics(ops.MetricsOptions{})
+	f := scrape(t, startServer(t, m, nil, discardLogger()))
+	mf := f["oncegate_build_info"]
+	if mf == nil || len(mf.GetMetric()) != 1 || mf.GetMetric()[0].GetGauge().GetValue() != 1 {
+		t.Fatalf("oncegate_build_info: %v", mf)
+	}
+	labels := map[string]string{}
+	for _, l := range mf.GetMetric()[0].GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if labels["goversion"] != runtime.Version() || labels["version"] == "" || labels["commit"] == "" {
+		t.Errorf("labels %v", labels)
 	}
 }
