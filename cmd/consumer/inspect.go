@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/dirlock"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
@@ -157,6 +160,9 @@ func openLedger(ctx context.Context, cfg *config.Config) (dedupe.Ledger, func(),
 		}
 		return l, func() { l.Close(); nc.Close() }, nil
 	}
+	if err := haveData(cfg.BadgerDir()); err != nil {
+		return nil, nil, err
+	}
 	db, err := dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{})
 	if err != nil {
 		if errors.Is(err, dedupe.ErrLocked) {
@@ -209,9 +215,12 @@ func printRecord(ctx context.Context, w io.Writer, l dedupe.Ledger, k dedupe.Key
 
 func inspectCache(w io.Writer, cfg *config.Config) error {
 	dir := filepath.Join(cfg.DataDir, "llm-cache")
+	if err := haveData(cfg.DataDir); err != nil {
+		return err
+	}
 	c, err := llmcache.Open(dir, llmcache.Options{})
 	if err != nil {
-		if errors.Is(err, dedupe.ErrLocked) {
+		if dirlock.Held(dir) {
 			return fmt.Errorf("inspect: %s is held by a running consumer; stop it first, or read its /metrics (oncegate_llm_*)", dir)
 		}
 		return err
@@ -225,5 +234,22 @@ func inspectCache(w io.Writer, cfg *config.Config) error {
 	fmt.Fprintf(w, "answers:        %d (%d streamed), %d bytes\n", s.Answers, s.Streams, s.AnswerBytes)
 	fmt.Fprintf(w, "tokens in them: %d (what each hit on all of them would save)\n", s.AnswerTokens)
 	fmt.Fprintf(w, "budgets:        %d intents, %d tokens spent\n", s.Budgets, s.BudgetSpent)
+	return nil
+}
+
+// haveData refuses a store directory that does not exist, rather than
+// create an empty one and report that it holds nothing: a mistyped -data
+// must not look like a fresh ledger.
+func haveData(dir string) error {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("inspect: no Oncegate data at %s (check -data or data_dir)", dir)
+	}
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("inspect: %s is not a directory", dir)
+	}
 	return nil
 }

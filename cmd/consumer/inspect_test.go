@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,5 +91,24 @@ func TestInspect(t *testing.T) {
 	defer db.Close()
 	if _, _, err := runCmd(t, "", "inspect", "-data", filepath.Clean(dir), "pending"); err == nil || !strings.Contains(err.Error(), "running consumer") {
 		t.Errorf("inspect on a held ledger: %v", err)
+	}
+}
+
+// TestInspectMissingData: a mistyped -data is an error, and no directory
+// is created for it; inspect once answered "no record" with exit 0.
+func TestInspectMissingData(t *testing.T) {
+	typo := filepath.Join(t.TempDir(), "TYPO")
+	for _, args := range [][]string{
+		{"inspect", "-data", typo, "record", strings.Repeat("ab", 16)},
+		{"inspect", "-data", typo, "pending"},
+		{"inspect", "-data", typo, "cache"},
+	} {
+		_, _, err := runCmd(t, "", args...)
+		if err == nil || !strings.Contains(err.Error(), "no Oncegate data") {
+			t.Errorf("consumer %s = %v; want an error naming the missing data", strings.Join(args, " "), err)
+		}
+	}
+	if _, err := os.Stat(typo); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("inspect created %s (%v)", typo, err)
 	}
 }

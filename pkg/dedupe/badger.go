@@ -14,6 +14,8 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+
+	"github.com/oncegate/oncegate/internal/dirlock"
 )
 
 // badgerPrefix starts every ledger key in a shared Badger DB.
@@ -132,7 +134,7 @@ func OpenBadger(dir string, o OpenBadgerOptions) (*badger.DB, error) {
 	}
 	db, err := badger.Open(bo)
 	if err != nil {
-		if !o.InMemory && dirLocked(dir) {
+		if !o.InMemory && dirlock.Held(dir) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, dir, err)
 		}
 		if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
