@@ -74,6 +74,10 @@ func EnvName(path string) string {
 // endpoint. Variables cannot add pipelines, map entries or a step the file
 // does not have.
 //
+// NATS_URL, NATS_CREDS and NATS_NKEY, as the nats CLI reads them, set
+// nats.url, nats.creds_file and nats.nkey_seed_file when neither the file nor an
+// ONCEGATE_* variable does.
+//
 // An ONCEGATE_* variable that matches no field, and is not in
 // EnvAllowlist, is an error (ErrUnknownKey), as is a value that does not
 // parse (ErrInvalid). LoadEnv does not validate; call Validate.
@@ -106,8 +110,35 @@ func (c *Config) LoadEnv(environ []string) error {
 			issues = append(issues, issue{env: name, err: invalid("ambiguous: it names %s; rename a pipeline to tell them apart", strings.Join(paths, " and "))})
 		}
 	}
+	c.natsConventions(environ)
 	c.applyDefaults()
 	return c.fieldErrors(issues)
+}
+
+// natsConventions applies the variables the nats CLI and the NATS client
+// libraries read (NATS_URL, NATS_CREDS, NATS_NKEY), with the lowest
+// precedence: a field the file or an ONCEGATE_* variable sets keeps its
+// value.
+func (c *Config) natsConventions(environ []string) {
+	fields := []struct {
+		env, path string
+		dst       *string
+	}{
+		{"NATS_URL", "nats.url", &c.NATS.URL},
+		{"NATS_CREDS", "nats.creds_file", &c.NATS.CredsFile},
+		{"NATS_NKEY", "nats.nkey_seed_file", &c.NATS.NKeySeedFile},
+	}
+	for _, f := range fields {
+		if c.meta.present(f.path) || c.meta.env[f.path] != "" || *f.dst != "" {
+			continue
+		}
+		for _, kv := range environ {
+			if name, val, ok := strings.Cut(kv, "="); ok && name == f.env && val != "" {
+				*f.dst = val
+				c.meta.setByEnv(f.path, name)
+			}
+		}
+	}
 }
 
 // leaf is one overridable field.

@@ -243,3 +243,33 @@ func TestEnvListPositions(t *testing.T) {
 		t.Errorf("error %v: env %q, line %d; want ONCEGATE_STREAM_SUBJECTS, no line", fe, fe.Env, fe.Line)
 	}
 }
+
+// TestNATSConventions: NATS_URL and NATS_CREDS, as the nats CLI reads
+// them, apply when neither the file nor an ONCEGATE_* variable sets the
+// field.
+func TestNATSConventions(t *testing.T) {
+	c, err := parseDefault([]string{"NATS_URL=nats://a:4222", "NATS_CREDS=/etc/nats/app.creds"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NATS.URL != "nats://a:4222" || c.NATS.CredsFile != "/etc/nats/app.creds" {
+		t.Errorf("nats %+v; want NATS_URL and NATS_CREDS applied", c.NATS)
+	}
+	c, err = parseDefault([]string{"NATS_URL=nats://a:4222", "ONCEGATE_NATS_URL=nats://b:4222"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NATS.URL != "nats://b:4222" {
+		t.Errorf("nats.url %q; want ONCEGATE_NATS_URL to win over NATS_URL", c.NATS.URL)
+	}
+	c, err = Parse([]byte("nats: {url: nats://file:4222}\npipelines: [{name: p, subject: triggers.p, effect: {sink: jetstream, subject: effects.p}}]\n"), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LoadEnv([]string{"NATS_URL=nats://a:4222"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.NATS.URL != "nats://file:4222" {
+		t.Errorf("nats.url %q; want the file's value to win over NATS_URL", c.NATS.URL)
+	}
+}
