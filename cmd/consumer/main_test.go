@@ -72,3 +72,19 @@ func TestVersionCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestBadFlagNamesTheFlag: a bad flag value is blamed on the flag, not on
+// the file or the built-in defaults.
+func TestBadFlagNamesTheFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "-log-level", "loud"},
+		{"run", "-log-format", "xml"},
+		{"run", "-metrics", "not an address"},
+		{"run", "-listen", "nowhere"},
+	} {
+		_, _, err := runCmd(t, "", args...)
+		if err == nil || !strings.Contains(err.Error(), "flag "+args[1]) || strings.Contains(err.Error(), "built-in default") {
+			t.Errorf("consumer %s = %v; want an error naming flag %s", strings.Join(args, " "), err, args[1])
+		}
+	}
+}

@@ -50,25 +50,22 @@ func (c *common) load() (*config.Config, error) {
 			cfg.NATS.Embedded.StoreDir = c.dataDir + cfg.NATS.Embedded.StoreDir[len(old):]
 		}
 	}
-	if c.natsURL != "" {
-		cfg.NATS.URL = c.natsURL
+	set := func(flag, path string, dst *string, v string) {
+		if v != "" {
+			*dst = v
+			cfg.SetByFlag(path, flag)
+		}
 	}
-	if c.listen != "" {
-		cfg.NATS.Embedded.Listen = c.listen
-	}
-	switch c.metrics {
-	case "":
-	case "off":
+	set("-nats-url", "nats.url", &cfg.NATS.URL, c.natsURL)
+	set("-listen", "nats.embedded.listen", &cfg.NATS.Embedded.Listen, c.listen)
+	if c.metrics == "off" {
 		cfg.Metrics.Listen = ""
-	default:
-		cfg.Metrics.Listen = c.metrics
+		cfg.SetByFlag("metrics.listen", "-metrics")
+	} else {
+		set("-metrics", "metrics.listen", &cfg.Metrics.Listen, c.metrics)
 	}
-	if c.logFormat != "" {
-		cfg.Log.Format = c.logFormat
-	}
-	if c.logLevel != "" {
-		cfg.Log.Level = c.logLevel
-	}
+	set("-log-format", "log.format", &cfg.Log.Format, c.logFormat)
+	set("-log-level", "log.level", &cfg.Log.Level, c.logLevel)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

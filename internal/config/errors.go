@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"errors"
 	"fmt"
 	"strconv"
@@ -46,6 +47,10 @@ type FieldError struct {
 func (e *FieldError) Error() string {
 	var b []byte
 	switch {
+	case strings.HasPrefix(e.Env, "-"):
+		b = append(b, "flag "...)
+		b = append(b, e.Env...)
+		b = append(b, ": "...)
 	case e.Env != "":
 		b = append(b, "env "...)
 		b = append(b, e.Env...)

@@ -141,3 +141,13 @@ func clone(v any) any {
 	}
 	return v
 }
+
+// SetByFlag records that the command-line flag (such as "-log-level") set
+// the field at path, a path as FieldError spells it, so that a problem with
+// the value names the flag rather than the file or the defaults.
+func (c *Config) SetByFlag(path, flag string) {
+	if c.meta == nil {
+		c.meta = newMeta("")
+	}
+	c.meta.setByEnv(path, flag)
+}
