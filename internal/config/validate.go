@@ -41,6 +41,7 @@ func (c *Config) Validate() error {
 	v.stream()
 	v.pipelines()
 	v.retention()
+	v.ingress()
 	return c.fieldErrors(v.issues)
 }
 
