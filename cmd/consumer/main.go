@@ -7,6 +7,7 @@
 //	consumer inspect [flags]           # keys, ledger records, leases, cache figures
 //	consumer config check [FILE]       # validate and explain a configuration
 //	consumer key [flags] < payload.json
+//	consumer webhook sign -source NAME < payload.json
 //
 // The key command reads one trigger payload from standard input, validates it
 // as I-JSON, and prints its RFC 8785 canonical form, the intent key that a
@@ -47,6 +48,7 @@ commands:
   inspect  show a trigger's key and ledger record, pending leases, cache figures
   config   check FILE: validate a configuration and explain it
   key      derive the intent key of a payload read from standard input
+  webhook  sign -source NAME: print the headers a provider would send with a payload
 
 Run "consumer <command> -h" for a command's flags.
 `
@@ -67,6 +69,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runInspect(ctx, args[1:], stdin, stdout, stderr)
 	case "config":
 		return runConfig(ctx, args[1:], stdin, stdout, stderr)
+	case "webhook":
+		return runWebhook(ctx, args[1:], stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -90,6 +90,7 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	fs.SetOutput(stderr)
 	var c common
 	c.register(fs)
+	ingressAddr := fs.String("ingress", "", "serve the webhook ingress on `address` (host:port, such as 127.0.0.1:8080; overrides ingress.listen)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: consumer run [flags]\n\nRuns the pipelines until SIGINT or SIGTERM, then drains.")
 		fs.PrintDefaults()
@@ -104,6 +105,12 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
+	if *ingressAddr != "" {
+		cfg.Ingress.Listen = *ingressAddr
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+	}
 	log := newLogger(cfg, stderr)
 	a, err := app.Start(ctx, cfg, app.Options{Logger: log, Fault: faultHook(), BrokenAckEarly: brokenAckEarly(), Clock: faultClock()})
 	if err != nil {
@@ -112,6 +119,9 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	defer a.Close()
 	if a.Embedded != nil {
 		fmt.Fprintf(stdout, "Oncegate: embedded NATS at %s; publish triggers to %s\n", a.Embedded.ClientURL(), strings.Join(cfg.Stream.Subjects, ", "))
+	}
+	if a.Ingress != nil {
+		fmt.Fprintf(stdout, "Oncegate: webhook ingress at http://%s/hooks/<source>\n", a.IngressAddr)
 	}
 	err = a.Run(ctx)
 	if cerr := a.Close(); err == nil {

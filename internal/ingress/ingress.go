@@ -166,34 +166,13 @@ func (m *metrics) forSource(name string) sourceMetrics {
 // returns no keys, and why, when the current secret is not set; the
 // reason names the variable or file, never the value.
 func loadKeys(c config.Source, getenv func(string) string, readFile func(string) ([]byte, error)) ([][]byte, string) {
-	read := func(env, file string) (string, string) {
-		switch {
-		case env != "":
-			v := getenv(env)
-			if v == "" {
-				return "", fmt.Sprintf("environment variable %s is not set", env)
-			}
-			return v, ""
-		case file != "":
-			b, err := readFile(file)
-			if err != nil {
-				return "", fmt.Sprintf("secret file: %v", err)
-			}
-			v := strings.TrimRight(string(b), "\r\n")
-			if v == "" {
-				return "", fmt.Sprintf("secret file %s is empty", file)
-			}
-			return v, ""
-		}
-		return "", "no secret_env or secret_file"
-	}
-	cur, why := read(c.SecretEnv, c.SecretFile)
+	cur, why := readSecret(c.SecretEnv, c.SecretFile, getenv, readFile)
 	if why != "" {
 		return nil, why
 	}
 	vals := []string{cur}
 	if c.PreviousSecretEnv != "" || c.PreviousSecretFile != "" {
-		if prev, why := read(c.PreviousSecretEnv, c.PreviousSecretFile); why == "" {
+		if prev, why := readSecret(c.PreviousSecretEnv, c.PreviousSecretFile, getenv, readFile); why == "" {
 			vals = append(vals, prev)
 		}
 	}
@@ -210,6 +189,40 @@ func loadKeys(c config.Source, getenv func(string) string, readFile func(string)
 		keys = append(keys, []byte(v))
 	}
 	return keys, ""
+}
+
+// readSecret reads a secret from the environment variable env or the
+// file, or says why it could not (never with the value).
+func readSecret(env, file string, getenv func(string) string, readFile func(string) ([]byte, error)) (string, string) {
+	switch {
+	case env != "":
+		v := getenv(env)
+		if v == "" {
+			return "", fmt.Sprintf("environment variable %s is not set", env)
+		}
+		return v, ""
+	case file != "":
+		b, err := readFile(file)
+		if err != nil {
+			return "", fmt.Sprintf("secret file: %v", err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		if v == "" {
+			return "", fmt.Sprintf("secret file %s is empty", file)
+		}
+		return v, ""
+	}
+	return "", "no secret_env or secret_file"
+}
+
+// SourceSecret returns the current secret of c, as Sign takes it, read
+// from its environment variable (through getenv) or its file.
+func SourceSecret(c config.Source, getenv func(string) string) ([]byte, error) {
+	v, why := readSecret(c.SecretEnv, c.SecretFile, getenv, os.ReadFile)
+	if why != "" {
+		return nil, fmt.Errorf("ingress: source %s: %s", c.Name, why)
+	}
+	return []byte(v), nil
 }
 
 // Start listens on the configured address and serves in the background
