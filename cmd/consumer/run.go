@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/oncegate/oncegate/internal/app"
@@ -46,8 +47,12 @@ func (c *common) load() (*config.Config, error) {
 	if c.dataDir != "" {
 		old := cfg.DataDir
 		cfg.DataDir = c.dataDir
-		if cfg.NATS.Embedded.StoreDir == old+"/nats" || strings.HasPrefix(cfg.NATS.Embedded.StoreDir, old+string(os.PathSeparator)) {
-			cfg.NATS.Embedded.StoreDir = c.dataDir + cfg.NATS.Embedded.StoreDir[len(old):]
+		// The embedded store follows the data directory when it lies
+		// below it (as its default, data_dir/nats, does). Compare clean
+		// paths: the default is "oncegate-data/nats" under "./oncegate-data".
+		store, oldClean := filepath.Clean(cfg.NATS.Embedded.StoreDir), filepath.Clean(old)
+		if rel, err := filepath.Rel(oldClean, store); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(os.PathSeparator)) && store != oldClean {
+			cfg.NATS.Embedded.StoreDir = filepath.Join(c.dataDir, rel)
 		}
 	}
 	if c.natsURL != "" {
