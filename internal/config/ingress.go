@@ -1,8 +1,10 @@
 package config
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -291,5 +293,38 @@ func init() {
 		"token":           "secrets are not read from the config file: name the environment variable that holds it with secret_env, or a file with secret_file",
 		"password":        "secrets are not read from the config file: name the environment variable that holds it with secret_env, or a file with secret_file",
 		"previous_secret": "secrets are not read from the config file: use previous_secret_env or previous_secret_file",
+	}
+}
+
+// ingress explains the ingress section: where it listens (or that it is
+// off) and each source, naming where its secret comes from, never the
+// secret.
+func (x *explainer) ingress() {
+	in := &x.c.Ingress
+	state := "off (set ingress.listen, or run -ingress ADDR)"
+	if in.Listen != "" {
+		state = "http://" + in.Listen + "/hooks/<source>"
+	}
+	x.row("webhook ingress", x.d("ingress.listen", in.Listen, state),
+		"body limit "+x.d("ingress.max_body_bytes", in.MaxBodyBytes, in.MaxBodyBytes.String()),
+		"timestamp tolerance "+x.d("ingress.tolerance", in.Tolerance, formatDuration(in.Tolerance)),
+		"PubAck wait "+x.d("ingress.publish_timeout", in.PublishTimeout, formatDuration(in.PublishTimeout)),
+		"in flight per source "+x.d("ingress.max_in_flight", in.MaxInFlight, strconv.Itoa(in.MaxInFlight)))
+	for _, s := range in.Sources {
+		auth := "unsigned requests accepted (auth: none)"
+		switch {
+		case s.Auth == AuthNone:
+		case s.SecretEnv != "":
+			auth = "secret from $" + s.SecretEnv
+		case s.SecretFile != "":
+			auth = "secret from file " + s.SecretFile
+		}
+		if s.Kind == KindAlertmanager && s.Auth != AuthNone {
+			auth = s.Auth + " auth, " + auth
+		}
+		if s.PreviousSecretEnv != "" || s.PreviousSecretFile != "" {
+			auth += ", and the previous one during a rotation"
+		}
+		x.row("", fmt.Sprintf("/hooks/%s: %s → %s", s.Name, s.Kind, s.Subject), auth)
 	}
 }
