@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -314,7 +315,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, sm, start, OutcomeTooLarge, http.StatusRequestEntityTooLarge, "the body is over the limit of "+strconv.FormatInt(limit, 10)+" bytes")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, err := readBody(w, r, limit)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -354,9 +355,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if stored == 0 && dups > 0 {
 		o = OutcomeDuplicate
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonType
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprintf(w, "{\"triggers\":%d,\"stored\":%d,\"duplicates\":%d}\n", len(ts), stored, dups)
+	b := make([]byte, 0, 64)
+	b = append(b, `{"triggers":`...)
+	b = strconv.AppendInt(b, int64(len(ts)), 10)
+	b = append(b, `,"stored":`...)
+	b = strconv.AppendInt(b, int64(stored), 10)
+	b = append(b, `,"duplicates":`...)
+	b = strconv.AppendInt(b, int64(dups), 10)
+	b = append(b, "}\n"...)
+	w.Write(b)
 	sm.outcome[o].Inc()
 	sm.latency.Observe(time.Since(start).Seconds())
 }
@@ -385,7 +394,7 @@ func (s *Server) publish(ctx context.Context, src *source, ts []trigger) (stored
 	defer cancel()
 	for i := range ts {
 		t := &ts[i]
-		h := nats.Header{}
+		h := make(nats.Header, 4)
 		h[nats.MsgIdHdr] = []string{src.cfg.Name + ":" + t.delivery}
 		h[HeaderSource] = []string{src.cfg.Name}
 		h[HeaderDelivery] = []string{t.delivery}
@@ -423,6 +432,23 @@ func (s *Server) unavailable(w http.ResponseWriter, sm *sourceMetrics, start tim
 	s.answer(w, sm, start, o, http.StatusServiceUnavailable, msg)
 }
 
+var jsonType = []string{"application/json"}
+
+// readBody reads the request body, up to limit bytes: into a buffer of
+// the announced size when there is one, else growing.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		buf := make([]byte, n)
+		// net/http's body reader stops at Content-Length.
+		if _, err := io.ReadFull(rd, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
+	return io.ReadAll(rd)
+}
+
 // isJSON reports whether a Content-Type is application/json, or a
 // +json type.
 func isJSON(ct string) bool {
@@ -444,8 +470,8 @@ var errPing = errors.New("ingress: ping")
 
 // triggers turns a verified request into the triggers it carries.
 func triggers(c *config.Source, h http.Header, body []byte) ([]trigger, error) {
-	if !json.Valid(body) {
-		return nil, errors.New("the body is not JSON")
+	if !looksJSON(body) {
+		return nil, errors.New("the body is not a JSON object or array")
 	}
 	switch c.Kind {
 	case config.KindGitHub:
@@ -486,6 +512,20 @@ func triggers(c *config.Source, h http.Header, body []byte) ([]trigger, error) {
 		return one(id, c.DeliveryHeader, ev, body)
 	}
 	return nil, fmt.Errorf("kind %q is not served", c.Kind)
+}
+
+// looksJSON reports whether body is framed as a JSON object or array:
+// it catches a form-encoded or plain-text body at the door. It does not
+// validate the document: the consumer does (RFC 8785, I-JSON), and
+// dead-letters a payload that is not, with its reason; a kind whose
+// delivery id is in the body (stripe, alertmanager) parses it here.
+func looksJSON(body []byte) bool {
+	b := bytes.TrimSpace(body)
+	if len(b) < 2 {
+		return false
+	}
+	first, last := b[0], b[len(b)-1]
+	return first == '{' && last == '}' || first == '[' && last == ']'
 }
 
 // maxDeliveryID bounds a delivery id: it goes into headers.

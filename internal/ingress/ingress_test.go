@@ -59,7 +59,7 @@ func source(name string) config.Source {
 	panic("no source " + name)
 }
 
-func fixture(t *testing.T, name string) []byte {
+func fixture(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile("testdata/" + name)
 	if err != nil {
@@ -70,7 +70,7 @@ func fixture(t *testing.T, name string) []byte {
 
 // env is a test ingress in front of a real JetStream stream.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	js    jetstream.JetStream
 	nc    *nats.Conn
 	srv   *ingress.Server
@@ -82,7 +82,7 @@ type env struct {
 	store string
 }
 
-func newEnv(t *testing.T, edit func(*config.Ingress)) *env {
+func newEnv(t testing.TB, edit func(*config.Ingress)) *env {
 	t.Helper()
 	e := &env{t: t, now: time.Now(), store: t.TempDir()}
 	e.nsrv = natstest.RunServer(t, func(o *server.Options) { o.StoreDir = e.store })
