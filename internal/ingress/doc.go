@@ -38,7 +38,14 @@
 // tolerance, is answered 401; a body over the limit 413 (from its
 // Content-Length, before it is read, or as soon as the read passes the
 // limit); a method other than POST 405; a body that is not
-// application/json 415; an unknown source 404; a body that is not JSON or
-// lacks the delivery id 400. None of them publishes anything, and each is
-// counted in oncegate_ingress_requests_total by its outcome.
+// application/json 415; an unknown source 404; a body that is not framed
+// as a JSON object or array, or lacks the delivery id, 400 (the consumer
+// validates the JSON, and dead-letters a payload that is not I-JSON). None
+// of them publishes anything, and each is counted in
+// oncegate_ingress_requests_total by its outcome.
+//
+// Sentry's Sentry-Hook-Timestamp is not covered by its signature, so a
+// sentry source has no timestamp tolerance (nor has GitHub, which sends no
+// timestamp); a replayed delivery carries its delivery id, and the stream's
+// duplicate window and the ledger keep it from being worked twice.
 package ingress

@@ -22,7 +22,7 @@ const (
 	OutcomeMethod        Outcome = "method"         // 405: not a POST
 	OutcomeContentType   Outcome = "content_type"   // 415: not application/json
 	OutcomeUnknownSource Outcome = "unknown_source" // 404: no such source
-	OutcomeBadRequest    Outcome = "bad_request"    // 400: not JSON, no delivery id, a body cut short
+	OutcomeBadRequest    Outcome = "bad_request"    // 400: not a JSON object or array, no delivery id, a body cut short
 	OutcomeNoSecret      Outcome = "no_secret"      // 503: the source's secret is not set
 	OutcomeUnavailable   Outcome = "unavailable"    // 503: JetStream did not acknowledge in time
 	OutcomeBusy          Outcome = "busy"           // 503: the source's in-flight limit is reached
