@@ -176,6 +176,29 @@ func (e *env) messages() []*jetstream.RawStreamMsg {
 	return out
 }
 
+// gauge returns the gauge name for source.
+func (e *env) gauge(name, source string) float64 {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" && l.GetValue() == source {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	e.t.Fatalf("no series %s for source %q", name, source)
+	return 0
+}
+
 // outcome returns oncegate_ingress_requests_total for source and outcome.
 func (e *env) outcome(source string, o ingress.Outcome) float64 {
 	e.t.Helper()
@@ -468,6 +491,7 @@ func TestChunkedBodyOverLimit(t *testing.T) {
 func TestInFlightLimit(t *testing.T) {
 	e := newEnv(t, func(c *config.Ingress) { c.MaxInFlight = 1 })
 	pr, pw := io.Pipe()
+	defer pw.CloseWithError(io.ErrClosedPipe) // never leave the slow request hanging
 	first := make(chan int, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, e.url+"/hooks/open", pr)
@@ -483,28 +507,26 @@ func TestInFlightLimit(t *testing.T) {
 	}()
 	pw.Write([]byte(`{"slow":`)) // the first request holds its slot while its body trickles in
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		status, h, _ := e.post("open", http.Header{"Content-Type": {"application/json"}, ingress.HeaderGitHubDelivery: {"fast"}}, []byte(`{}`))
-		if status == http.StatusServiceUnavailable {
-			if h.Get("Retry-After") != "3" {
-				t.Errorf("Retry-After = %q; want 3", h.Get("Retry-After"))
-			}
-			break
-		}
-		// The first request had not reached the server yet: this one
-		// went through. Try again until the slot is held.
+	for e.gauge("oncegate_ingress_in_flight", "open") != 1 {
 		if time.Now().After(deadline) {
-			t.Fatal("the in-flight limit never answered 503")
+			t.Fatal("the slow request never took its slot")
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
+	}
+	status, h, _ := e.post("open", http.Header{"Content-Type": {"application/json"}, ingress.HeaderGitHubDelivery: {"fast"}}, []byte(`{}`))
+	if status != http.StatusServiceUnavailable || h.Get("Retry-After") != "3" {
+		t.Errorf("a second request in flight = %d (Retry-After %q); want 503 with Retry-After 3", status, h.Get("Retry-After"))
 	}
 	pw.Write([]byte(`true}`))
 	pw.Close()
 	if status := <-first; status != http.StatusOK {
 		t.Fatalf("the slow request = %d; want 200", status)
 	}
-	if got := e.outcome("open", ingress.OutcomeBusy); got < 1 {
-		t.Errorf("busy outcomes = %v; want ≥ 1", got)
+	if got := e.outcome("open", ingress.OutcomeBusy); got != 1 {
+		t.Errorf("busy outcomes = %v; want 1", got)
+	}
+	if n := len(e.messages()); n != 1 {
+		t.Errorf("%d triggers; want the slow one only", n)
 	}
 }
 
