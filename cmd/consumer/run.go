@@ -95,7 +95,7 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	fs.SetOutput(stderr)
 	var c common
 	c.register(fs)
-	ingressAddr := fs.String("ingress", "", "serve the webhook ingress on `address` (host:port, such as 127.0.0.1:8080; overrides ingress.listen)")
+	ingressAddr := fs.String("ingress", "", "serve the webhook ingress on `address` (host:port; \":8080\" is loopback, \"0.0.0.0:8080\" every interface; overrides ingress.listen)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: consumer run [flags]\n\nRuns the pipelines until SIGINT or SIGTERM, then drains.")
 		fs.PrintDefaults()

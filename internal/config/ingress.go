@@ -66,7 +66,9 @@ const (
 // (or the run command's -ingress flag gives an address).
 type Ingress struct {
 	// Listen is the address the ingress serves on, such as
-	// "127.0.0.1:8080". Empty (the default) turns the ingress off.
+	// "127.0.0.1:8080"; without a host (":8080") it is on loopback, and
+	// every interface must be asked for ("0.0.0.0:8080"). Empty (the
+	// default) turns the ingress off.
 	Listen string `yaml:"listen"`
 	// MaxBodyBytes bounds a request body; a larger one is answered 413
 	// before it is read whole. The default is 1MiB.

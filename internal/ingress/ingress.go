@@ -235,7 +235,7 @@ func (s *Server) Start() (string, error) {
 	if s.srv != nil {
 		return "", errors.New("ingress: already started")
 	}
-	ln, err := net.Listen("tcp", s.cfg.Listen)
+	ln, err := net.Listen("tcp", listenAddr(s.cfg.Listen))
 	if err != nil {
 		return "", fmt.Errorf("ingress: %w", err)
 	}
@@ -257,6 +257,15 @@ func (s *Server) Start() (string, error) {
 		}
 	}(s.srv, s.done)
 	return ln.Addr().String(), nil
+}
+
+// listenAddr puts a listen address without a host (":8080") on
+// loopback: serving every interface must be asked for ("0.0.0.0:8080").
+func listenAddr(addr string) string {
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return addr
 }
 
 // Shutdown stops taking requests and waits, until ctx is done, for the

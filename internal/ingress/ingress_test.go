@@ -589,10 +589,13 @@ func TestNoStreamIs503(t *testing.T) {
 // Start serves on the configured address with the configured timeouts;
 // Shutdown stops it.
 func TestStartShutdown(t *testing.T) {
-	e := newEnv(t, func(c *config.Ingress) { c.Listen = "127.0.0.1:0" })
+	e := newEnv(t, func(c *config.Ingress) { c.Listen = ":0" })
 	addr, err := e.srv.Start()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Errorf("listen :0 serves on %s; want loopback", addr)
 	}
 	e.url = "http://" + addr
 	body := fixture(t, "github-push.json")
