@@ -6,12 +6,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -610,4 +612,53 @@ func TestStartShutdown(t *testing.T) {
 	if _, err := http.Post(e.url+"/hooks/github", "application/json", bytes.NewReader(body)); err == nil {
 		t.Fatal("still serving after Shutdown")
 	}
+}
+
+// A source whose secret is not set answers 503, and says why in the log
+// once, naming the variable and never a secret.
+func TestMissingSecretLogsOnce(t *testing.T) {
+	e := newEnv(t, nil)
+	var logs lockedBuffer
+	srv, err := ingress.New(ingress.Options{
+		Config: e.cfg, JetStream: e.js, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Getenv: func(k string) string { return secrets[k] },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	e.url = hs.URL
+	body := fixture(t, "github-push.json")
+	for range 3 {
+		if status, h, _ := e.post("unset", e.sign("github", body, "d-unset", "push"), body); status != http.StatusServiceUnavailable || h.Get("Retry-After") == "" {
+			t.Fatalf("a source without its secret = %d; want 503 with Retry-After", status)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "webhook source has no secret"); n != 1 || !strings.Contains(out, "NOT_SET_ANYWHERE") {
+		t.Errorf("logged %d times (want once, naming the variable):\n%s", n, out)
+	}
+	for _, v := range secrets {
+		if strings.Contains(out, v) {
+			t.Errorf("the log holds a secret:\n%s", out)
+		}
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
