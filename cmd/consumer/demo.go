@@ -37,6 +37,7 @@ type demoWorkload struct {
 	malformed  int // payloads that must be dead-lettered
 	kinds      map[string]int
 	inStream   int // messages that entered the stream
+	ingress    ingressTally
 }
 
 func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -83,6 +84,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	cfg.LLM.BaseURL = ""
 	cfg.LLM.Timeout = 2 * time.Second
 	cfg.Ledger.Lease = 5 * time.Second
+	demoIngress(cfg)
 	for i := range cfg.Pipelines {
 		p := &cfg.Pipelines[i]
 		// Retries come back fast, so the demo ends quickly; NATS uses the
@@ -102,7 +104,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	var fmu sync.Mutex
 	var effectFaults atomic.Int64
 	a, err := app.Start(ctx, cfg, app.Options{
-		Logger: log,
+		Logger: log, Getenv: demoGetenv,
 		// Some effects fail once after the model answered, as a sink that
 		// times out would: the retry must not pay for the model again.
 		WrapSink: func(_ string, s sink.Sink) sink.Sink {
@@ -186,6 +188,11 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	}
 	fmt.Fprintf(stdout, "published %d triggers (%d dropped at ingest by the stream's Nats-Msg-Id window); consumer restarted once half-way\n",
 		w.published, w.ingestDups)
+	// Part of the traffic arrives as webhooks, signed as the providers
+	// sign them, through the ingress.
+	if w.ingress, err = driveIngress(ctx, "http://"+a.IngressAddr, cfg, rng, w, 15, 8); err != nil {
+		return err
+	}
 
 	// Done when no pipeline's durable consumer has a message pending or
 	// unacknowledged: the server's view, which counts redeliveries right.
@@ -507,6 +514,10 @@ func demoReport(ctx context.Context, out io.Writer, a *app.App, js jetstream.Jet
 	fmt.Fprintf(tw, "\n== Oncegate demo report (%.1fs) ==\n", took.Seconds())
 	fmt.Fprintf(tw, "triggers published\t%d\t(%d originals, %d provider retries, %d redeliveries, %d reworded duplicates, %d malformed)\n",
 		w.published, w.kinds["original"], w.kinds["provider retry"], w.kinds["redelivery"], w.kinds["reworded duplicate"], w.kinds["malformed"])
+	if t := w.ingress; t.requests > 0 {
+		fmt.Fprintf(tw, "webhooks through the ingress\t%d\t(%d GitHub pushes, %d Alertmanager groups of 2 alerts, %d Stripe events, %d ping; %d provider retries; each answered 200 after its PubAck)\n",
+			t.requests, t.github, t.groups, t.stripe, t.pings, t.retries)
+	}
 	fmt.Fprintf(tw, "unique intents\t%d\t(%d alerts to triage, %d webhooks to forward)\n", unique, w.alertKeys, w.hookKeys)
 	fmt.Fprintf(tw, "duplicates suppressed\t%d\t\n", int64(w.ingestDups)+total.DuplicatesWindow+total.DuplicatesLedger)
 	fmt.Fprintf(tw, "  by the trigger stream (Nats-Msg-Id)\t%d\t\n", w.ingestDups)

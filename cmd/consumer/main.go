@@ -8,6 +8,7 @@
 //	consumer config check [FILE]       # validate and explain a configuration
 //	consumer key [flags] < payload.json
 //	consumer version                   # version, commit, Go version
+//	consumer webhook sign -source NAME < payload.json
 //
 // The key command reads one trigger payload from standard input, validates it
 // as I-JSON, and prints its RFC 8785 canonical form, the intent key that a
@@ -51,6 +52,7 @@ commands:
   config   check FILE: validate a configuration and explain it
   key      derive the intent key of a payload read from standard input
   version  print the version, the commit and the Go version of this build
+  webhook  sign -source NAME: print the headers a provider would send with a payload
 
 Run "consumer <command> -h" for a command's flags.
 `
@@ -74,6 +76,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, version.Get())
 		return nil
+	case "webhook":
+		return runWebhook(ctx, args[1:], stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

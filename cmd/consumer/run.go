@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/oncegate/oncegate/internal/app"
@@ -46,8 +47,12 @@ func (c *common) load() (*config.Config, error) {
 	if c.dataDir != "" {
 		old := cfg.DataDir
 		cfg.DataDir = c.dataDir
-		if cfg.NATS.Embedded.StoreDir == old+"/nats" || strings.HasPrefix(cfg.NATS.Embedded.StoreDir, old+string(os.PathSeparator)) {
-			cfg.NATS.Embedded.StoreDir = c.dataDir + cfg.NATS.Embedded.StoreDir[len(old):]
+		// The embedded store follows the data directory when it lies
+		// below it (as its default, data_dir/nats, does). Compare clean
+		// paths: the default is "oncegate-data/nats" under "./oncegate-data".
+		store, oldClean := filepath.Clean(cfg.NATS.Embedded.StoreDir), filepath.Clean(old)
+		if rel, err := filepath.Rel(oldClean, store); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(os.PathSeparator)) && store != oldClean {
+			cfg.NATS.Embedded.StoreDir = filepath.Join(c.dataDir, rel)
 		}
 	}
 	set := func(flag, path string, dst *string, v string) {
@@ -87,6 +92,7 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	fs.SetOutput(stderr)
 	var c common
 	c.register(fs)
+	ingressAddr := fs.String("ingress", "", "serve the webhook ingress on `address` (host:port; \":8080\" is loopback, \"0.0.0.0:8080\" every interface; overrides ingress.listen)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: consumer run [flags]\n\nRuns the pipelines until SIGINT or SIGTERM, then drains.")
 		fs.PrintDefaults()
@@ -101,6 +107,12 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
+	if *ingressAddr != "" {
+		cfg.Ingress.Listen = *ingressAddr
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+	}
 	log := newLogger(cfg, stderr)
 	a, err := app.Start(ctx, cfg, app.Options{Logger: log, Clock: faultClock()})
 	if err != nil {
@@ -109,6 +121,9 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	defer a.Close()
 	if a.Embedded != nil {
 		fmt.Fprintf(stdout, "Oncegate: embedded NATS at %s; publish triggers to %s\n", a.Embedded.ClientURL(), strings.Join(cfg.Stream.Subjects, ", "))
+	}
+	if a.Ingress != nil {
+		fmt.Fprintf(stdout, "Oncegate: webhook ingress at http://%s/hooks/<source>\n", a.IngressAddr)
 	}
 	err = a.Run(ctx)
 	if cerr := a.Close(); err == nil {

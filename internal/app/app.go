@@ -21,6 +21,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ingress"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/sink"
@@ -73,6 +74,10 @@ type App struct {
 	Ops      *ops.Server
 	OpsAddr  string
 	ModelURL string
+	// Ingress is the webhook ingress, nil unless ingress.listen is set;
+	// IngressAddr is the address it listens on.
+	Ingress     *ingress.Server
+	IngressAddr string
 
 	log          *slog.Logger
 	closers      []func() error
@@ -197,6 +202,9 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 			return a.Ops.Shutdown(ctx)
 		})
 		o.Logger.Info("metrics and health", "url", "http://"+a.OpsAddr+"/metrics")
+	}
+	if err := a.startIngress(o); err != nil {
+		return nil, fmt.Errorf("app: webhook ingress: %w", err)
 	}
 	return a, nil
 }

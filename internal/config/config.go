@@ -31,6 +31,7 @@ type Config struct {
 	Log       Log        `yaml:"log"`
 	Stream    Stream     `yaml:"stream"`
 	Pipelines []Pipeline `yaml:"pipelines"`
+	Ingress   Ingress    `yaml:"ingress"`
 
 	// meta records where each value came from: a line of the file, an
 	// environment variable, or nowhere (a default). Nil for a Config built

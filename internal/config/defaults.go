@@ -96,7 +96,7 @@ func Default() *Config {
 // parseDefault returns the default configuration with environ applied.
 // Problems name no line: the document is not one the user can see.
 func parseDefault(environ []string) (*Config, error) {
-	c, issues := decode([]byte(defaultYAML), defaultName)
+	c, issues := decode([]byte(defaultYAML+ingressYAML), defaultName)
 	if issues != nil {
 		panic("config: the default configuration does not decode: " + c.fieldErrors(issues).Error())
 	}
@@ -198,4 +198,5 @@ func (c *Config) applyDefaults() {
 		setDefault(c, at("max_ack_pending"), &p.MaxAckPending, DefaultMaxAckPending)
 		setDefault(c, at("concurrency"), &p.Concurrency, DefaultConcurrency)
 	}
+	c.ingressDefaults()
 }

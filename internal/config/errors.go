@@ -1,10 +1,10 @@
 package config
 
 import (
-	"strings"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // The sentinels every *FieldError wraps one of. Test with errors.Is.

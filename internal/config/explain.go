@@ -173,6 +173,7 @@ func (x *explainer) process() {
 		"duplicate window "+x.d("stream.duplicates", s.Duplicates, formatDuration(s.Duplicates)),
 		"max age "+x.d("stream.max_age", s.MaxAge, maxAge))
 	x.row("dead letters", x.d("stream.dead_letter_subject", s.DeadLetterSubject, s.DeadLetterSubject))
+	x.ingress()
 }
 
 func natsAuth(n *NATS) string {

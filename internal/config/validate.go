@@ -47,6 +47,7 @@ func (c *Config) Validate() error {
 	v.pipelines()
 	v.retention()
 	v.horizons()
+	v.ingress()
 	return c.fieldErrors(v.issues)
 }
 

@@ -54,6 +54,12 @@
 // oncegate_window_bytes, oncegate_window_hits_total,
 // oncegate_window_evictions_total and oncegate_window_expired_total.
 //
+// Registered on the same registry (Metrics.Registry) by package ingress
+// when the webhook ingress runs, per source: oncegate_ingress_requests_total
+// {source,outcome}, oncegate_ingress_request_duration_seconds{source},
+// oncegate_ingress_triggers_total{source,result} and
+// oncegate_ingress_in_flight{source}.
+//
 // The scrape-time figures are cumulative snapshots exposed as they are,
 // so a scrape never adds anything twice. The registry also carries the
 // go_* and process_* collectors.

@@ -188,6 +188,13 @@ type KeySpec struct {
 	// Limits bounds the payloads accepted; the zero value means canon's
 	// defaults.
 	Limits canon.Options
+
+	// Headers, if set, are names of message headers whose values identify
+	// the work too, such as Oncegate-Event, which the webhook ingress sets
+	// to the provider's event type. Names are canonicalized as HTTP header
+	// names. A spec with headers is keyed with HeaderIntent, and its keys
+	// never coincide with those of a spec without (see headers.go).
+	Headers []string
 }
 
 // Keyer derives intent keys from payloads for one KeySpec. A Keyer is safe
@@ -197,7 +204,8 @@ type Keyer struct {
 	fields   []canon.Pointer
 	volatile []canon.Pointer
 	version  *canon.Pointer
-	prefix   []byte // domain, pipeline, step, scope, hash, field list: fixed per spec
+	headers  []string // canonical names, in spec order
+	prefix   []byte   // domain, pipeline, step, scope, hash, field list: fixed per spec
 	scratch  sync.Pool
 }
 
@@ -233,6 +241,9 @@ func NewKeyer(spec KeySpec) (*Keyer, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidKeySpec, err)
 	}
 	k := &Keyer{spec: spec}
+	if err := k.parseHeaders(); err != nil {
+		return nil, err
+	}
 	parse := func(what string, list []string) ([]canon.Pointer, error) {
 		ps := make([]canon.Pointer, len(list))
 		for i, s := range list {
@@ -261,13 +272,16 @@ func NewKeyer(spec KeySpec) (*Keyer, error) {
 
 	// Everything fixed by the spec goes into one prefix, each part length-
 	// prefixed so that no two specs encode alike.
-	p := append([]byte(keyDomain), 0)
+	p := append([]byte(k.domain()), 0)
 	p = appendString(p, spec.Pipeline)
 	p = appendString(p, spec.Step)
 	p = append(p, byte(spec.Scope), byte(spec.Hash))
 	p = appendList(p, spec.Fields)
 	p = appendList(p, spec.Volatile)
 	p = appendString(p, spec.Version)
+	if len(k.headers) > 0 { // a spec without headers encodes as it always has
+		p = appendList(p, k.headers)
+	}
 	k.prefix = p
 	k.scratch.New = func() any {
 		c, _ := canon.New(spec.Limits) // validated above
@@ -303,6 +317,15 @@ func (k *Keyer) Intent(payload []byte) (Intent, error) {
 // RunIntent derives the intent of payload within run runID. For a
 // ScopeInput spec runID is ignored; for a ScopeRun spec it is required.
 func (k *Keyer) RunIntent(runID string, payload []byte) (Intent, error) {
+	if len(k.headers) > 0 {
+		return Intent{}, fmt.Errorf("%w: the spec names headers; key it with HeaderIntent", ErrMissingHeader)
+	}
+	return k.intent(runID, nil, payload)
+}
+
+// intent derives the intent of payload within run runID, with the values
+// of the spec's headers read through header.
+func (k *Keyer) intent(runID string, header func(string) string, payload []byte) (Intent, error) {
 	if k.spec.Scope == ScopeRun && runID == "" {
 		return Intent{}, ErrNoRunID
 	}
@@ -316,6 +339,13 @@ func (k *Keyer) RunIntent(runID string, payload []byte) (Intent, error) {
 	in := append(s.in[:0], k.prefix...)
 	if k.spec.Scope == ScopeRun {
 		in = appendString(in, runID)
+	}
+	for _, name := range k.headers {
+		v := header(name)
+		if v == "" {
+			return Intent{}, fmt.Errorf("%w: %s", ErrMissingHeader, name)
+		}
+		in = appendString(in, v)
 	}
 	if k.version != nil {
 		v, ok, err := canon.Lookup(s.doc, *k.version)
