@@ -360,6 +360,7 @@ func (p *Pipeline) KeySpec() dedupe.KeySpec {
 	if p.Key.Hash == HashSHA256 {
 		ks.Hash = dedupe.HashSHA256
 	}
+	ks.Headers = p.Key.Headers
 	return ks
 }
 
@@ -476,6 +477,11 @@ type Key struct {
 	// Hash is HashXXH (the default) or HashSHA256; choose sha256 when
 	// payloads come from parties who might craft collisions.
 	Hash string `yaml:"hash"`
+	// Headers are trigger headers whose values are part of the key, such
+	// as Oncegate-Event, which the webhook ingress sets to the provider's
+	// event type: the same payload under another event is other work. A
+	// trigger without one of them is dead-lettered (missing_field).
+	Headers []string `yaml:"headers"`
 }
 
 // Step is a pipeline's model call.

@@ -433,6 +433,11 @@ func (v *validator) key(at func(string) string, p *Pipeline) {
 		}
 	}
 	v.oneOf(at("key.hash"), k.Hash, HashXXH, HashSHA256)
+	for j, h := range k.Headers {
+		if !validHeaderName(h) {
+			v.add(indexPath(at("key.headers"), j), invalid("%q is not a header name", h))
+		}
+	}
 	if len(v.issues) > n || p.Name == "" || (p.Step != nil && p.Step.Name == "") {
 		return
 	}

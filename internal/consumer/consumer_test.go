@@ -450,3 +450,38 @@ func TestLargeEffectIsCommitted(t *testing.T) {
 		t.Errorf("stats %+v; want one effect, no dead letter", s)
 	}
 }
+
+// TestKeyHeaders: a key spec that names a header (as the webhook ingress
+// sets Oncegate-Event) keys the same payload under two events as two
+// intents, and dead-letters a trigger without the header.
+func TestKeyHeaders(t *testing.T) {
+	f := start(t, func(c *config.Config) {
+		for i := range c.Pipelines {
+			if c.Pipelines[i].Name == "webhooks" {
+				c.Pipelines[i].Key.Headers = []string{"Oncegate-Event"}
+			}
+		}
+	}, standin.Options{})
+	send := func(event string) {
+		m := nats.NewMsg("triggers.webhooks")
+		m.Data = []byte(`{"repository":{"id":7},"after":"abc123"}`)
+		if event != "" {
+			m.Header.Set("Oncegate-Event", event)
+		}
+		if _, err := f.js.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("push")
+	send("push")
+	send("create")
+	send("")
+	waitFor(t, 10*time.Second, "every trigger settled", func() bool { return settled(f.stats("webhooks")) == 4 }, f)
+	if s := f.stats("webhooks"); s.Effects != 2 || s.DuplicatesWindow+s.DuplicatesLedger != 1 || s.DeadLetters != 1 {
+		t.Errorf("stats %+v; want 2 effects (push, create), 1 duplicate, 1 dead letter", s)
+	}
+	dead := f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.webhooks")
+	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(consumer.ReasonMissingField) {
+		t.Errorf("%d dead letters; want one with reason missing_field", len(dead))
+	}
+}

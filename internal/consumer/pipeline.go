@@ -216,7 +216,13 @@ func (p *pipeline) keyOf(t *Trigger) *verdict {
 			}
 		}
 	}
-	in, err := p.keyer.RunIntent(runID, data)
+	var in dedupe.Intent
+	var err error
+	if len(p.cfg.Key.Headers) > 0 {
+		in, err = p.keyer.HeaderIntent(runID, t.msg.Headers().Get, data)
+	} else {
+		in, err = p.keyer.RunIntent(runID, data)
+	}
 	if err != nil {
 		v := dead(nil, classify(err), err)
 		return &v
@@ -251,7 +257,7 @@ func classify(err error) Reason {
 	case errors.Is(err, canon.ErrTooLarge), errors.Is(err, canon.ErrTooDeep),
 		errors.Is(err, canon.ErrStringTooLong), errors.Is(err, canon.ErrTooManyMembers):
 		return ReasonTooLarge
-	case errors.Is(err, canon.ErrNotFound), errors.Is(err, dedupe.ErrNoRunID):
+	case errors.Is(err, canon.ErrNotFound), errors.Is(err, dedupe.ErrNoRunID), errors.Is(err, dedupe.ErrMissingHeader):
 		return ReasonMissingField
 	}
 	return ReasonInvalidJSON
