@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,4 +23,25 @@ func TestNATSURLEnv(t *testing.T) {
 		return err == nil
 	})
 	c.stop(t)
+}
+
+// TestLogFormatJSON: with -log-format json every line the process writes,
+// on standard output and standard error, is a JSON object.
+func TestLogFormatJSON(t *testing.T) {
+	c := startChild(t, nil, "run", "-data", filepath.Join(t.TempDir(), "data"), "-listen", "127.0.0.1:0", "-metrics", "off", "-log-format", "json")
+	waitFor(t, 30*time.Second, "the consumer consuming", func() bool { return strings.Contains(c.stderr.String(), `"msg":"consuming"`) })
+	c.stop(t)
+	for name, out := range map[string]string{"stdout": c.stdout.String(), "stderr": c.stderr.String()} {
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if line == "" {
+				continue
+			}
+			if !json.Valid([]byte(line)) {
+				t.Errorf("%s line is not JSON: %q", name, line)
+			}
+		}
+	}
+	if !strings.Contains(c.stdout.String(), `"msg":"embedded NATS"`) {
+		t.Errorf("stdout lacks the embedded server's address:\n%s", c.stdout.String())
+	}
 }

@@ -119,11 +119,21 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 		return err
 	}
 	defer a.Close()
+	// Where to reach the process, on standard output: a line for people,
+	// or with -log-format json a JSON object, like every other line.
 	if a.Embedded != nil {
-		fmt.Fprintf(stdout, "Oncegate: embedded NATS at %s; publish triggers to %s\n", a.Embedded.ClientURL(), strings.Join(cfg.Stream.Subjects, ", "))
+		if cfg.Log.Format == config.LogJSON {
+			slog.New(slog.NewJSONHandler(stdout, nil)).Info("embedded NATS", "url", a.Embedded.ClientURL(), "subjects", cfg.Stream.Subjects)
+		} else {
+			fmt.Fprintf(stdout, "Oncegate: embedded NATS at %s; publish triggers to %s\n", a.Embedded.ClientURL(), strings.Join(cfg.Stream.Subjects, ", "))
+		}
 	}
 	if a.Ingress != nil {
-		fmt.Fprintf(stdout, "Oncegate: webhook ingress at http://%s/hooks/<source>\n", a.IngressAddr)
+		if cfg.Log.Format == config.LogJSON {
+			slog.New(slog.NewJSONHandler(stdout, nil)).Info("webhook ingress", "url", "http://"+a.IngressAddr+"/hooks/<source>")
+		} else {
+			fmt.Fprintf(stdout, "Oncegate: webhook ingress at http://%s/hooks/<source>\n", a.IngressAddr)
+		}
 	}
 	err = a.Run(ctx)
 	if cerr := a.Close(); err == nil {
