@@ -58,8 +58,18 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		fmt.Fprintln(stderr, "usage: consumer demo [flags]\n\nStarts NATS, the ledger, the LLM cache and the stand-in model in this process, publishes a burst of\nwebhook and alert triggers with provider retries, redeliveries and reworded duplicates, restarts the\nconsumer half-way, and reports what each guard suppressed and what the effects were.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usageError{fmt.Errorf("demo: unexpected argument %q", fs.Arg(0))}
+	case *alerts < 0 || *hooks < 0:
+		return usageError{errors.New("demo: -alerts and -webhooks must not be negative")}
+	case *timeout <= 0:
+		return usageError{errors.New("demo: -timeout must be positive")}
+	case *errRate < 0 || *errRate > 1 || *rateRate < 0 || *rateRate > 1 || *effRate < 0 || *effRate > 1:
+		return usageError{errors.New("demo: -model-errors, -model-429 and -effect-errors are shares from 0 to 1")}
 	}
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "oncegate-demo-")

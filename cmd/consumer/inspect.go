@@ -47,7 +47,7 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		fmt.Fprint(stderr, inspectUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
@@ -56,7 +56,7 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	what, rest := fs.Arg(0), fs.Args()[1:]
 	// Flags may also follow the subcommand: inspect key -pipeline alerts.
-	if err := fs.Parse(rest); err != nil {
+	if err := parseFlags(fs, rest); err != nil {
 		return err
 	}
 	rest = fs.Args()

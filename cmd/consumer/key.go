@@ -31,11 +31,11 @@ func runKey(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintln(stderr, "usage: consumer key [flags] < payload.json")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("key: unexpected argument %q (the payload is read from standard input)", fs.Arg(0))
+		return usageError{fmt.Errorf("key: unexpected argument %q (the payload is read from standard input)", fs.Arg(0))}
 	}
 	spec.Fields, spec.Volatile = fields, volatile
 	spec.Limits = canon.Options{MaxBytes: *maxBytes}

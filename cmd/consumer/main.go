@@ -34,12 +34,29 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "consumer:", err)
-		}
-		os.Exit(1)
+	os.Exit(exitCode(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr), os.Stderr))
+}
+
+// usageError is a command line that does not parse: exit status 2, as the
+// flag package's own errors have.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// exitCode reports err and returns the process's exit status: 0 for
+// success and for help asked for (-h), 2 for a command line that does not
+// parse, 1 for anything else.
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, new(usageError)):
+		fmt.Fprintln(stderr, "consumer:", err)
+		return 2
 	}
+	fmt.Fprintln(stderr, "consumer:", err)
+	return 1
 }
 
 const usage = `usage: consumer <command> [flags]
@@ -60,7 +77,7 @@ Run "consumer <command> -h" for a command's flags.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return flag.ErrHelp
+		return usageError{errors.New("a command is required")}
 	}
 	switch args[0] {
 	case "key":
@@ -79,11 +96,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "webhook":
 		return runWebhook(ctx, args[1:], stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[0] == "help" && args[1] != "help" {
+			// "consumer help run" is "consumer run -h".
+			return run(ctx, []string{args[1], "-h"}, stdin, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return usageError{fmt.Errorf("unknown command %q", args[0])}
 }
 
 // listFlag is a comma-separated list of JSON Pointers.
@@ -98,4 +119,14 @@ func (l *listFlag) Set(s string) error {
 		}
 	}
 	return nil
+}
+
+// parseFlags parses args into fs; a flag that does not parse is a usage
+// error (exit status 2), and -h is help (exit status 0).
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err}
 }

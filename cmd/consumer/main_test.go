@@ -88,3 +88,36 @@ func TestBadFlagNamesTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpAndUsage: help is asked for and given (exit 0), everywhere the
+// same way; a command line that does not parse is a usage error (exit 2)
+// with a message.
+func TestHelpAndUsage(t *testing.T) {
+	var stdout, stderr strings.Builder
+	cases := []struct {
+		args []string
+		code int
+		want string // in stdout+stderr
+	}{
+		{[]string{"help", "run"}, 0, "usage: consumer run"},
+		{[]string{"run", "-h"}, 0, "usage: consumer run"},
+		{[]string{"demo", "-h"}, 0, "usage: consumer demo"},
+		{[]string{"config", "-h"}, 0, "usage: consumer config check"},
+		{[]string{"help"}, 0, "commands:"},
+		{[]string{}, 2, "a command is required"},
+		{[]string{"nosuch"}, 2, `unknown command "nosuch"`},
+		{[]string{"config", "lint", "x"}, 2, `unknown subcommand "lint"`},
+		{[]string{"demo", "-alerts", "-5"}, 2, "must not be negative"},
+		{[]string{"run", "-nosuchflag"}, 2, "flag provided but not defined"},
+		{[]string{"run", "extra"}, 2, "unexpected argument"},
+	}
+	for _, tc := range cases {
+		stdout.Reset()
+		stderr.Reset()
+		err := run(context.Background(), tc.args, strings.NewReader(""), &stdout, &stderr)
+		code := exitCode(err, &stderr)
+		if code != tc.code || !strings.Contains(stdout.String()+stderr.String(), tc.want) {
+			t.Errorf("consumer %s: exit %d (%v), output %q; want exit %d and %q", strings.Join(tc.args, " "), code, err, stdout.String()+stderr.String(), tc.code, tc.want)
+		}
+	}
+}

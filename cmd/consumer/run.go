@@ -97,11 +97,11 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 		fmt.Fprintln(stderr, "usage: consumer run [flags]\n\nRuns the pipelines until SIGINT or SIGTERM, then drains.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("run: unexpected argument %q", fs.Arg(0))
+		return usageError{fmt.Errorf("run: unexpected argument %q", fs.Arg(0))}
 	}
 	cfg, err := c.load()
 	if err != nil {
@@ -146,9 +146,17 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 }
 
 func runConfig(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(stderr, "usage: consumer config check [FILE]\n\nValidates FILE (or the built-in configuration) with the ONCEGATE_* environment applied, and explains it.")
+	const usage = "usage: consumer config check [FILE]\n\nValidates FILE (or the built-in configuration) with the ONCEGATE_* environment applied, and explains it."
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help"):
+		fmt.Fprintln(stdout, usage)
 		return flag.ErrHelp
+	case len(args) == 0:
+		fmt.Fprintln(stderr, usage)
+		return usageError{errors.New("config: a subcommand is required: check")}
+	case args[0] != "check":
+		fmt.Fprintln(stderr, usage)
+		return usageError{fmt.Errorf("config: unknown subcommand %q; the one subcommand is check", args[0])}
 	}
 	file := ""
 	if len(args) > 2 {

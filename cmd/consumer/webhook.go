@@ -42,7 +42,7 @@ func runWebhook(_ context.Context, args []string, stdin io.Reader, stdout, stder
 			"  curl -H @headers.txt --data-binary @examples/github-push.json http://127.0.0.1:8080/hooks/github")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if *name == "" || fs.NArg() > 0 {
