@@ -529,11 +529,13 @@ func demoReport(ctx context.Context, out io.Writer, a *app.App, js jetstream.Jet
 			t.requests, t.github, t.groups, t.stripe, t.pings, t.retries)
 	}
 	fmt.Fprintf(tw, "unique intents\t%d\t(%d alerts to triage, %d webhooks to forward)\n", unique, w.alertKeys, w.hookKeys)
-	fmt.Fprintf(tw, "duplicates suppressed\t%d\t\n", int64(w.ingestDups)+total.DuplicatesWindow+total.DuplicatesLedger)
-	fmt.Fprintf(tw, "  by the trigger stream (Nats-Msg-Id)\t%d\t\n", w.ingestDups)
-	fmt.Fprintf(tw, "  by the in-memory window\t%d\t\n", total.DuplicatesWindow)
-	fmt.Fprintf(tw, "  by the durable ledger\t%d\t(the window was emptied by the restart, or the duplicate raced the first)\n", total.DuplicatesLedger)
-	fmt.Fprintf(tw, "  by the effect stream (Nats-Msg-Id)\t%d\t(effects re-sent after a failure, collapsed by the sink)\n", total.DuplicatesStream)
+	// The three trigger guards add up to the total; the effect stream's
+	// count is of effects, not triggers, and stands apart.
+	fmt.Fprintf(tw, "duplicate triggers suppressed\t%d\t(the sum of the three rows below)\n", int64(w.ingestDups)+total.DuplicatesWindow+total.DuplicatesLedger)
+	fmt.Fprintf(tw, "  by the trigger stream (Nats-Msg-Id)\t%d\t(dropped at publish: never delivered)\n", w.ingestDups)
+	fmt.Fprintf(tw, "  by the in-memory window\t%d\t(delivered, acked as duplicates)\n", total.DuplicatesWindow)
+	fmt.Fprintf(tw, "  by the durable ledger\t%d\t(delivered, found committed or held: the window was emptied by the restart, or the duplicate raced the first)\n", total.DuplicatesLedger)
+	fmt.Fprintf(tw, "effects re-sent, dropped by the sink\t%d\t(an effect sent again after its commit failed or a crash; the effect stream's Nats-Msg-Id window kept one)\n", total.DuplicatesStream)
 	check := "OK"
 	if effects != unique || dupEffects != 0 {
 		check = "MISMATCH"

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -119,5 +120,33 @@ func TestHelpAndUsage(t *testing.T) {
 		if code != tc.code || !strings.Contains(stdout.String()+stderr.String(), tc.want) {
 			t.Errorf("consumer %s: exit %d (%v), output %q; want exit %d and %q", strings.Join(tc.args, " "), code, err, stdout.String()+stderr.String(), tc.code, tc.want)
 		}
+	}
+}
+
+// TestDemoReportAddsUp: the demo's duplicate rows add up to their total.
+func TestDemoReportAddsUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo")
+	}
+	out, _, err := runCmd(t, "", "demo", "-alerts", "20", "-webhooks", "10", "-seed", "7")
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	field := func(label string) int {
+		for _, line := range strings.Split(out, "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), label); ok {
+				var n int
+				if _, err := fmt.Sscan(rest, &n); err == nil {
+					return n
+				}
+			}
+		}
+		t.Fatalf("no %q in the report:\n%s", label, out)
+		return 0
+	}
+	total := field("duplicate triggers suppressed")
+	sum := field("by the trigger stream (Nats-Msg-Id)") + field("by the in-memory window") + field("by the durable ledger")
+	if total != sum || total == 0 {
+		t.Errorf("duplicate triggers suppressed %d; its rows add up to %d", total, sum)
 	}
 }
