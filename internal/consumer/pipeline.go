@@ -128,11 +128,8 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	// triggers in batches: claimed in one write, published without waiting
 	// one by one, committed in one write.
 	batch := 1
-	if js, ok := g.sink.(*sink.JetStream); ok {
-		g.js = js
-		if g.step == nil {
-			batch = batchMax
-		}
+	if js, ok := g.sink.(*sink.JetStream); ok && g.step == nil {
+		g.js, batch = js, batchMax
 	}
 	g.set = &settler{
 		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, maxDeliver: cfg.MaxDeliver,
