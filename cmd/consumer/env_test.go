@@ -3,10 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/natstest"
@@ -44,4 +49,46 @@ func TestLogFormatJSON(t *testing.T) {
 	if !strings.Contains(c.stdout.String(), `"msg":"embedded NATS"`) {
 		t.Errorf("stdout lacks the embedded server's address:\n%s", c.stdout.String())
 	}
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestNATSDownAtStart: a deployment out of reach at start is retried with
+// backoff while /readyz says not ready (and /healthz that the process
+// lives); once the server is up, the consumer joins it and is ready. It
+// once exited with "no servers available".
+func TestNATSDownAtStart(t *testing.T) {
+	natsPort, opsPort := freePort(t), freePort(t)
+	c := startChild(t, nil, "run", "-data", filepath.Join(t.TempDir(), "data"),
+		"-nats-url", fmt.Sprintf("nats://127.0.0.1:%d", natsPort), "-metrics", fmt.Sprintf("127.0.0.1:%d", opsPort))
+	get := func(path string) int {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", opsPort, path))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitFor(t, 30*time.Second, "/readyz to answer not ready while NATS is down", func() bool {
+		return get("/readyz") == http.StatusServiceUnavailable && get("/healthz") == http.StatusOK
+	})
+	if !strings.Contains(c.stderr.String(), "NATS is out of reach; retrying") {
+		waitFor(t, 10*time.Second, "the retry logged", func() bool { return strings.Contains(c.stderr.String(), "NATS is out of reach; retrying") })
+	}
+	srv := natstest.RunServer(t, func(o *server.Options) { o.Port = natsPort })
+	_, js := natstest.Connect(t, srv)
+	waitFor(t, 30*time.Second, "the consumer ready on the server that came up", func() bool { return get("/readyz") == http.StatusOK })
+	if _, err := js.Consumer(context.Background(), "ONCEGATE", consumer.Durable("alerts")); err != nil {
+		t.Errorf("durable consumer on the server: %v", err)
+	}
+	c.stop(t)
 }

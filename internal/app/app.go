@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -82,6 +83,11 @@ type App struct {
 	log          *slog.Logger
 	closers      []func() error
 	consumerOpts consumer.Options
+
+	// live and liveCache are what the ops server reads: it starts before
+	// the consumer and the cache exist, and serves while they are replaced.
+	live      atomic.Pointer[consumer.Consumer]
+	liveCache atomic.Pointer[llmcache.Cache]
 }
 
 // RestartConsumer replaces the consumer with a new one on the same
@@ -93,6 +99,7 @@ func (a *App) RestartConsumer() error {
 		return err
 	}
 	a.Consumer = c
+	a.live.Store(c)
 	return nil
 }
 
@@ -116,6 +123,31 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 		return nil, fmt.Errorf("app: data directory: %w", err)
 	}
 
+	// Metrics.
+	a.Metrics = ops.NewMetrics(ops.MetricsOptions{LLMStats: a.llmStats, WindowStats: a.windowStats})
+	for _, p := range cfg.Pipelines {
+		a.Metrics.AddPipeline(p.Name)
+		a.Metrics.AddSink(p.Name, p.Effect.Sink)
+		if p.Step != nil {
+			a.Metrics.AddStep(p.Name, p.Step.Name)
+		}
+	}
+
+	// The ops server first: /healthz answers, and /readyz says not ready,
+	// while NATS is out of reach.
+	if cfg.Metrics.Listen != "" && !o.NoOps {
+		a.Ops = ops.NewServer(cfg.Metrics.Listen, a.Metrics, a.ready, o.Logger.With("component", "ops"))
+		if a.OpsAddr, err = a.Ops.Start(); err != nil {
+			return nil, fmt.Errorf("app: metrics server: %w", err)
+		}
+		a.closers = append(a.closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return a.Ops.Shutdown(ctx)
+		})
+		o.Logger.Info("metrics and health", "url", "http://"+a.OpsAddr+"/metrics")
+	}
+
 	// NATS.
 	url := cfg.NATS.URL
 	if url == "" {
@@ -137,7 +169,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 		url = e.ClientURL()
 		o.Logger.Info("embedded NATS server", "url", url, "store", e.StoreDir())
 	}
-	nc, err := natsrun.Connect(ctx, cfg.NATS, url, "oncegate", o.Logger.With("component", "nats"))
+	nc, err := connect(ctx, cfg, url, a.Embedded == nil, o.Logger.With("component", "nats"))
 	if err != nil {
 		return nil, err
 	}
@@ -162,16 +194,6 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 		}
 	}
 
-	// Metrics.
-	a.Metrics = ops.NewMetrics(ops.MetricsOptions{LLMStats: a.llmStats, WindowStats: a.windowStats})
-	for _, p := range cfg.Pipelines {
-		a.Metrics.AddPipeline(p.Name)
-		a.Metrics.AddSink(p.Name, p.Effect.Sink)
-		if p.Step != nil {
-			a.Metrics.AddStep(p.Name, p.Step.Name)
-		}
-	}
-
 	a.consumerOpts = consumer.Options{
 		Config: cfg, Conn: nc, Ledger: a.Ledger, Model: client,
 		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"),
@@ -190,23 +212,42 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 	if a.Consumer, err = consumer.New(a.consumerOpts); err != nil {
 		return nil, err
 	}
+	a.live.Store(a.Consumer)
 
-	if cfg.Metrics.Listen != "" && !o.NoOps {
-		a.Ops = ops.NewServer(cfg.Metrics.Listen, a.Metrics, func() error { return a.Consumer.Ready() }, o.Logger.With("component", "ops"))
-		if a.OpsAddr, err = a.Ops.Start(); err != nil {
-			return nil, fmt.Errorf("app: metrics server: %w", err)
-		}
-		a.closers = append(a.closers, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return a.Ops.Shutdown(ctx)
-		})
-		o.Logger.Info("metrics and health", "url", "http://"+a.OpsAddr+"/metrics")
-	}
 	if err := a.startIngress(o); err != nil {
 		return nil, fmt.Errorf("app: webhook ingress: %w", err)
 	}
 	return a, nil
+}
+
+// ready is the ops server's readiness: the consumer's, once there is one.
+func (a *App) ready() error {
+	if c := a.live.Load(); c != nil {
+		return c.Ready()
+	}
+	return errors.New("app: starting: not connected to NATS yet")
+}
+
+// connect connects to NATS. A deployment that is out of reach at start
+// (NATS restarting, the network not up yet) is retried with backoff, 250ms
+// doubling to 10s, until ctx ends, while /readyz says not ready; a
+// configuration error (a credentials file that cannot be read) is not. The
+// embedded server, started in this process, is connected to once.
+func connect(ctx context.Context, cfg *config.Config, url string, retry bool, log *slog.Logger) (*nats.Conn, error) {
+	wait := 250 * time.Millisecond
+	for {
+		nc, err := natsrun.Connect(ctx, cfg.NATS, url, "oncegate", log)
+		if err == nil || !retry || errors.As(err, new(*natsrun.FileError)) || ctx.Err() != nil {
+			return nc, err
+		}
+		log.Warn("NATS is out of reach; retrying", "url", natsrun.Redact(url), "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("app: connecting to NATS: %w (last error: %w)", context.Cause(ctx), err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
 }
 
 func needsLedger(cfg *config.Config) bool {
@@ -302,6 +343,7 @@ func (a *App) openModel(cfg *config.Config, o Options) (*openai.Client, error) {
 		return nil, err
 	}
 	a.Cache = cache
+	a.liveCache.Store(cache)
 	a.closers = append(a.closers, cache.Close)
 
 	base, key := cfg.LLM.BaseURL, o.Getenv(cfg.LLM.APIKeyEnv)
@@ -330,18 +372,19 @@ func (a *App) openModel(cfg *config.Config, o Options) (*openai.Client, error) {
 }
 
 func (a *App) llmStats() []llmcache.StepStats {
-	if a.Cache == nil {
-		return nil
+	if c := a.liveCache.Load(); c != nil {
+		return c.Stats()
 	}
-	return a.Cache.Stats()
+	return nil
 }
 
 func (a *App) windowStats() []ops.WindowStats {
-	if a.Consumer == nil {
+	c := a.live.Load()
+	if c == nil {
 		return nil
 	}
 	var out []ops.WindowStats
-	for _, w := range a.Consumer.WindowStats() {
+	for _, w := range c.WindowStats() {
 		out = append(out, ops.WindowStats{
 			Pipeline: w.Pipeline, Capacity: w.Capacity, Bytes: w.Bytes,
 			Live: w.Live, Hits: w.Hits, Evictions: w.Evictions, Expired: w.Expired,
