@@ -33,8 +33,9 @@
 // [ErrRetryable] (retry it later with the same key) under errors.Is. It
 // also unwraps to its cause, such as context.Canceled or
 // jetstream.ErrNoStreamResponse. Error texts begin with "sink: " and never
-// hold header values or an HTTP URL's path and query, which may be
-// secrets. The sinks do not log.
+// hold header values, an HTTP URL's query, or the segments of its path that
+// look like tokens, which may be secrets; the rest of the path stays, so
+// that an error says which endpoint refused. The sinks do not log.
 //
 // # Keys
 //

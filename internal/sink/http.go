@@ -23,9 +23,10 @@ const ReplayHeader = "Idempotent-Replayed"
 // HTTPOptions configures an [HTTP] sink. The zero value is not valid: URL
 // is required.
 type HTTPOptions struct {
-	// URL is where effects are sent, http or https. Errors name only its
-	// scheme and host: the path and query may hold a secret (a webhook
-	// token). Required.
+	// URL is where effects are sent, http or https. Errors name its scheme,
+	// host and path, without the query and with each path segment that
+	// looks like a token (16 or more characters mixing letters with digits
+	// or punctuation, as a webhook URL's secret does) redacted. Required.
 	URL string
 
 	// Method is POST, PUT or PATCH. The default is POST.
@@ -88,7 +89,7 @@ type HTTPOptions struct {
 // belongs behind the outbox.
 type HTTP struct {
 	url        string
-	target     string // scheme://host, for errors
+	target     string // scheme://host/path, tokens in the path redacted, for errors
 	method     string
 	header     http.Header
 	client     *http.Client
@@ -115,7 +116,7 @@ func NewHTTP(opts HTTPOptions) (*HTTP, error) {
 	}
 	s := &HTTP{
 		url:        opts.URL,
-		target:     u.Scheme + "://" + u.Host,
+		target:     u.Scheme + "://" + u.Host + redactPath(u.EscapedPath()),
 		method:     cmp.Or(opts.Method, http.MethodPost),
 		header:     make(http.Header, len(opts.Header)),
 		client:     opts.Client,
@@ -243,7 +244,7 @@ func (s *HTTP) try(ctx context.Context, h http.Header, body []byte, res *Result)
 	resp, err := s.client.Do(req)
 	if err != nil {
 		if ue, ok := errors.AsType[*url.Error](err); ok {
-			// The URL's path and query may hold a secret.
+			// The URL's query, and tokens in its path, may hold a secret.
 			err = &url.Error{Op: ue.Op, URL: s.target, Err: ue.Err}
 		}
 		return 0, err
@@ -347,4 +348,31 @@ func checkHeader(name, value string) error {
 		}
 	}
 	return nil
+}
+
+// redactPath returns path with each segment that looks like a secret
+// replaced by "REDACTED": a segment of 16 or more characters that mixes
+// letters with digits or '-' and '_' (a webhook token such as a Slack or
+// Discord URL carries). Words and numeric ids stay, so that an error
+// still says which endpoint refused.
+func redactPath(path string) string {
+	segs := strings.Split(path, "/")
+	for i, seg := range segs {
+		if len(seg) < 16 {
+			continue
+		}
+		var letters, others bool
+		for _, c := range seg {
+			switch {
+			case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+				letters = true
+			default:
+				others = true
+			}
+		}
+		if letters && others {
+			segs[i] = "REDACTED"
+		}
+	}
+	return strings.Join(segs, "/")
 }

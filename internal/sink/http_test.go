@@ -459,7 +459,7 @@ func TestHTTPErrorsHideSecrets(t *testing.T) {
 	flaky := &script{steps: []step{{status: 500, body: secret}}}
 	gone := httptest.NewServer(http.NotFoundHandler())
 	gone.Close()
-	const path = "/hooks/T0/B0/pathsecret?token=querysecret"
+	const path = "/services/T0/B0/pathsecret7Kq2xZ9mW4vT?token=querysecret"
 
 	for _, tt := range []struct {
 		name   string
@@ -480,6 +480,11 @@ func TestHTTPErrorsHideSecrets(t *testing.T) {
 				if strings.Contains(err.Error(), word) {
 					t.Errorf("error %q shows %q", err, word)
 				}
+			}
+			// The path stays, but for its token: the error says which
+			// endpoint refused.
+			if tt.name != "bad effect header" && !strings.Contains(err.Error(), "/services/T0/B0/REDACTED") {
+				t.Errorf("error %q does not name the path", err)
 			}
 		})
 	}

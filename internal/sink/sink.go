@@ -107,8 +107,9 @@ var (
 
 // Error is the error of every sink. It matches [ErrRetryable] or
 // [ErrPermanent] under errors.Is according to Retryable, and unwraps to
-// the cause. Its text never holds header values nor the path or query of
-// an HTTP URL, which may carry secrets.
+// the cause. Its text never holds header values, nor the query of an HTTP
+// URL or the segments of its path that look like tokens, which may carry
+// secrets.
 type Error struct {
 	Sink      string // "jetstream", "http" or "file"
 	Key       string // the intent key, if it was valid
