@@ -25,39 +25,43 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 }
 
-// llmCollector exposes llmcache.StepStats.
+// llmCollector exposes llmcache.StepStats, labelled by pipeline (the
+// cache's namespace, which the consumer sets to the pipeline's name) and
+// step, as the other metrics are. The steps Metrics.AddStep names are
+// exposed at 0 before their first model call.
 type llmCollector struct {
 	stats func() []llmcache.StepStats
+	known func() []llmcache.StepStats
 
 	requests, tokensSpent, tokensSaved, tokensEstimated     *prometheus.Desc
 	costSpent, costSaved, stored, notStored, upstreamErrors *prometheus.Desc
 }
 
-func newLLMCollector(stats func() []llmcache.StepStats) *llmCollector {
+func newLLMCollector(stats, known func() []llmcache.StepStats) *llmCollector {
 	return &llmCollector{
-		stats: stats,
+		stats: stats, known: known,
 		requests: desc("llm_requests_total",
 			"Chat completion requests through the LLM cache, by result (hit, shared, miss, bypass, budget_denied, invalid).",
-			"namespace", "step", "result"),
+			"pipeline", "step", "result"),
 		tokensSpent: desc("llm_tokens_spent_total",
-			"Tokens spent by upstream model calls, by kind (prompt, completion).", "namespace", "step", "kind"),
+			"Tokens spent by upstream model calls, by kind (prompt, completion).", "pipeline", "step", "kind"),
 		tokensSaved: desc("llm_tokens_saved_total",
 			"Tokens that cache hits and shared answers did not spend again, by kind (prompt, completion).",
-			"namespace", "step", "kind"),
+			"pipeline", "step", "kind"),
 		tokensEstimated: desc("llm_tokens_estimated_total",
 			"Prompt tokens estimated by the tokenizer before upstream calls, to compare with the spent prompt tokens.",
-			"namespace", "step"),
+			"pipeline", "step"),
 		costSpent: desc("llm_cost_spent_usd_total",
-			"Cost of the tokens spent, in US dollars at the configured prices.", "namespace", "step"),
+			"Cost of the tokens spent, in US dollars at the configured prices.", "pipeline", "step"),
 		costSaved: desc("llm_cost_saved_usd_total",
-			"Cost of the tokens saved, in US dollars at the configured prices.", "namespace", "step"),
+			"Cost of the tokens saved, in US dollars at the configured prices.", "pipeline", "step"),
 		stored: desc("llm_answers_stored_total",
-			"Upstream answers written to the cache.", "namespace", "step"),
+			"Upstream answers written to the cache.", "pipeline", "step"),
 		notStored: desc("llm_answers_not_stored_total",
 			"Upstream answers not written to the cache: errors, truncations, cancellations, no-store.",
-			"namespace", "step"),
+			"pipeline", "step"),
 		upstreamErrors: desc("llm_upstream_errors_total",
-			"Upstream model calls that failed (transport error or status >= 400).", "namespace", "step"),
+			"Upstream model calls that failed (transport error or status >= 400).", "pipeline", "step"),
 	}
 }
 
@@ -69,7 +73,7 @@ func (c *llmCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *llmCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range mergeStepStats(c.stats()) {
+	for _, s := range mergeStepStats(append(c.known(), c.stats()...)) {
 		ns, step := s.Namespace, s.Step
 		counter := func(d *prometheus.Desc, v float64, labels ...string) {
 			emit(ch, d, prometheus.CounterValue, v, append([]string{ns, step}, labels...)...)

@@ -41,7 +41,7 @@
 //   - oncegate_acks_total{pipeline,kind}: ack, nak, term, in_progress.
 //   - oncegate_pending_leases{pipeline} and oncegate_inflight{pipeline}: gauges.
 //
-// Read at scrape time from [MetricsOptions.LLMStats], per namespace and step:
+// Read at scrape time from [MetricsOptions.LLMStats], per pipeline (the cache namespace) and step, at 0 for every step AddStep named:
 // oncegate_llm_requests_total{result} (hit, shared, miss, bypass,
 // budget_denied, invalid), oncegate_llm_tokens_spent_total{kind} and
 // oncegate_llm_tokens_saved_total{kind} (prompt, completion),

@@ -48,12 +48,12 @@ func ExampleMetrics() {
 	// oncegate_duplicates_total guard=ledger pipeline=billing 1
 	// oncegate_duplicates_total guard=stream pipeline=billing 0
 	// oncegate_duplicates_total guard=window pipeline=billing 0
-	// oncegate_llm_requests_total namespace=billing result=budget_denied step=summarize 0
-	// oncegate_llm_requests_total namespace=billing result=bypass step=summarize 0
-	// oncegate_llm_requests_total namespace=billing result=hit step=summarize 2
-	// oncegate_llm_requests_total namespace=billing result=invalid step=summarize 0
-	// oncegate_llm_requests_total namespace=billing result=miss step=summarize 1
-	// oncegate_llm_requests_total namespace=billing result=shared step=summarize 0
+	// oncegate_llm_requests_total pipeline=billing result=budget_denied step=summarize 0
+	// oncegate_llm_requests_total pipeline=billing result=bypass step=summarize 0
+	// oncegate_llm_requests_total pipeline=billing result=hit step=summarize 2
+	// oncegate_llm_requests_total pipeline=billing result=invalid step=summarize 0
+	// oncegate_llm_requests_total pipeline=billing result=miss step=summarize 1
+	// oncegate_llm_requests_total pipeline=billing result=shared step=summarize 0
 }
 
 func ExampleServer() {

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -158,6 +159,9 @@ type Metrics struct {
 	pendingLease *prometheus.GaugeVec     // pipeline
 	inflight     *prometheus.GaugeVec     // pipeline
 	replyRefused *prometheus.CounterVec   // pipeline
+
+	mu    sync.Mutex
+	steps []llmcache.StepStats // zero rows of the steps AddStep named
 }
 
 // NewMetrics returns Metrics registered on a new registry.
@@ -213,7 +217,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		m.deadLetters, m.acks, m.pendingLease, m.inflight, m.replyRefused,
 	)
 	if opts.LLMStats != nil {
-		m.reg.MustRegister(newLLMCollector(opts.LLMStats))
+		m.reg.MustRegister(newLLMCollector(opts.LLMStats, m.knownSteps))
 	}
 	if opts.WindowStats != nil {
 		m.reg.MustRegister(newWindowCollector(opts.WindowStats))
@@ -281,6 +285,22 @@ func (m *Metrics) AddStep(pipeline, step string) {
 		return
 	}
 	m.stepTime.WithLabelValues(pipeline, step)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.steps {
+		if s.Namespace == pipeline && s.Step == step {
+			return
+		}
+	}
+	m.steps = append(m.steps, llmcache.StepStats{Namespace: pipeline, Step: step})
+}
+
+// knownSteps returns a zero row for each step AddStep named, so that its
+// LLM series exist before its first model call.
+func (m *Metrics) knownSteps() []llmcache.StepStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.steps)
 }
 
 // Trigger counts a trigger received, redeliveries included.

@@ -272,7 +272,7 @@ func TestLLMCollector(t *testing.T) {
 	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: src.stats})
 	base := startServer(t, m, nil, discardLogger())
 
-	a := labels{"namespace": "tenant-a", "step": "summarize"}
+	a := labels{"pipeline": "tenant-a", "step": "summarize"}
 	with := func(k, v string) labels {
 		l := labels{k: v}
 		for k, v := range a {
@@ -338,8 +338,8 @@ func TestLLMCollector(t *testing.T) {
 		"oncegate_llm_tokens_saved_total":   {"kind=prompt": 1000, "kind=completion": 400},
 		"oncegate_llm_cost_saved_usd_total": {"": 0.007},
 	})
-	b := labels{"namespace": "tenant-b", "step": "triage"}
-	if got := f.value(t, "oncegate_llm_requests_total", labels{"namespace": "tenant-b", "step": "triage", "result": "miss"}); got != 1 {
+	b := labels{"pipeline": "tenant-b", "step": "triage"}
+	if got := f.value(t, "oncegate_llm_requests_total", labels{"pipeline": "tenant-b", "step": "triage", "result": "miss"}); got != 1 {
 		t.Errorf("tenant-b misses = %v; want 1", got)
 	}
 	if got := f.value(t, "oncegate_llm_cost_spent_usd_total", b); got != 0 {
@@ -365,17 +365,17 @@ func TestLLMCollectorSumsRepeatedSteps(t *testing.T) {
 	)
 	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: src.stats})
 	f := scrape(t, startServer(t, m, nil, discardLogger()))
-	s := labels{"namespace": "n", "step": "s"}
-	if got := f.value(t, "oncegate_llm_requests_total", labels{"namespace": "n", "step": "s", "result": "hit"}); got != 3 {
+	s := labels{"pipeline": "n", "step": "s"}
+	if got := f.value(t, "oncegate_llm_requests_total", labels{"pipeline": "n", "step": "s", "result": "hit"}); got != 3 {
 		t.Errorf("hits = %v; want 3", got)
 	}
-	if got := f.value(t, "oncegate_llm_tokens_spent_total", labels{"namespace": "n", "step": "s", "kind": "prompt"}); got != 40 {
+	if got := f.value(t, "oncegate_llm_tokens_spent_total", labels{"pipeline": "n", "step": "s", "kind": "prompt"}); got != 40 {
 		t.Errorf("prompt tokens = %v; want 40", got)
 	}
 	if got := f.value(t, "oncegate_llm_cost_spent_usd_total", s); got != 0.75 {
 		t.Errorf("cost = %v; want 0.75", got)
 	}
-	if got := f.value(t, "oncegate_llm_requests_total", labels{"namespace": "n", "step": "t", "result": "hit"}); got != 5 {
+	if got := f.value(t, "oncegate_llm_requests_total", labels{"pipeline": "n", "step": "t", "result": "hit"}); got != 5 {
 		t.Errorf("step t hits = %v; want 5", got)
 	}
 }
@@ -392,7 +392,7 @@ func TestLLMCollectorBadRowKeepsScrape(t *testing.T) {
 	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: src.stats})
 	m.AddPipeline("p")
 	f := scrape(t, startServer(t, m, nil, slogTo(&logs)))
-	if got := f.value(t, "oncegate_llm_requests_total", labels{"namespace": "ok", "step": "s", "result": "hit"}); got != 1 {
+	if got := f.value(t, "oncegate_llm_requests_total", labels{"pipeline": "ok", "step": "s", "result": "hit"}); got != 1 {
 		t.Errorf("hits = %v; want 1", got)
 	}
 	if _, ok := f["oncegate_triggers_total"]; !ok {
@@ -511,5 +511,22 @@ func TestBuildInfo(t *testing.T) {
 	}
 	if labels["goversion"] != runtime.Version() || labels["version"] == "" || labels["commit"] == "" {
 		t.Errorf("labels %v", labels)
+	}
+}
+
+// TestLLMSeriesBeforeFirstCall: a step's LLM series exist at 0, labelled
+// by pipeline as every other series, before its first model call.
+func TestLLMSeriesBeforeFirstCall(t *testing.T) {
+	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: func() []llmcache.StepStats { return nil }})
+	m.AddPipeline("alerts")
+	m.AddStep("alerts", "triage")
+	f := scrape(t, startServer(t, m, nil, discardLogger()))
+	for _, name := range []string{"oncegate_llm_requests_total", "oncegate_llm_tokens_spent_total", "oncegate_llm_cost_spent_usd_total"} {
+		if n := f.count(name, "pipeline", "alerts"); n == 0 {
+			t.Errorf("%s{pipeline=\"alerts\"}: no series before the first call", name)
+		}
+	}
+	if got := f.value(t, "oncegate_llm_requests_total", labels{"pipeline": "alerts", "step": "triage", "result": "miss"}); got != 0 {
+		t.Errorf("misses = %v; want 0", got)
 	}
 }
