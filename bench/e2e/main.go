@@ -513,6 +513,7 @@ func (b *bench) oncegateConfig(prefix, dir, mode string) (*config.Config, error)
 	cfg.Stream.Name = strings.ToUpper("E2E_" + prefix)
 	cfg.Stream.Subjects = []string{prefix + ".triggers.>"}
 	cfg.Stream.DeadLetterSubject = prefix + ".dead.{pipeline}"
+	cfg.Ingress.Sources = nil // no webhooks here; their subjects are outside the bench's stream
 	// The default "alerts" pipeline (its key spec: the alert's fingerprint
 	// and occurrence; its step) for full, the default gate for the others.
 	p := cfg.Pipelines[0]
