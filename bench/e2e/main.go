@@ -46,6 +46,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -108,6 +109,7 @@ type options struct {
 	concurrency int
 	sync        bool
 	rawBatch    int
+	retention   string
 	cpuprofile  string
 	reps        int
 	log         *slog.Logger
@@ -122,12 +124,13 @@ func run() error {
 		concurrency = flag.Int("concurrency", 0, "pipeline concurrency (0: the configuration's default)")
 		syncLedger  = flag.Bool("sync", true, "fsync the ledger's claims and commits (the durable figure)")
 		rawBatch    = flag.Int("raw-batch", 0, "raw: PullMaxMessages (0: half of MaxAckPending)")
+		retention   = flag.String("retention", "", "Oncegate's trigger stream retention: workqueue or limits (with a 1h max age); empty: the configuration's default (the raw loop's stream keeps everything, as before)")
 		cpuprofile  = flag.String("cpuprofile", "", "write a CPU profile of each cell's timed phase to PREFIX-c<cell>-<mode>-<dup>.pprof")
 		reps        = flag.Int("reps", 3, "rounds of the gate cells, each between two raw cells; the table gives medians")
 		verbose     = flag.Bool("v", false, "log the server's and the consumer's warnings")
 	)
 	flag.Parse()
-	o := options{n: *n, fullN: min(*n, *fullN), concurrency: *concurrency, sync: *syncLedger, rawBatch: *rawBatch, cpuprofile: *cpuprofile, reps: *reps}
+	o := options{n: *n, fullN: min(*n, *fullN), concurrency: *concurrency, sync: *syncLedger, rawBatch: *rawBatch, retention: *retention, cpuprofile: *cpuprofile, reps: *reps}
 	if o.n <= 0 || o.fullN <= 0 || o.reps <= 0 {
 		return fmt.Errorf("-n, -full-n and -reps must be positive")
 	}
@@ -514,6 +517,13 @@ func (b *bench) oncegateConfig(prefix, dir, mode string) (*config.Config, error)
 	cfg.Stream.Subjects = []string{prefix + ".triggers.>"}
 	cfg.Stream.DeadLetterSubject = prefix + ".dead.{pipeline}"
 	cfg.Ingress.Sources = nil // no webhooks here; their subjects are outside the bench's stream
+	switch b.o.retention {
+	case "":
+	case config.RetentionLimits:
+		cfg.Stream.Retention, cfg.Stream.MaxAge = config.RetentionLimits, time.Hour
+	default:
+		cfg.Stream.Retention = b.o.retention
+	}
 	// The default "alerts" pipeline (its key spec: the alert's fingerprint
 	// and occurrence; its step) for full, the default gate for the others.
 	p := cfg.Pipelines[0]
@@ -860,7 +870,8 @@ func report(w *os.File, o options, results []result) int {
 		}
 	}
 	fmt.Fprintf(w, "\n~%d-byte JSON triggers, key = alert fingerprint + occurrence; one embedded nats-server on loopback, file storage, sync_interval %v; "+
-		"pipeline concurrency %s; ledger fsync %v\n", payloadSize(), time.Duration(config.DefaultSyncInterval), concurrencyText(o.concurrency), o.sync)
+		"pipeline concurrency %s; ledger fsync %v; Oncegate's trigger stream retention %s (the raw loop's: limits, no age)\n",
+		payloadSize(), time.Duration(config.DefaultSyncInterval), concurrencyText(o.concurrency), o.sync, cmp.Or(o.retention, config.Default().Stream.Retention+" (default)"))
 	if len(raws) > 0 {
 		fmt.Fprintf(w, "raw = Consume + PublishMsgAsync(Nats-Msg-Id) + ack on PubAck; triggers/s and time are medians of the runs; "+
 			"vs raw = the median, over the %d round(s), of a cell's rate over the mean of the raw runs either side of it\n", o.reps)

@@ -25,6 +25,7 @@ const (
 	DefaultStreamName        = "ONCEGATE"
 	DefaultStreamSubject     = "triggers.>"
 	DefaultDuplicates        = 5 * time.Minute
+	DefaultMaxAge            = 72 * time.Hour
 	DefaultDeadLetterSubject = "oncegate.dead.{pipeline}"
 	DefaultWindowTTL         = 10 * time.Minute
 	DefaultWindowCapacity    = 1_000_000
@@ -163,9 +164,13 @@ func (c *Config) applyDefaults() {
 	s := &c.Stream
 	setDefault(c, "stream.name", &s.Name, DefaultStreamName)
 	setDefault(c, "stream.subjects", &s.Subjects, []string{DefaultStreamSubject})
-	setDefault(c, "stream.retention", &s.Retention, RetentionWorkQueue)
+	setDefault(c, "stream.retention", &s.Retention, RetentionLimits)
 	setDefault(c, "stream.duplicates", &s.Duplicates, DefaultDuplicates)
-	setDefault(c, "stream.max_age", &s.MaxAge, 0)
+	maxAge := DefaultMaxAge
+	if s.Retention == RetentionWorkQueue {
+		maxAge = 0 // a work queue keeps a trigger until it is acked
+	}
+	setDefault(c, "stream.max_age", &s.MaxAge, maxAge)
 	setDefault(c, "stream.dead_letter_subject", &s.DeadLetterSubject, DefaultDeadLetterSubject)
 	setDefault(c, "stream.reply_prefixes", &s.ReplyPrefixes, []string{"_INBOX."})
 

@@ -33,6 +33,8 @@ pipelines:
       sink: http
     ack_wait: 10m
     max_deliver: 10
+stream:
+  retention: workqueue
 `), "oncegate.yaml")
 	fmt.Println(err)
 	// Output:

@@ -234,7 +234,7 @@ func (x *explainer) pipeline(i int) {
 			claims = "claims kept in memory (a replayable effect is redone after a crash), commits written"
 		}
 		row("4 ledger", c.Ledger.Store, "lease "+formatDuration(c.Ledger.Lease), claims,
-			fmt.Sprintf("retention %s, redelivery horizon %s", formatDuration(c.Ledger.Retention), formatDuration(max(c.RedeliveryHorizon(p), c.Stream.MaxAge))))
+			retentionCovers(c, p))
 	}
 
 	if s := p.Step; s == nil {
@@ -346,4 +346,14 @@ func redactURL(s string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.String()
+}
+
+// retentionCovers says what the ledger's retention must outlive for a
+// pipeline: its redelivery horizon, and the stream's max age when set.
+func retentionCovers(c *Config, p *Pipeline) string {
+	s := fmt.Sprintf("retention %s, redelivery horizon %s", formatDuration(c.Ledger.Retention), formatDuration(c.RedeliveryHorizon(p)))
+	if c.Stream.MaxAge > 0 {
+		s += ", stream max age " + formatDuration(c.Stream.MaxAge)
+	}
+	return s
 }

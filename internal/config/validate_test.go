@@ -79,8 +79,11 @@ func TestValidateRules(t *testing.T) {
 		{"stream subjects overlap", func(c *Config) { c.Stream.Subjects = []string{"triggers.>", "*.alerts"} }, "stream.subjects[1]", ErrInvalid, "overlap"},
 		{"duplicates zero", func(c *Config) { c.Stream.Duplicates = 0 }, "stream.duplicates", ErrInvalid, ""},
 		{"retention unknown", func(c *Config) { c.Stream.Retention = "interest" }, "stream.retention", ErrInvalid, "workqueue"},
-		{"limits without max_age", func(c *Config) { c.Stream.Retention = RetentionLimits }, "stream.max_age", ErrMissing, "for ever"},
-		{"work queue with pipelines sharing a subject", func(c *Config) { c.Pipelines[1].Subject = "triggers.*" }, "pipelines[webhooks].subject", ErrInvalid, "work-queue"},
+		{"limits without max_age", func(c *Config) { c.Stream.Retention, c.Stream.MaxAge = RetentionLimits, 0 }, "stream.max_age", ErrMissing, "for ever"},
+		{"work queue with pipelines sharing a subject", func(c *Config) {
+			c.Stream.Retention, c.Stream.MaxAge = RetentionWorkQueue, 0
+			c.Pipelines[1].Subject = "triggers.*"
+		}, "pipelines[webhooks].subject", ErrInvalid, "work-queue"},
 		{"max_age inside the horizon", func(c *Config) {
 			c.Stream.MaxAge, c.Stream.Duplicates = 2*time.Minute, time.Minute
 			c.Pipelines[0].MaxDeliver = 5
@@ -188,6 +191,7 @@ func TestValidateRules(t *testing.T) {
 			p.AckWait, p.MaxDeliver = 2*time.Hour, 100 // 200h > 168h
 		}, "ledger.retention", ErrInvalid, `pipeline "webhooks" (100 deliveries × ack_wait 2h)`},
 		{"retention within the backoff horizon", func(c *Config) {
+			c.Stream.Retention, c.Stream.MaxAge = RetentionWorkQueue, 0
 			c.Ledger.Retention = time.Hour
 			p := alerts(c)
 			p.AckWait, p.MaxDeliver, p.Backoff = time.Minute, 10, []time.Duration{time.Minute, 10 * time.Minute} // 1m + 9×10m
@@ -213,11 +217,13 @@ func TestValidateRules(t *testing.T) {
 // pass.
 func TestValidateHorizonPasses(t *testing.T) {
 	c := Default()
-	c.Ledger.Retention = 151 * time.Second // horizons are 5 × 30s
+	c.Stream.Retention, c.Stream.MaxAge = RetentionWorkQueue, 0 // no max age for the retention to exceed
+	c.Ledger.Retention = 151 * time.Second                      // horizons are 5 × 30s
 	if err := c.Validate(); err != nil {
 		t.Errorf("retention 151s, horizon 150s: Validate() = %v; want nil", err)
 	}
 	c = Default()
+	c.Stream.Retention, c.Stream.MaxAge = RetentionWorkQueue, 0
 	c.Pipelines = c.Pipelines[1:]
 	p := &c.Pipelines[0]
 	p.Mode, p.AckWait, p.MaxDeliver = ModeGateWindow, time.Hour, 1000

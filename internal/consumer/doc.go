@@ -24,8 +24,8 @@
 //
 // # Streams
 //
-// [Consumer.Setup] creates the trigger stream (a work queue unless the
-// configuration keeps triggers until a max age), the effect, dead-letter and
+// [Consumer.Setup] creates the trigger stream (kept until a max age, or a
+// work queue that drops each trigger once acked), the effect, dead-letter and
 // outbox streams, and each pipeline's durable consumer. It refuses, with
 // [ErrIncompatibleStream], a stream whose retention differs from the
 // configuration's, and an effect stream whose duplicate window is shorter

@@ -158,11 +158,12 @@ func TestFileKeyConflictIsDone(t *testing.T) {
 	}
 }
 
-// TestAckedTriggersAreRemoved (hole 6): a trigger is removed from the
-// stream once its pipeline acks it, so that a recreated durable consumer
-// (a deleted consumer, a renamed pipeline) never replays history.
+// TestAckedTriggersAreRemoved (hole 6): on a work-queue stream a trigger
+// is removed once its pipeline acks it, so that a recreated durable
+// consumer (a deleted consumer, a renamed pipeline) never replays history.
+// (On the default limits stream, TestLimitsStreamNoReplay.)
 func TestAckedTriggersAreRemoved(t *testing.T) {
-	f := start(t, nil, standin.Options{})
+	f := start(t, func(c *config.Config) { c.Stream.Retention, c.Stream.MaxAge = config.RetentionWorkQueue, 0 }, standin.Options{})
 	for i := range 5 {
 		f.publish("triggers.webhooks", []byte(`{"n":`+string(rune('0'+i))+`}`))
 	}
@@ -347,8 +348,10 @@ func TestSetupRefusesIncompatibleStreams(t *testing.T) {
 		}
 		return c.Setup(ctx)
 	}
+	cfg.Stream.Retention, cfg.Stream.MaxAge = config.RetentionWorkQueue, 0
 	cfg.Pipelines = cfg.Pipelines[1:] // webhooks only: no ledger or model needed for Setup's checks
 	cfg.Pipelines[0].Mode = config.ModeGateWindow
+	// A stream kept as a log where the configuration asks for a work queue.
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ONCEGATE", Subjects: []string{"triggers.>"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -378,9 +381,7 @@ func TestSetupRefusesIncompatibleStreams(t *testing.T) {
 // what the stream holds; the ledger answers every replayed trigger whose
 // work was committed, and no effect is redone.
 func TestLimitsStreamNoReplay(t *testing.T) {
-	f := start(t, func(c *config.Config) {
-		c.Stream.Retention, c.Stream.MaxAge = config.RetentionLimits, time.Hour
-	}, standin.Options{})
+	f := start(t, nil, standin.Options{}) // limits, the default
 	for i := range 5 {
 		f.publish("triggers.webhooks", []byte(`{"n":`+string(rune('0'+i))+`}`))
 	}
