@@ -32,7 +32,36 @@ func newLedger(t testing.TB, js jetstream.JetStream, opts jskv.Options) *jskv.Le
 		t.Fatalf("New(%q): %v", opts.Bucket, err)
 	}
 	t.Cleanup(func() { l.Close() })
+	if opts.Replicas > 1 {
+		waitReplicated(t, js, "KV_"+opts.Bucket)
+	}
 	return l
+}
+
+// waitReplicated waits until the stream has a leader and every replica is
+// current: a request made before that, on a loaded machine, can find no
+// responder yet.
+func waitReplicated(t testing.TB, js jetstream.JetStream, stream string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := js.Stream(ctx, stream)
+		if err == nil {
+			if info, err := st.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
+				current := true
+				for _, r := range info.Cluster.Replicas {
+					current = current && r.Current
+				}
+				if current {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream %s has no leader with current replicas after 30s (%v)", stream, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func key(i int) dedupe.Key {
