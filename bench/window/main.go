@@ -33,7 +33,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	r := run
+	if isLong(os.Args[1:]) {
+		r = runLong
+	}
+	if err := r(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "window:", err)
 		os.Exit(1)
 	}
