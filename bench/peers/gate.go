@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -467,10 +468,17 @@ func waitAcked(ctx context.Context, cons jetstream.Consumer, done <-chan error) 
 	}
 }
 
+// dirSize returns the disk space the files under dir take: allocated
+// blocks, not apparent sizes (Badger preallocates and maps its files).
 func dirSize(dir string) int64 {
 	var n int64
 	_ = filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() {
+		if err != nil || fi.IsDir() {
+			return nil
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			n += st.Blocks * 512
+		} else {
 			n += fi.Size()
 		}
 		return nil
