@@ -129,14 +129,14 @@ type batched struct{ *dedupe.Window }
 
 const batchKeys = 16
 
-// batch runs SeenOrAddBatch over keys in batches and returns how many were
-// seen.
+// batch runs SeenOrAddBatch over keys in batches, setting seen[i] for
+// keys[i], and returns how many were seen.
 func (b batched) batch(keys []uint64, seen []bool) int {
 	n := 0
 	for len(keys) > 0 {
 		c := min(len(keys), batchKeys)
 		n += b.SeenOrAddBatch(keys[:c], seen[:c])
-		keys = keys[c:]
+		keys, seen = keys[c:], seen[c:]
 	}
 	return n
 }
