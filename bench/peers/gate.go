@@ -87,7 +87,9 @@ func runGate(ctx context.Context, o options, dir string, w io.Writer) error {
 	}{
 		{"oncegate gate-ledger", b.oncegate},
 		{"watermill, 1 handler", func(ctx context.Context, p, a [][]byte) (gateRun, error) { return b.watermill(ctx, p, a, 1) }},
-		{"watermill, 16 handlers", func(ctx context.Context, p, a [][]byte) (gateRun, error) { return b.watermill(ctx, p, a, 16) }},
+		{fmt.Sprintf("watermill, %d handlers", config.DefaultConcurrency), func(ctx context.Context, p, a [][]byte) (gateRun, error) {
+			return b.watermill(ctx, p, a, config.DefaultConcurrency)
+		}},
 	} {
 		r, err := sys.run(ctx, payloads, again)
 		if err != nil {
