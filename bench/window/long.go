@@ -274,12 +274,15 @@ type longSet struct {
 	lanes     []altset.Lane
 	seen      [][]bool
 	hits      []int
-	fresh     []int // fresh keys a lane's set reported seen (false positives)
+	fresh     []int      // fresh keys a lane's set reported seen (false positives)
+	missedAt  [][]int    // per lane, the operations whose duplicate was reported new
+	src       [][]uint64 // per lane, the history position each duplicate repeats
 	rounds    []longSample
 }
 
 type longSample struct {
 	ops, dups, missed, falsePos int
+	late                        int // duplicates reported new that may have expired while a slow round ran (real clocks)
 	elapsed, wall               time.Duration
 	gcs                         uint32
 	fresh                       int
@@ -361,6 +364,9 @@ func longMode(ctx context.Context, cfg longConfig, stdout, stderr io.Writer) err
 			}
 		}
 	}
+	if cfg.clock != clockEqual {
+		warm = -warm // real time: two TTLs of it
+	}
 	if _, err := turns(ctx, sets, warm, 0, rate); err != nil {
 		return err
 	}
@@ -406,6 +412,8 @@ func longMode(ctx context.Context, cfg longConfig, stdout, stderr io.Writer) err
 // the same noise from the rest of the machine. With a rate, a set whose new
 // keys are ahead of rate per second since its paceStart skips its turn, and
 // when all are ahead the loop sleeps.
+//
+// A negative d is wall time instead: the turns go on until -d has passed.
 func turns(ctx context.Context, sets []*longSet, d time.Duration, first int, rate float64) ([]longSample, error) {
 	acc := make([]longSample, len(sets))
 	gc := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
@@ -414,15 +422,28 @@ func turns(ctx context.Context, sets []*longSet, d time.Duration, first int, rat
 		more, ran := false, false
 		for k := range sets {
 			i := (k + first) % len(sets)
-			if acc[i].elapsed >= d {
+			done := (d >= 0 && acc[i].elapsed >= d) || (d < 0 && time.Since(start) >= -d)
+			if !done {
+				more = true
+			}
+			if done && (rate == 0 || d < 0) {
 				continue
 			}
-			more = true
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			if ls := sets[i]; rate > 0 && float64(ls.paced) > rate*time.Since(ls.paceStart).Seconds() {
-				continue
+			if ls := sets[i]; rate > 0 {
+				// Fed at rate whether measured or not, so its live keys
+				// stay steady while the others finish their turns; a set
+				// that fell behind (a stall) is not fed a burst to catch
+				// up, which would crowd the window past its capacity.
+				allowed := rate * time.Since(ls.paceStart).Seconds()
+				if float64(ls.paced) > allowed {
+					continue
+				}
+				if lag := float64(2 * ls.roundKeys()); float64(ls.paced) < allowed-lag {
+					ls.paced = uint64(allowed - lag)
+				}
 			}
 			ran = true
 			f0 := acc[i].fresh
@@ -433,7 +454,7 @@ func turns(ctx context.Context, sets []*longSet, d time.Duration, first int, rat
 			acc[i].gcs += uint32(gc[0].Value.Uint64() - g0)
 			sets[i].paced += uint64(acc[i].fresh - f0)
 		}
-		if !more {
+		if !more || (d < 0 && time.Since(start) >= -d) {
 			break
 		}
 		if !ran {
@@ -470,9 +491,17 @@ func (ls *longSet) build(cfg longConfig, dup float64, seed uint64) error {
 		ls.seen[i] = make([]bool, size)
 	}
 	ls.hits = make([]int, cfg.procs)
+	ls.missedAt = make([][]int, cfg.procs)
+	ls.src = make([][]uint64, cfg.procs)
+	for i := range ls.src {
+		ls.src[i] = make([]uint64, size)
+	}
 	ls.fresh = make([]int, cfg.procs)
 	return nil
 }
+
+// roundKeys returns the operations of one round.
+func (ls *longSet) roundKeys() int { return len(ls.lanes) * len(ls.lanes[0].Keys) }
 
 // runFresh runs rounds until n fresh keys were added.
 func (ls *longSet) runFresh(ctx context.Context, n int) (longSample, error) {
@@ -490,7 +519,7 @@ func (ls *longSet) runFresh(ctx context.Context, n int) (longSample, error) {
 
 // round runs one round of operations and adds what it did to acc.
 func (ls *longSet) round(acc *longSample) {
-	ls.wl.next(ls.lanes, time.Now())
+	ls.wl.next(ls.lanes, ls.src, time.Now())
 	t := time.Now()
 	var wg sync.WaitGroup
 	for g := range ls.lanes {
@@ -501,22 +530,24 @@ func (ls *longSet) round(acc *longSample) {
 				seen := ls.seen[g]
 				b.batch(keys, seen)
 				for i, s := range seen[:len(keys)] {
-					if s {
-						if dups[i] {
-							h++
-						} else {
-							fp++
-						}
+					switch {
+					case s && dups[i]:
+						h++
+					case s:
+						fp++
+					case dups[i]:
+						ls.missedAt[g] = append(ls.missedAt[g], i)
 					}
 				}
 			} else {
 				for i, k := range keys {
-					if ls.s.SeenOrAdd(k) {
-						if dups[i] {
-							h++
-						} else {
-							fp++
-						}
+					switch s := ls.s.SeenOrAdd(k); {
+					case s && dups[i]:
+						h++
+					case s:
+						fp++
+					case dups[i]:
+						ls.missedAt[g] = append(ls.missedAt[g], i)
 					}
 				}
 			}
@@ -526,12 +557,31 @@ func (ls *longSet) round(acc *longSample) {
 	wg.Wait()
 	el := time.Since(t)
 	ls.wl.roundTook(el)
+	// A duplicate reported new is a miss if its key was certainly younger
+	// than the TTL when it ran: added in a round that began less than the
+	// TTL before this round ended. On real clocks, a round that stalled
+	// (a busy machine) can outlast the margin the stream left, and a key
+	// may then have expired before its duplicate ran: counted apart.
+	end := time.Now()
+	if ls.vc != nil {
+		end = ls.vc.Now() // the bench's clock stands still during a round
+	}
+	young := ls.wl.youngFrom(end)
+	for g := range ls.lanes {
+		for _, i := range ls.missedAt[g] {
+			if ls.src[g][i] >= young {
+				acc.missed++
+			} else {
+				acc.late++
+			}
+		}
+		ls.missedAt[g] = ls.missedAt[g][:0]
+	}
 	acc.elapsed += el
 	for g := range ls.lanes {
 		acc.ops += len(ls.lanes[g].Keys)
 		acc.dups += ls.lanes[g].Dups
 		acc.fresh += len(ls.lanes[g].Keys) - ls.lanes[g].Dups
-		acc.missed += ls.lanes[g].Dups - ls.hits[g]
 		acc.falsePos += ls.fresh[g]
 	}
 }
@@ -564,9 +614,21 @@ func newStream(live int, dup float64, ttl time.Duration, seed uint64, vc *vclock
 
 func (s *stream) roundTook(d time.Duration) { s.lastEl = d }
 
+// youngFrom returns the first history position of the keys certainly
+// younger than the TTL at end: those of rounds that began after end - TTL.
+func (s *stream) youngFrom(end time.Time) uint64 {
+	for _, m := range s.marks {
+		if m.at.After(end.Add(-s.ttl)) {
+			return m.pos
+		}
+	}
+	return s.hist
+}
+
 // next fills lanes with a round that begins at now (on the bench's clock,
-// if the stream has one, whatever now says).
-func (s *stream) next(lanes []altset.Lane, now time.Time) {
+// if the stream has one, whatever now says), and src[i][j] with the
+// position a duplicate lanes[i].Keys[j] repeats.
+func (s *stream) next(lanes []altset.Lane, src [][]uint64, now time.Time) {
 	// A key is a safe duplicate if its round began after now - ttl + slack:
 	// it is then younger than the TTL until the end of this round, which
 	// lasts about as long as the last one. On the bench's clock, which
@@ -602,7 +664,8 @@ func (s *stream) next(lanes []altset.Lane, now time.Time) {
 		for j := range l.Keys {
 			if thresh > 0 && s.rand() < thresh {
 				back, _ := bits.Mul64(s.rand(), span)
-				l.Keys[j], l.Dup[j] = altset.Key(s.seed, s.hist-1-back), true
+				src[i][j] = s.hist - 1 - back
+				l.Keys[j], l.Dup[j] = altset.Key(s.seed, src[i][j]), true
 				l.Dups++
 			} else {
 				l.Keys[j], l.Dup[j] = altset.Key(s.seed, pos), false
@@ -635,7 +698,7 @@ func printLong(w io.Writer, cfg longConfig, sets []*longSet, clockCost time.Dura
 	}
 	fmt.Fprintf(w, "\nclock %s: %s (time.Since costs %v here)\n", cfg.clock, clock, clockCost)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "set\tTTL\tlive keys\tMops/s\tratio to xsync\tratio range\tratio of totals\tGC/s\tdups missed\tfresh seen\tbytes/key\t\n")
+	fmt.Fprintf(tw, "set\tTTL\tlive keys\tMops/s\tratio to xsync\tratio range\tratio of totals\tGC/s\tdups missed\tlate\tfresh seen\tbytes/key\t\n")
 	total := func(ls *longSet) float64 {
 		ops, el := 0, time.Duration(0)
 		for _, r := range ls.rounds {
@@ -647,7 +710,7 @@ func printLong(w io.Writer, cfg longConfig, sets []*longSet, clockCost time.Dura
 	for _, ls := range sets {
 		var mops, ratios []float64
 		var gcs, wall float64
-		missed, dups, fp, fresh := 0, 0, 0, 0
+		missed, dups, fp, fresh, late := 0, 0, 0, 0, 0
 		for i, r := range ls.rounds {
 			mops = append(mops, r.mops())
 			if i < len(ref.rounds) {
@@ -656,6 +719,7 @@ func printLong(w io.Writer, cfg longConfig, sets []*longSet, clockCost time.Dura
 			gcs += float64(r.gcs)
 			wall += r.wall.Seconds()
 			missed += r.missed
+			late += r.late
 			dups += r.dups
 			fp += r.falsePos
 			fresh += r.fresh
@@ -677,8 +741,8 @@ func printLong(w io.Writer, cfg longConfig, sets []*longSet, clockCost time.Dura
 			rs = fmt.Sprintf("%.2fx", median(slices.Clone(ratios)))
 			rr = fmt.Sprintf("%.2f-%.2f", slices.Min(ratios), slices.Max(ratios))
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%.2f\t%s\t%s\t%.2fx\t%.1f\t%d of %d\t%d\t%s\t\n", ls.impl.Name, ls.ttl.Round(time.Millisecond),
-			altset.FormatCount(int(math.Round(live/1000))*1000), median(mops), rs, rr, total(ls)/total(ref), gcs/wall, missed, dups, fp, bpk)
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%.2f\t%s\t%s\t%.2fx\t%.1f\t%d of %d\t%d\t%d\t%s\t\n", ls.impl.Name, ls.ttl.Round(time.Millisecond),
+			altset.FormatCount(int(math.Round(live/1000))*1000), median(mops), rs, rr, total(ls)/total(ref), gcs/wall, missed, dups, late, fp, bpk)
 	}
 	tw.Flush()
 	for _, ls := range sets {
@@ -689,6 +753,7 @@ func printLong(w io.Writer, cfg longConfig, sets []*longSet, clockCost time.Dura
 	}
 	fmt.Fprintln(w, "ratio of totals = all of a set's operations over all its measured time, over xsync's; GC/s = collections per second of the sets' turns;")
 	fmt.Fprintln(w, "live keys = each set's rate of new keys times its TTL; dups missed = duplicates of keys younger than the TTL reported new (must be 0);")
+	fmt.Fprintln(w, "late = duplicates reported new whose key may have expired before they ran, a round having stalled longer than the margin (real clocks only);")
 	fmt.Fprintln(w, "fresh seen = new keys reported seen (must be 0); bytes/key: the window's table over the live keys (off the Go heap),")
 	fmt.Fprintln(w, "xsync's heap after one collection at the end over the live keys (shown when the other sets are windows)")
 	for _, ls := range sets {

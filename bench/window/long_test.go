@@ -59,15 +59,19 @@ func TestLongStreamDuplicatesAreYoung(t *testing.T) {
 	s := newStream(live, 0.5, time.Minute, 1, vc)
 	added := map[uint64]int64{} // key -> clock when added
 	lanes := altset.NewLanes(2, 100)
+	src := [][]uint64{make([]uint64, 100), make([]uint64, 100)}
 	for range 200 {
 		now := vc.nanos()
-		s.next(lanes, time.Time{})
-		for _, l := range lanes {
+		s.next(lanes, src, time.Time{})
+		for i, l := range lanes {
 			for j, k := range l.Keys {
 				if l.Dup[j] {
 					at, ok := added[k]
 					if !ok {
 						t.Fatalf("duplicate %x was never added", k)
+					}
+					if altset.Key(1, src[i][j]) != k {
+						t.Fatalf("duplicate %x: source position %d holds another key", k, src[i][j])
 					}
 					if age := time.Duration(now - at); age >= time.Minute {
 						t.Fatalf("duplicate %x is %v old, TTL 1m", k, age)
