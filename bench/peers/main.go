@@ -234,7 +234,7 @@ func runLedger(ctx context.Context, o options, dir string, w io.Writer) error {
 		rs, err := newRedisServer(ctx, filepath.Join(dir, "redis"))
 		switch {
 		case errors.Is(err, errSkip):
-			skipped = append(skipped, "redis: "+err.Error())
+			skipped = append(skipped, "redis: "+strings.TrimPrefix(err.Error(), errSkip.Error()+": "))
 		case err != nil:
 			return err
 		default:
@@ -253,7 +253,7 @@ func runLedger(ctx context.Context, o options, dir string, w io.Writer) error {
 		ps, err := newPGServer(ctx, filepath.Join(dir, "pg"), maxWorkers)
 		switch {
 		case errors.Is(err, errSkip):
-			skipped = append(skipped, "postgres: "+err.Error())
+			skipped = append(skipped, "postgres: "+strings.TrimPrefix(err.Error(), errSkip.Error()+": "))
 		case err != nil:
 			return err
 		default:
