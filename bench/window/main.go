@@ -4,6 +4,10 @@
 // SeenOrAddBatch, at each GOMAXPROCS, as a ratio to xsync measured in the
 // same run, with allocations per operation and memory per live key.
 //
+// With -long it measures instead one long-lived set of each kind at a
+// steady state with keys expiring, the garbage collector at its own rate,
+// on one clock and on each set's own (long.go).
+//
 // See README.md for how to run it and how to read the table.
 package main
 
