@@ -135,9 +135,9 @@ hits them alike: %[4]d reps of %[5]v of measured time per set (after %[6]v unmea
 in that rep; the tables give the medians. A duplicate repeats one of the newest %[1]s keys that is younger than the TTL.
 Clock modes, each in a process of its own (a window decides its clock once per process):
   equal       every set reads the same clock: one the bench advances between rounds of operations by TTL/%[1]s per new key, so
-              exactly %[1]s keys are live at every moment whatever a set's speed, and the TTL is 10 minutes of that clock. A read
-              is an atomic load behind each set's clock hook (the window's WindowOptions.Clock, an interface call; xsync's a
-              function): the sets' own work compared, the clock's cost nearly equal and small.
+              exactly %[1]s keys are live at every moment whatever a set's speed, and the TTL is 10 minutes of that clock. Every
+              set reads it the same way, the window's way (a dedupe.Clock interface call returning a time.Time, an atomic
+              load inside, and its difference from the start): the sets' own work compared, the clock's cost equal and small.
   native      each set reads the clock its users get: the window its default (the CPU's time-stamp counter where Linux keeps
               time with it, see dedupe.WindowOptions.Clock; else time.Since), the others time.Since, as their users would write
               it. The TTL is real time: both sets are fed new keys at one fixed rate (the rate that keeps them busy half the
@@ -238,7 +238,6 @@ const equalTTL = 10 * time.Minute
 type vclock struct{ ns atomic.Int64 }
 
 func (c *vclock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
-func (c *vclock) nanos() int64   { return c.ns.Load() }
 
 // clocked makes the sets that can read the bench's clock.
 var clocked = map[string]func(capacity int, ttl time.Duration, c *vclock) (altset.Set, error){
@@ -257,7 +256,11 @@ var clocked = map[string]func(capacity int, ttl time.Duration, c *vclock) (altse
 		return batched{w}, nil
 	},
 	"xsync": func(capacity int, ttl time.Duration, c *vclock) (altset.Set, error) {
-		return altset.NewXsyncClock(capacity, ttl, c.nanos), nil
+		// The same read as the window's: a Clock interface call, then the
+		// time since the start.
+		var clk dedupe.Clock = c
+		base := clk.Now()
+		return altset.NewXsyncClock(capacity, ttl, func() int64 { return int64(clk.Now().Sub(base)) }), nil
 	},
 }
 

@@ -61,7 +61,7 @@ func TestLongStreamDuplicatesAreYoung(t *testing.T) {
 	lanes := altset.NewLanes(2, 100)
 	src := [][]uint64{make([]uint64, 100), make([]uint64, 100)}
 	for range 200 {
-		now := vc.nanos()
+		now := vc.ns.Load()
 		s.next(lanes, src, time.Time{})
 		for i, l := range lanes {
 			for j, k := range l.Keys {
