@@ -4,6 +4,10 @@
 // SeenOrAddBatch, at each GOMAXPROCS, as a ratio to xsync measured in the
 // same run, with allocations per operation and memory per live key.
 //
+// With -long it measures instead one long-lived set of each kind at a
+// steady state with keys expiring, the garbage collector at its own rate,
+// on one clock and on each set's own (long.go).
+//
 // See README.md for how to run it and how to read the table.
 package main
 
@@ -33,7 +37,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	r := run
+	if isLong(os.Args[1:]) {
+		r = runLong
+	}
+	if err := r(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "window:", err)
 		os.Exit(1)
 	}
@@ -125,14 +133,14 @@ type batched struct{ *dedupe.Window }
 
 const batchKeys = 16
 
-// batch runs SeenOrAddBatch over keys in batches and returns how many were
-// seen.
+// batch runs SeenOrAddBatch over keys in batches, setting seen[i] for
+// keys[i], and returns how many were seen.
 func (b batched) batch(keys []uint64, seen []bool) int {
 	n := 0
 	for len(keys) > 0 {
 		c := min(len(keys), batchKeys)
 		n += b.SeenOrAddBatch(keys[:c], seen[:c])
-		keys = keys[c:]
+		keys, seen = keys[c:], seen[c:]
 	}
 	return n
 }

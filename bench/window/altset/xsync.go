@@ -68,3 +68,13 @@ func (s *Xsync) rotate(now int64) {
 func (s *Xsync) Settle() {
 	s.gens.Store(&xsyncGens{cur: s.newGen(), prev: s.gens.Load().cur})
 }
+
+// NewXsyncClock returns an Xsync that reads the time from now (nanoseconds,
+// never going back) instead of time.Since: the long-running mode of
+// bench/window runs every set on one clock it advances itself.
+func NewXsyncClock(capacity int, ttl time.Duration, now func() int64) *Xsync {
+	s := &Xsync{clock: clock{fake: now}, capacity: capacity}
+	s.rot = newRotation(ttl, s.clock.now())
+	s.gens.Store(&xsyncGens{cur: s.newGen(), prev: xsync.NewMap[uint64, struct{}]()})
+	return s
+}

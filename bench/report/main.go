@@ -1,0 +1,368 @@
+// Command report runs Oncegate's benchmark programs in their short forms and
+// writes one Markdown file with their tables and PNG plots, so that a reader
+// sees the figures without reading code:
+//
+//	go run ./bench/report                     # writes bench/out/report/report.md and its PNGs (~6 minutes)
+//	go run ./bench/report -out /tmp/report    # somewhere else
+//	go run ./bench/report -skip peers,window  # leave benches out
+//
+// Each bench runs as its own process (go run), one after the other, and its
+// output goes into the report verbatim; the plots are drawn from the tables
+// in that output. A bench that fails is reported as failed, with its error
+// output, and the others still run. bench/peers is a module of its own; it
+// runs from its directory, and is reported as skipped where its modules
+// cannot be had. The output directory is under bench/out, which git ignores:
+// commit a report only as this command regenerates it.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"image/color"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// A bench is one program the report runs.
+type bench struct {
+	name  string
+	title string
+	dir   string // working directory, relative to the repository root
+	args  []string
+	about string
+}
+
+var benches = []bench{
+	{"ledger", "Ledger: claim + commit pairs per second", ".", []string{"run", "./bench/ledger", "-dur", "1s"},
+		"Begin + Commit of fresh keys on Oncegate's ledgers, against a raw synchronous JetStream publish (bench/ledger)."},
+	{"peers-ledger", "The ledger beside Redis and PostgreSQL", "bench/peers", []string{"run", ".", "-part", "ledger", "-dur", "1s", "-reps", "1"},
+		"Claim + commit on Oncegate's ledgers, a Redis SET NX + SET (appendfsync always and everysec) and a PostgreSQL idempotency table (bench/peers)."},
+	{"peers-gate", "The gate beside Watermill's deduplicator", "bench/peers", []string{"run", ".", "-part", "gate", "-n", "5000"},
+		"End-to-end gate on one JetStream stream: Oncegate's gate-ledger pipeline and a Watermill router with its Deduplicator, before and after a restart (bench/peers)."},
+	{"e2e", "End to end: triggers per second against the raw loop", ".", []string{"run", "./bench/e2e", "-n", "2000", "-full-n", "500", "-reps", "1"},
+		"Oncegate's pipelines against the consume-publish-ack loop a user would write (bench/e2e)."},
+	{"window", "The window against the sets a user would write, long-running", ".", []string{"run", "./bench/window", "-long", "-reps", "3", "-dur", "300ms"},
+		"dedupe.Window at a steady state with expiry, beside a two-generation xsync set (bench/window -long)."},
+	{"llmcache", "The LLM cache", ".", []string{"run", "./bench/llmcache", "-dur", "400ms", "-workers", "4"},
+		"The LLM response cache (bench/llmcache)."},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "report:", err)
+		os.Exit(1)
+	}
+}
+
+// result is one bench's run.
+type result struct {
+	bench
+	out  string
+	err  error
+	took time.Duration
+}
+
+func run(ctx context.Context) error {
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	out := flag.String("out", filepath.Join(root, "bench", "out", "report"), "directory to write report.md and its PNGs into")
+	skip := flag.String("skip", "", "comma-separated benches to leave out: "+names())
+	flag.Parse()
+	skipped := map[string]bool{}
+	for _, s := range strings.Split(*skip, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if !slices.ContainsFunc(benches, func(b bench) bool { return b.name == s }) {
+				return fmt.Errorf("-skip: unknown bench %q (want %s)", s, names())
+			}
+			skipped[s] = true
+		}
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	var results []result
+	for _, b := range benches {
+		if skipped[b.name] {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "report: %s: go %s (in %s)\n", b.name, strings.Join(b.args, " "), b.dir)
+		t := time.Now()
+		cmd := exec.CommandContext(ctx, "go", b.args...)
+		cmd.Dir = filepath.Join(root, b.dir)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		r := result{bench: b, out: stdout.String(), took: time.Since(t)}
+		if err != nil {
+			r.err = fmt.Errorf("%v: %s", err, lastLines(stderr.String(), 15))
+		}
+		results = append(results, r)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return write(*out, results)
+}
+
+func names() string {
+	var ns []string
+	for _, b := range benches {
+		ns = append(ns, b.name)
+	}
+	return strings.Join(ns, ", ")
+}
+
+// repoRoot returns the directory of the main module's go.mod.
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run it inside the Oncegate repository")
+	}
+	return filepath.Dir(mod), nil
+}
+
+func write(dir string, results []result) error {
+	var md bytes.Buffer
+	host, _ := os.Hostname()
+	fmt.Fprintf(&md, "# Oncegate benchmarks, short forms\n\n")
+	fmt.Fprintf(&md, "Generated by `go run ./bench/report` on %s, %s %s/%s, %d CPUs (host %s). The machine may have been shared with other work: "+
+		"compare the ratios within one table, not rates across runs. Each section is one program's output, verbatim; the plots are drawn from those tables.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), host)
+	fmt.Fprintln(&md, "| bench | command | took | status |")
+	fmt.Fprintln(&md, "|---|---|---|---|")
+	for _, r := range results {
+		status := "ok"
+		if r.err != nil {
+			status = "FAILED"
+		}
+		fmt.Fprintf(&md, "| %s | `cd %s && go %s` | %v | %s |\n", r.name, r.dir, strings.Join(r.args, " "), r.took.Round(time.Second), status)
+	}
+	fmt.Fprintln(&md)
+	for _, r := range results {
+		fmt.Fprintf(&md, "## %s\n\n%s\n\n", r.title, r.about)
+		if r.err != nil {
+			fmt.Fprintf(&md, "**Failed**: \n\n```\n%s\n```\n\n", r.err)
+		}
+		for _, png := range plots(dir, r) {
+			fmt.Fprintf(&md, "![%s](%s)\n\n", png, png)
+		}
+		if r.out != "" {
+			fmt.Fprintf(&md, "```\n%s\n```\n\n", strings.TrimRight(r.out, "\n"))
+		}
+	}
+	path := filepath.Join(dir, "report.md")
+	if err := os.WriteFile(path, md.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("wrote", path)
+	return nil
+}
+
+// --- tables ------------------------------------------------------------------
+
+var cellSep = regexp.MustCompile(`\s{2,}`)
+
+// table returns the rows of the first table in out whose header's first
+// cell is first: the header's cells, then each row's, up to the first line
+// that is blank or has a different number of cells.
+func table(out, first string) (header []string, rows [][]string) {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		cells := cellSep.Split(strings.TrimSpace(l), -1)
+		if len(cells) < 2 || cells[0] != first {
+			continue
+		}
+		header = cells
+		for _, l := range lines[i+1:] {
+			c := cellSep.Split(strings.TrimSpace(l), -1)
+			if strings.TrimSpace(l) == "" || len(c) != len(header) {
+				break
+			}
+			rows = append(rows, c)
+		}
+		return header, rows
+	}
+	return nil, nil
+}
+
+func col(header []string, name string) int { return slices.Index(header, name) }
+
+func num(s string) (float64, bool) {
+	s = strings.TrimSuffix(strings.Fields(s + " ")[0], "x")
+	f, err := strconv.ParseFloat(s, 64)
+	return f, err == nil
+}
+
+// --- plots -------------------------------------------------------------------
+
+// plots draws the plots of r's output into dir and returns their file names.
+func plots(dir string, r result) []string {
+	var files []string
+	save := func(p *plot.Plot, name string) {
+		if p == nil {
+			return
+		}
+		if err := p.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, name)); err != nil {
+			fmt.Fprintf(os.Stderr, "report: %s: %v\n", name, err)
+			return
+		}
+		files = append(files, name)
+	}
+	switch r.name {
+	case "ledger":
+		save(linesByWorkers(r.out, "impl", "pairs/s", "Ledger: pairs per second vs workers"), "ledger.png")
+	case "peers-ledger":
+		save(linesByWorkers(r.out, "peer", "pairs/s", "Claim + commit vs workers, Oncegate and its peers"), "peers-ledger.png")
+	case "peers-gate":
+		save(bars(r.out, "system", "triggers/s", "Gate end to end: triggers per second"), "peers-gate.png")
+		save(bars(r.out, "system", "memory per key", "Gate: bytes in memory per remembered key"), "peers-memory.png")
+	case "e2e":
+		save(e2ePlot(r.out), "e2e.png")
+	case "window":
+		save(bars(r.out, "set", "Mops/s", "Window vs xsync, long-running mode, equal clock: Mops/s"), "window.png")
+		save(bars(r.out, "set", "bytes/key", "Window vs xsync: bytes per live key"), "window-memory.png")
+	}
+	return files
+}
+
+// linesByWorkers draws one line per name (column first) of value against
+// the workers column, on a log scale.
+func linesByWorkers(out, first, value, title string) *plot.Plot {
+	h, rows := table(out, first)
+	wc, vc := col(h, "workers"), col(h, value)
+	if wc < 0 || vc < 0 || len(rows) == 0 {
+		return nil
+	}
+	series := map[string]plotter.XYs{}
+	var order []string
+	for _, row := range rows {
+		w, ok1 := num(row[wc])
+		v, ok2 := num(row[vc])
+		if !ok1 || !ok2 {
+			continue
+		}
+		if _, ok := series[row[0]]; !ok {
+			order = append(order, row[0])
+		}
+		series[row[0]] = append(series[row[0]], plotter.XY{X: w, Y: v})
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "workers (claims in flight), log scale"
+	p.Y.Label.Text = value
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Add(plotter.NewGrid())
+	var args []any
+	for _, n := range order {
+		args = append(args, n, series[n])
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return nil
+	}
+	return p
+}
+
+// bars draws one bar per row of the first table headed first, from the
+// leading number of column value.
+func bars(out, first, value, title string) *plot.Plot {
+	h, rows := table(out, first)
+	vc := col(h, value)
+	if vc < 0 || len(rows) == 0 {
+		return nil
+	}
+	var vals plotter.Values
+	var labels []string
+	for _, row := range rows {
+		v, ok := num(row[vc])
+		if !ok {
+			continue
+		}
+		vals = append(vals, v)
+		labels = append(labels, row[0])
+	}
+	if len(vals) == 0 {
+		return nil
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = value
+	b, err := plotter.NewBarChart(vals, vg.Points(40))
+	if err != nil {
+		return nil
+	}
+	b.Color = color.NRGBA{R: 70, G: 130, B: 180, A: 255}
+	p.Add(b)
+	p.NominalX(labels...)
+	return p
+}
+
+// e2ePlot draws triggers/s against the duplicate share, one line per mode.
+func e2ePlot(out string) *plot.Plot {
+	h, rows := table(out, "mode")
+	dc, vc := col(h, "dup%"), col(h, "triggers/s")
+	if dc < 0 || vc < 0 || len(rows) == 0 {
+		return nil
+	}
+	series := map[string]plotter.XYs{}
+	var order []string
+	for _, row := range rows {
+		d, ok1 := num(row[dc])
+		v, ok2 := num(row[vc])
+		if !ok1 || !ok2 {
+			continue
+		}
+		if _, ok := series[row[0]]; !ok {
+			order = append(order, row[0])
+		}
+		series[row[0]] = append(series[row[0]], plotter.XY{X: d, Y: v})
+	}
+	p := plot.New()
+	p.Title.Text = "End to end: triggers per second vs duplicate share"
+	p.X.Label.Text = "duplicates, % of triggers"
+	p.Y.Label.Text = "triggers/s"
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	var args []any
+	for _, n := range order {
+		args = append(args, n, series[n])
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return nil
+	}
+	return p
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
