@@ -278,6 +278,12 @@ func (v *validator) ingressSubject(path, subj string) {
 		v.add(path, err)
 		return
 	}
+	if v.c.Ingress.Listen == "" {
+		// The ingress is off (the built-in sources are there for -ingress):
+		// a stream that does not capture their subjects is not a problem
+		// until it serves.
+		return
+	}
 	covered := false
 	for _, s := range v.c.Stream.Subjects {
 		if subjectCovers(s, subj) {

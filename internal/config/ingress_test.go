@@ -101,3 +101,21 @@ func TestIngressExplainNamesNoSecret(t *testing.T) {
 		t.Errorf("Explain does not describe the github source:\n%s", b.String())
 	}
 }
+
+// TestIngressSubjectsOnlyWhenServing: the built-in sources' subjects need
+// not be captured by a stream that a configuration without the ingress
+// names; once the ingress serves, they must be.
+func TestIngressSubjectsOnlyWhenServing(t *testing.T) {
+	c := Default()
+	c.Stream.Subjects = []string{"events.>"}
+	for i := range c.Pipelines {
+		c.Pipelines[i].Subject = "events." + c.Pipelines[i].Name
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("ingress off, stream on events.>: Validate() = %v; want nil", err)
+	}
+	c.Ingress.Listen = "127.0.0.1:8080"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "is not captured by the stream") {
+		t.Errorf("ingress on: Validate() = %v; want the sources' subjects refused", err)
+	}
+}
