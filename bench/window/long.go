@@ -167,7 +167,7 @@ func runLong(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if counterClock() {
 		modes = append(modes, clockNoCounter)
 	} else {
-		fmt.Fprintln(stdout, "\n(no native-off: the window reads time.Since here already; the kernel does not keep time with the CPU's counter, or "+dedupe.CounterEnv+"=off)")
+		fmt.Fprintln(stdout, "\n(no native-off: the window reads time.Since here already; the kernel does not keep time with the CPU's counter, or "+counterEnv+"=off)")
 	}
 	ratios := map[string]float64{}
 	for _, mode := range modes {
@@ -175,7 +175,7 @@ func runLong(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		cmd := exec.CommandContext(ctx, exe, childArgs...)
 		cmd.Env = os.Environ()
 		if mode == clockNoCounter {
-			cmd.Env = append(cmd.Env, dedupe.CounterEnv+"=off")
+			cmd.Env = append(cmd.Env, counterEnv+"=off")
 		}
 		cmd.Stderr = stderr
 		out, err := cmd.StdoutPipe()
@@ -226,7 +226,7 @@ func runLong(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // counterClock reports whether a window with its default clock reads the
 // CPU's counter in this process.
 func counterClock() bool {
-	w, err := dedupe.NewWindow(dedupe.WindowOptions{TTL: time.Minute})
+	w, err := dedupe.NewWindow(dedupe.WindowOptions{TTL: time.Minute, NoCounter: noCounter})
 	return err == nil && w.ClockSource() == "counter"
 }
 

@@ -117,9 +117,16 @@ func parseInts(s string, lo, hi int) ([]int, error) {
 	return ns, nil
 }
 
+// counterEnv is the environment variable with which this bench keeps its
+// windows on time.Since (dedupe.WindowOptions.NoCounter), to compare clocks.
+const counterEnv = "ONCEGATE_WINDOW_COUNTER"
+
+// noCounter is set by counterEnv=off.
+var noCounter = os.Getenv(counterEnv) == "off"
+
 func windowImpl() altset.Impl {
 	return altset.Impl{Name: "window", New: func(capacity int, ttl time.Duration) (altset.Set, error) {
-		w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: capacity, TTL: ttl})
+		w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: capacity, TTL: ttl, NoCounter: noCounter})
 		if err != nil {
 			return nil, err
 		}
@@ -147,7 +154,7 @@ func (b batched) batch(keys []uint64, seen []bool) int {
 
 func windowBatchImpl() altset.Impl {
 	return altset.Impl{Name: "window-batch", New: func(capacity int, ttl time.Duration) (altset.Set, error) {
-		w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: capacity, TTL: ttl})
+		w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: capacity, TTL: ttl, NoCounter: noCounter})
 		if err != nil {
 			return nil, err
 		}
@@ -205,12 +212,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // windowClock says which sets read time.Since: all but the window, if a
 // window of the benchmark's TTL reads the counter.
 func windowClock() string {
-	w, err := dedupe.NewWindow(dedupe.WindowOptions{TTL: altset.TTL})
+	w, err := dedupe.NewWindow(dedupe.WindowOptions{TTL: altset.TTL, NoCounter: noCounter})
 	if err != nil {
 		return err.Error()
 	}
 	if w.ClockSource() == "counter" {
-		return "every set but the window, which reads the CPU's time-stamp counter (dedupe.WindowOptions.Clock; " + dedupe.CounterEnv + "=off to turn it off)"
+		return "every set but the window, which reads the CPU's time-stamp counter (dedupe.WindowOptions.NoCounter; " + counterEnv + "=off to turn it off here)"
 	}
 	return "every set, the window too"
 }

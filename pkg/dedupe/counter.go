@@ -2,7 +2,6 @@ package dedupe
 
 import (
 	"math/bits"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,16 +53,11 @@ var counter struct {
 	ns0   int64
 }
 
-// CounterEnv names the environment variable that turns the counter clock
-// off: ONCEGATE_WINDOW_COUNTER=off makes every window of the process read
-// the monotonic clock. It is read once, when the first window is made.
-const CounterEnv = "ONCEGATE_WINDOW_COUNTER"
-
 // counterUsable reports whether the time-stamp counter may stand in for the
 // monotonic clock on this machine. It is decided once.
 func counterUsable() bool {
 	counter.once.Do(func() {
-		counter.usable = hasCounter && os.Getenv(CounterEnv) != "off" && kernelKeepsTimeWithCounter()
+		counter.usable = hasCounter && kernelKeepsTimeWithCounter()
 	})
 	return counter.usable
 }

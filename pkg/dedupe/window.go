@@ -58,10 +58,15 @@ type WindowOptions struct {
 	// third of the cost, and no fence between one operation and the next. It
 	// is recalibrated against the monotonic clock every 10ms, never strays
 	// from it by more than a few microseconds, and the window adds 50µs to
-	// its TTL to cover that. Setting the environment variable
-	// ONCEGATE_WINDOW_COUNTER=off (CounterEnv) keeps every window of the
-	// process on the monotonic clock.
+	// its TTL to cover that. NoCounter keeps the window on the monotonic
+	// clock.
 	Clock Clock
+
+	// NoCounter keeps a window with the default Clock on the monotonic
+	// clock (time.Since) even where it could read the CPU's counter: for
+	// comparing clocks, or a machine whose counter is not to be trusted.
+	// The default is false.
+	NoCounter bool
 }
 
 // MinWindowCapacity is the smallest capacity a Window rounds up to: 1 MiB of
@@ -203,7 +208,7 @@ func NewWindow(opts WindowOptions) (*Window, error) {
 	w.unitShift = uint(63 - bits.LeadingZeros64(uint64(opts.TTL/32)))
 	unit := int64(1) << w.unitShift
 	ttl := int64(opts.TTL)
-	if w.clock == nil && unit >= counterMinUnit && counterUsable() {
+	if w.clock == nil && !opts.NoCounter && unit >= counterMinUnit && counterUsable() {
 		// The counter's time may stray from the monotonic clock's by a few
 		// microseconds; the slack keeps every key for at least TTL.
 		w.fast = true

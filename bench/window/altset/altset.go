@@ -8,8 +8,8 @@
 //
 // Every set reads the time once per SeenOrAdd, as time.Since(start): one
 // monotonic clock read, what a Window with a nil Clock does where it does
-// not read the CPU's time-stamp counter (see dedupe.WindowOptions.Clock; the
-// environment variable ONCEGATE_WINDOW_COUNTER=off keeps the window on
+// not read the CPU's time-stamp counter (see dedupe.WindowOptions.NoCounter;
+// bench/window's ONCEGATE_WINDOW_COUNTER=off sets it, keeping the window on
 // time.Since too). Otter reads its own default clock, the same time.Since,
 // as often as it needs (once or more per operation). None of them
 // starts a goroutine except otter, whose maintenance goroutines are part of
