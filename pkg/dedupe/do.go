@@ -12,9 +12,23 @@ import (
 // work again.
 var ErrGivenUp = errors.New("dedupe: the work was given up")
 
-// ErrHeld is wrapped by the error of [Do] when another worker holds the key
-// and DoOptions.NoWait is set.
+// ErrHeld is matched by the error of [Do] when another worker holds the key
+// and DoOptions.NoWait is set; the error is a *HeldError.
 var ErrHeld = errors.New("dedupe: another worker holds the key")
+
+// HeldError is the error of [Do] for a key another worker holds, with
+// DoOptions.NoWait set. It matches ErrHeld.
+type HeldError struct {
+	Owner      string        // the holder, as its record names it
+	RetryAfter time.Duration // what is left of its lease
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%v: %s, for %v more", ErrHeld, e.Owner, e.RetryAfter)
+}
+
+// Is reports whether target is ErrHeld.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
 // DoOptions configures [Do]. The zero value is ready to use.
 type DoOptions struct {
@@ -34,9 +48,16 @@ type DoOptions struct {
 }
 
 // Permanent marks an error of the work as final: [Do] records the work as
-// given up, and later calls for the key return ErrGivenUp without running
-// it. Other errors release the claim, so that a retry runs the work again.
+// given up, returns the error (still marked: see IsPermanent), and later
+// calls for the key return ErrGivenUp without running it. Other errors
+// release the claim, so that a retry runs the work again.
 func Permanent(err error) error { return &permanentError{err} }
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool {
+	_, ok := errors.AsType[*permanentError](err)
+	return ok
+}
 
 type permanentError struct{ err error }
 
@@ -80,7 +101,7 @@ func Do(ctx context.Context, l Ledger, key Key, fn func(ctx context.Context) (Re
 			return Result{}, false, fmt.Errorf("%w: %s", ErrGivenUp, c.Record.Reason)
 		case StatusHeld:
 			if opts.NoWait {
-				return Result{}, false, fmt.Errorf("%w: %s, for %v more", ErrHeld, c.Record.Owner, c.RetryAfter)
+				return Result{}, false, &HeldError{Owner: c.Record.Owner, RetryAfter: c.RetryAfter}
 			}
 			wait := min(max(c.RetryAfter/4, time.Millisecond), 100*time.Millisecond)
 			select {
@@ -132,7 +153,7 @@ func hold(ctx context.Context, l Ledger, key Key, lease Lease, d time.Duration, 
 			if ferr := l.Fail(bg, key, token, pe.err.Error()); ferr != nil && !errors.Is(ferr, ErrStaleToken) {
 				return Result{}, errors.Join(err, ferr)
 			}
-			return Result{}, pe.err
+			return Result{}, err
 		}
 		l.Extend(bg, key, token, time.Nanosecond) // release: a retry runs fn again
 		return Result{}, err

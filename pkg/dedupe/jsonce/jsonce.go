@@ -1,0 +1,126 @@
+// Package jsonce puts Oncegate's gate in front of a nats.go JetStream
+// message handler a program already has: the handler runs once per intent,
+// however often its trigger is redelivered or published again.
+//
+//	keyer, _ := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "billing", Step: "charge", Fields: []string{"/invoice"}})
+//	h := jsonce.Handler(ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
+//		id, err := charge(ctx, m.Data()) // send the intent key along as an idempotency key
+//		return dedupe.Result{DownstreamID: id}, err
+//	}, jsonce.Options{})
+//	cc, _ := cons.Consume(h)
+//
+// The wrapped handler acks, naks and terms the message itself, as
+// Oncegate's consumer decides: a duplicate of committed work, or of work
+// another message's handler holds (that message comes back if its worker
+// dies), is acked without running the handler; the message's own
+// redelivery while its first worker is silent is put back until the lease
+// runs out; the handler's error naks the message for a retry (or,
+// wrapped with dedupe.Permanent, terms it and records the work given up);
+// a message that cannot be keyed is termed. While the handler runs, the
+// message is kept in progress and the ledger lease renewed.
+package jsonce
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// Options configures a [Handler]. The zero value is ready to use.
+type Options struct {
+	// Owner names this worker in ledger records. The default is "jsonce".
+	Owner string
+	// Lease is how long a claim holds between renewals; it should exceed
+	// the consumer's AckWait. The default is 30s.
+	Lease time.Duration
+	// RetryDelay is how long a message waits before it is delivered again
+	// after the handler failed. The default is 1s.
+	RetryDelay time.Duration
+	// OnTerm, if set, is called with a message the handler terms and why:
+	// a payload that cannot be keyed, or work given up. Publish it to a
+	// dead-letter subject there; it must not ack the message.
+	OnTerm func(m jetstream.Msg, err error)
+}
+
+// Handler returns a jetstream.MessageHandler that runs fn once per intent
+// of the messages it gets, keyed by keyer, under ledger l. fn's context is
+// cancelled if the lease is taken over (the work is then another
+// worker's).
+func Handler(l dedupe.Ledger, keyer *dedupe.Keyer, fn func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error), opts Options) jetstream.MessageHandler {
+	if opts.Owner == "" {
+		opts.Owner = "jsonce"
+	}
+	if opts.RetryDelay <= 0 {
+		opts.RetryDelay = time.Second
+	}
+	if opts.Lease <= 0 {
+		opts.Lease = 30 * time.Second
+	}
+	term := func(m jetstream.Msg, err error) {
+		if opts.OnTerm != nil {
+			opts.OnTerm(m, err)
+		}
+		_ = m.TermWithReason(err.Error())
+	}
+	return func(m jetstream.Msg) {
+		in, err := keyer.Intent(m.Data())
+		if err != nil {
+			term(m, err)
+			return
+		}
+		// The owner names the message, so that a duplicate can tell work
+		// held for another message (which comes back if its holder dies:
+		// this one can be acked) from its own redelivery.
+		ref := "?"
+		if meta, err := m.Metadata(); err == nil {
+			ref = meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10)
+		}
+		owner := opts.Owner + "#" + ref
+		ctx := context.Background()
+		_, _, err = dedupe.Do(ctx, l, in.Key, func(ctx context.Context) (dedupe.Result, error) {
+			stop := keepInProgress(m, opts.Lease/3)
+			defer stop()
+			return fn(ctx, m)
+		}, dedupe.DoOptions{Owner: owner, Fingerprint: in.Fingerprint, Lease: opts.Lease, NoWait: true})
+		var held *dedupe.HeldError
+		switch {
+		case err == nil:
+			_ = m.Ack()
+		case errors.As(err, &held) && held.Owner != owner:
+			_ = m.Ack() // a duplicate: the holder's own message carries the work
+		case errors.As(err, &held):
+			// This message, redelivered while its holder is silent: wait
+			// for the lease to run out.
+			_ = m.NakWithDelay(held.RetryAfter + 10*time.Millisecond)
+		case errors.Is(err, dedupe.ErrGivenUp), dedupe.IsPermanent(err):
+			term(m, err)
+		default:
+			_ = m.NakWithDelay(opts.RetryDelay)
+		}
+	}
+}
+
+// keepInProgress marks m in progress every d until stop is called.
+func keepInProgress(m jetstream.Msg, d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(max(d, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}

@@ -1,0 +1,126 @@
+package jsonce_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncegate/oncegate/internal/natstest"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/jsonce"
+)
+
+// TestHandlerOnce: a handler wrapped by jsonce runs once per intent across
+// duplicates and redeliveries, on two consumers of one durable, retries
+// after its own error, and terms what cannot be keyed.
+func TestHandlerOnce(t *testing.T) {
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, "ORDERS", jetstream.ConsumerConfig{Durable: "charge", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ledger, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ledger.Close()
+	keyer, err := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "orders", Step: "charge", Fields: []string{"/order"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	calls := map[string]int{}
+	failOnce := map[string]bool{"o-3": true}
+	var termed []string
+	h := jsonce.Handler(ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
+		in, _ := keyer.Intent(m.Data())
+		mu.Lock()
+		defer mu.Unlock()
+		calls[in.Key.String()]++
+		if id := orderOf(m.Data()); failOnce[id] {
+			delete(failOnce, id)
+			return dedupe.Result{}, errors.New("the payment provider timed out")
+		}
+		return dedupe.Result{DownstreamID: "ch_" + orderOf(m.Data())}, nil
+	}, jsonce.Options{RetryDelay: 50 * time.Millisecond, OnTerm: func(m jetstream.Msg, err error) {
+		mu.Lock()
+		termed = append(termed, string(m.Data()))
+		mu.Unlock()
+	}})
+	for range 2 { // two workers on one durable consumer
+		cc, err := cons.Consume(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Stop()
+	}
+	for i := range 5 {
+		for d := range 3 { // each order three times, with other delivery ids
+			if _, err := js.Publish(ctx, "orders.new", fmt.Appendf(nil, `{"order":"o-%d","delivery":%d}`, i, d)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := js.Publish(ctx, "orders.new", []byte(`{"no order here":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := cons.Info(ctx)
+		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("messages not settled: %+v", info)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 5 {
+		t.Errorf("the handler saw %d intents; want 5", len(calls))
+	}
+	for k, n := range calls {
+		want := 1
+		if rec, err := ledger.Get(ctx, mustKey(t, k)); err != nil || rec.Result.DownstreamID == "ch_o-3" {
+			want = 2 // failed once, then ran again
+		}
+		if n != want {
+			t.Errorf("intent %s: handler ran %d times; want %d", k, n, want)
+		}
+	}
+	if len(termed) != 1 {
+		t.Errorf("termed %q; want the payload without an order", termed)
+	}
+}
+
+func orderOf(b []byte) string {
+	var o string
+	fmt.Sscanf(string(b), `{"order":%q`, &o)
+	return o
+}
+
+func mustKey(t *testing.T, s string) dedupe.Key {
+	t.Helper()
+	k, err := dedupe.ParseKey(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
