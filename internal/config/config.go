@@ -260,7 +260,41 @@ type Stream struct {
 	// name. It must not be consumed by any pipeline. The default is
 	// "oncegate.dead.{pipeline}".
 	DeadLetterSubject string `yaml:"dead_letter_subject"`
+	// Replicas is the number of copies the server keeps of each stream
+	// Oncegate creates (triggers, effects, dead letters, outbox): 1, or 3
+	// or 5 on a cluster. The default is 1.
+	Replicas int `yaml:"replicas"`
+	// Storage is StorageFile (the default) or StorageMemory, for every
+	// stream Oncegate creates. Memory streams lose their messages when the
+	// server stops.
+	Storage string `yaml:"storage"`
+	// MaxBytes bounds the trigger stream's size; 0 (the default) means no
+	// bound. What happens at the bound is Discard's.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// Discard is DiscardNew (the default: a publish to a full trigger
+	// stream is refused, so the publisher knows and retries, and nothing
+	// stored is dropped) or DiscardOld (the oldest triggers make room,
+	// acked or not).
+	Discard string `yaml:"discard"`
+	// Manage is whether Oncegate creates and updates the streams. With
+	// false it uses the streams that exist as they are, and refuses to
+	// start, saying why, unless they are compatible: the trigger stream
+	// captures every pipeline's subject, its retention and max age suit the
+	// configuration, and the stream each effect lands in has a duplicate
+	// window that covers the pipeline's redelivery horizon. The default is
+	// true.
+	Manage bool `yaml:"manage"`
 }
+
+// Stream storage kinds and discard policies.
+const (
+	StorageFile   = "file"
+	StorageMemory = "memory"
+	DiscardNew    = "new"
+	DiscardOld    = "old"
+)
+
+
 
 // ReplyAllowed reports whether Oncegate may publish a trigger's result to
 // subject: under one of ReplyPrefixes, never on a subject the server or

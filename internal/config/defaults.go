@@ -173,6 +173,11 @@ func (c *Config) applyDefaults() {
 	setDefault(c, "stream.max_age", &s.MaxAge, maxAge)
 	setDefault(c, "stream.dead_letter_subject", &s.DeadLetterSubject, DefaultDeadLetterSubject)
 	setDefault(c, "stream.reply_prefixes", &s.ReplyPrefixes, []string{"_INBOX."})
+	setDefault(c, "stream.replicas", &s.Replicas, 1)
+	setDefault(c, "stream.storage", &s.Storage, StorageFile)
+	setDefault(c, "stream.max_bytes", &s.MaxBytes, 0)
+	setDefault(c, "stream.discard", &s.Discard, DiscardNew)
+	setDefault(c, "stream.manage", &s.Manage, true)
 
 	for i := range c.Pipelines {
 		p := &c.Pipelines[i]

@@ -170,6 +170,8 @@ func (x *explainer) process() {
 	}
 	x.row("stream", x.d("stream.name", s.Name, s.Name)+" on "+x.d("stream.subjects", s.Subjects, strings.Join(s.Subjects, ", ")),
 		"retention "+x.d("stream.retention", s.Retention, s.Retention),
+		"replicas "+x.d("stream.replicas", s.Replicas, fmt.Sprint(s.Replicas))+", "+x.d("stream.storage", s.Storage, s.Storage)+" storage",
+		"managed "+x.d("stream.manage", s.Manage, fmt.Sprint(s.Manage)),
 		"duplicate window "+x.d("stream.duplicates", s.Duplicates, formatDuration(s.Duplicates)),
 		"max age "+x.d("stream.max_age", s.MaxAge, maxAge))
 	x.row("dead letters", x.d("stream.dead_letter_subject", s.DeadLetterSubject, s.DeadLetterSubject))

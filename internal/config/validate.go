@@ -236,6 +236,14 @@ func (v *validator) stream() {
 			v.add(at, invalid("%q: subjects beginning with '$' or \"oncegate.\" belong to the server and to Oncegate", p))
 		}
 	}
+	if s.Replicas < 1 || s.Replicas > 5 {
+		v.add("stream.replicas", invalid("%d: want 1 to 5", s.Replicas))
+	}
+	v.oneOf("stream.storage", s.Storage, StorageFile, StorageMemory)
+	v.oneOf("stream.discard", s.Discard, DiscardNew, DiscardOld)
+	if s.MaxBytes < 0 {
+		v.add("stream.max_bytes", invalid("must be 0 (no bound) or positive, got %s", s.MaxBytes))
+	}
 	switch s.Retention {
 	case RetentionWorkQueue:
 		// Each trigger belongs to one pipeline: their subjects must not

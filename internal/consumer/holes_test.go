@@ -470,3 +470,63 @@ func TestReplySubjectRefused(t *testing.T) {
 		t.Errorf("the trigger stream: %v", err)
 	}
 }
+
+// TestUnmanagedStreams: with stream.manage: false Oncegate runs on streams
+// an operator made (as with nats stream add) when they are compatible,
+// changes nothing in them, and refuses, saying why, when they are not.
+func TestUnmanagedStreams(t *testing.T) {
+	s := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.Stream.Manage = false
+	cfg.Pipelines = cfg.Pipelines[1:] // webhooks: a gate, no model needed
+	cfg.Pipelines[0].Mode = config.ModeGateWindow
+	setup := func() error {
+		c, err := consumer.New(consumer.Options{Config: cfg, Conn: nc})
+		if err != nil {
+			return err
+		}
+		return c.Setup(ctx)
+	}
+	add := func(sc jetstream.StreamConfig) {
+		t.Helper()
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(what, substr string) {
+		t.Helper()
+		err := setup()
+		if !errors.Is(err, consumer.ErrIncompatibleStream) || !strings.Contains(err.Error(), substr) {
+			t.Errorf("%s: Setup = %v; want ErrIncompatibleStream mentioning %q", what, err, substr)
+		}
+	}
+	want("no stream", "does not exist")
+	add(jetstream.StreamConfig{Name: "ONCEGATE", Subjects: []string{"triggers.alerts"}, MaxAge: 24 * time.Hour, Duplicates: time.Minute})
+	want("subject not captured", "not captured")
+	add(jetstream.StreamConfig{Name: "ONCEGATE", Subjects: []string{"triggers.>"}, Duplicates: time.Minute})
+	want("kept for ever", "for ever")
+	add(jetstream.StreamConfig{Name: "ONCEGATE", Subjects: []string{"triggers.>"}, MaxAge: 24 * time.Hour, Duplicates: time.Minute})
+	want("no dead-letter stream", "dead letters")
+	add(jetstream.StreamConfig{Name: "DEAD", Subjects: []string{"oncegate.dead.>"}})
+	add(jetstream.StreamConfig{Name: "EFFECTS", Subjects: []string{"effects.>"}, Duplicates: 10 * time.Second})
+	want("effect duplicate window", "duplicate window")
+	add(jetstream.StreamConfig{Name: "EFFECTS", Subjects: []string{"effects.>"}, Duplicates: 10 * time.Minute, MaxAge: time.Hour})
+	if err := setup(); err != nil {
+		t.Fatalf("compatible streams: Setup = %v", err)
+	}
+	st, err := js.Stream(ctx, "ONCEGATE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config; got.MaxAge != 24*time.Hour || got.Duplicates != time.Minute {
+		t.Errorf("the operator's stream was changed: max age %v, duplicates %v", got.MaxAge, got.Duplicates)
+	}
+	for _, name := range []string{"ONCEGATE_EFFECTS", "ONCEGATE_DEAD"} {
+		if _, err := js.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			t.Errorf("stream %s was created (%v)", name, err)
+		}
+	}
+}

@@ -24,15 +24,60 @@ var ErrIncompatibleStream = errors.New("consumer: incompatible stream")
 // the duplicate window of each stream an effect lands in covers its
 // pipeline's redelivery horizon, and creates or updates each pipeline's
 // durable consumer.
+//
+// With stream.manage: false it creates and changes no stream: it checks
+// that the streams there are compatible (checkStreams) and refuses, with
+// ErrIncompatibleStream, to start on ones that are not.
 func (c *Consumer) Setup(ctx context.Context) error {
+	s := c.cfg.Stream
+	if !s.Manage {
+		if err := c.checkStreams(ctx); err != nil {
+			return err
+		}
+	} else if err := c.manageStreams(ctx); err != nil {
+		return err
+	}
+	for _, p := range c.pipes {
+		if err := c.checkHorizon(ctx, p); err != nil {
+			return err
+		}
+	}
+	for _, src := range c.sources() {
+		if err := src.setup(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// storage is the configured storage of the streams Oncegate creates.
+func (c *Consumer) storage() jetstream.StorageType {
+	if c.cfg.Stream.Storage == config.StorageMemory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
+// manageStreams creates the trigger stream, the streams that capture
+// effect and dead-letter subjects no stream captures yet, and the outbox,
+// or updates them to the configuration.
+func (c *Consumer) manageStreams(ctx context.Context) error {
 	s := c.cfg.Stream
 	retention := jetstream.WorkQueuePolicy
 	if s.Retention == config.RetentionLimits {
 		retention = jetstream.LimitsPolicy
 	}
+	discard := jetstream.DiscardNew
+	if s.Discard == config.DiscardOld {
+		discard = jetstream.DiscardOld
+	}
+	maxBytes := int64(s.MaxBytes)
+	if maxBytes == 0 {
+		maxBytes = -1
+	}
 	if err := c.ensureStream(ctx, jetstream.StreamConfig{
-		Name: s.Name, Subjects: s.Subjects, Storage: jetstream.FileStorage, Retention: retention,
-		Duplicates: s.Duplicates, MaxAge: s.MaxAge,
+		Name: s.Name, Subjects: s.Subjects, Storage: c.storage(), Retention: retention,
+		Duplicates: s.Duplicates, MaxAge: s.MaxAge, MaxBytes: maxBytes, Discard: discard, Replicas: s.Replicas,
 	}); err != nil {
 		return err
 	}
@@ -55,20 +100,54 @@ func (c *Consumer) Setup(ctx context.Context) error {
 		// A work queue: an entry is gone once dispatched, so that a
 		// recreated dispatcher never sees it again.
 		if err := c.ensureStream(ctx, jetstream.StreamConfig{
-			Name: OutboxStream(s.Name), Subjects: []string{"oncegate.outbox.>"}, Storage: jetstream.FileStorage,
-			Retention: jetstream.WorkQueuePolicy, Duplicates: s.Duplicates,
+			Name: OutboxStream(s.Name), Subjects: []string{"oncegate.outbox.>"}, Storage: c.storage(),
+			Retention: jetstream.WorkQueuePolicy, Duplicates: s.Duplicates, Replicas: s.Replicas,
 		}); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// checkStreams checks, for stream.manage: false, that the streams there
+// serve the configuration: the trigger stream captures every pipeline's
+// subject and does not keep triggers longer than the ledger remembers
+// them, nor drop them before their last redelivery; the effect subjects
+// (checkHorizon), the dead letters and the outbox land in streams.
+func (c *Consumer) checkStreams(ctx context.Context) error {
+	s := c.cfg.Stream
+	refuse := func(format string, args ...any) error {
+		return fmt.Errorf("%w: stream.manage is false, so Oncegate uses the streams as they are, and "+format, append([]any{ErrIncompatibleStream}, args...)...)
+	}
+	st, err := c.js.Stream(ctx, s.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return refuse("the trigger stream %s does not exist: create it (nats stream add %s) or set stream.manage: true", s.Name, s.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("consumer: stream %s: %w", s.Name, err)
+	}
+	have := st.CachedInfo().Config
 	for _, p := range c.pipes {
-		if err := c.checkHorizon(ctx, p); err != nil {
-			return err
+		name, err := c.js.StreamNameBySubject(ctx, probeSubject(p.cfg.Subject))
+		if err != nil || name != s.Name {
+			return refuse("pipeline %s's subject %s is not captured by stream %s (its subjects: %v)", p.cfg.Name, p.cfg.Subject, s.Name, have.Subjects)
+		}
+		h := c.cfg.RedeliveryHorizon(p.cfg)
+		if have.MaxAge > 0 && have.MaxAge <= h {
+			return refuse("stream %s keeps a trigger %v, not longer than pipeline %s's redelivery horizon %v: a trigger could age out between two deliveries, lost without a dead letter", s.Name, have.MaxAge, p.cfg.Name, h)
 		}
 	}
-	for _, src := range c.sources() {
-		if err := src.setup(ctx); err != nil {
-			return err
+	if have.Retention != jetstream.WorkQueuePolicy {
+		switch {
+		case have.MaxAge == 0:
+			return refuse("stream %s keeps every trigger for ever (retention %s, no max age), while the ledger forgets a record after %v: a recreated durable consumer would replay triggers older than that and redo their work; give it a max age shorter than ledger.retention, or make it a work queue", s.Name, have.Retention, c.cfg.Ledger.Retention)
+		case have.MaxAge >= c.cfg.Ledger.Retention:
+			return refuse("stream %s keeps triggers %v, as long as or longer than the ledger remembers them (ledger.retention %v): a replayed trigger could find no record and redo its work", s.Name, have.MaxAge, c.cfg.Ledger.Retention)
+		}
+	}
+	for _, p := range c.pipes {
+		if _, err := c.js.StreamNameBySubject(ctx, probeSubject(p.deadLetter)); err != nil {
+			return refuse("no stream captures pipeline %s's dead letters (%s): a dead letter would be lost", p.cfg.Name, p.deadLetter)
 		}
 	}
 	return nil
@@ -96,8 +175,12 @@ func (c *Consumer) ensureStream(ctx context.Context, want jetstream.StreamConfig
 			ErrIncompatibleStream, want.Name, have.Retention, want.Retention, want.Name)
 	}
 	upd := have
-	upd.Subjects, upd.Duplicates, upd.MaxAge = want.Subjects, want.Duplicates, want.MaxAge
-	if slices.Equal(upd.Subjects, have.Subjects) && upd.Duplicates == have.Duplicates && upd.MaxAge == have.MaxAge {
+	upd.Subjects, upd.Duplicates, upd.MaxAge, upd.Replicas = want.Subjects, want.Duplicates, want.MaxAge, want.Replicas
+	if want.MaxBytes != 0 {
+		upd.MaxBytes, upd.Discard = want.MaxBytes, want.Discard
+	}
+	if slices.Equal(upd.Subjects, have.Subjects) && upd.Duplicates == have.Duplicates && upd.MaxAge == have.MaxAge &&
+		upd.Replicas == have.Replicas && upd.MaxBytes == have.MaxBytes && upd.Discard == have.Discard {
 		return nil
 	}
 	if _, err := c.js.UpdateStream(ctx, upd); err != nil {
@@ -129,7 +212,7 @@ func (c *Consumer) capture(ctx context.Context, name string, subjects []string, 
 	if len(missing) == 0 {
 		return nil
 	}
-	sc := jetstream.StreamConfig{Name: name, Subjects: missing, Storage: jetstream.FileStorage, Duplicates: dup}
+	sc := jetstream.StreamConfig{Name: name, Subjects: missing, Storage: c.storage(), Duplicates: dup, Replicas: c.cfg.Stream.Replicas}
 	if st, err := c.js.Stream(ctx, name); err == nil {
 		sc = st.CachedInfo().Config
 		sc.Subjects = append(sc.Subjects, missing...)
