@@ -294,8 +294,6 @@ const (
 	DiscardOld    = "old"
 )
 
-
-
 // ReplyAllowed reports whether Oncegate may publish a trigger's result to
 // subject: under one of ReplyPrefixes, never on a subject the server or
 // Oncegate owns, never on a wildcard.
