@@ -226,4 +226,3 @@ func (c *claim) Release(ctx context.Context) error {
 	}
 	return nil
 }
-

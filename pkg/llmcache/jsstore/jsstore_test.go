@@ -379,7 +379,6 @@ func TestCrashedFillerLapses(t *testing.T) {
 	t.Logf("the dead filler's claim was taken over after %v (lease %v)", took, childLease)
 }
 
-
 func listen(t *testing.T) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
