@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -126,6 +127,9 @@ func (b *budgets) reserve(ctx context.Context, ns, unit string, need, limit int6
 		if err != nil {
 			return nil, err
 		}
+		// A retried write whose first attempt applied finds its own
+		// reservation: replace it, never count it twice.
+		r.res = slices.DeleteFunc(r.res, func(x reservation) bool { return x.id == id })
 		held := r.live(b.clock())
 		if r.spent+held+need > limit {
 			denied = &BudgetError{Namespace: ns, Unit: unit, Spent: r.spent, Reserved: held, Need: need, Budget: limit}

@@ -20,6 +20,13 @@ import (
 // after Close.
 var ErrClosed = errors.New("llmcache: cache closed")
 
+// ErrStoreUnavailable is wrapped by the error returned, through go-openai,
+// for a call that a store shared between processes could not serve or
+// coordinate (its servers unreachable, or electing a leader): the answer
+// may be stored, or being made by another process, so the call fails
+// rather than pay the model again, and its caller retries it later.
+var ErrStoreUnavailable = errors.New("llmcache: shared store unavailable")
+
 // ErrInvalidOptions is wrapped by the error New and Open return for
 // options that cannot work.
 var ErrInvalidOptions = errors.New("llmcache: invalid options")
@@ -87,6 +94,13 @@ type Options struct {
 	// itself. A claim whose holder died lapses sooner, and is taken over.
 	// The default is FillTimeout.
 	SharedWait time.Duration
+
+	// StoreRetry is how long a complete answer that the store refused is
+	// retried in the background, after its callers have it. With a store
+	// shared between processes the fill claim is held meanwhile, so that
+	// the others wait for this answer instead of paying for another. The
+	// default is 30s.
+	StoreRetry time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -111,6 +125,9 @@ func (o *Options) setDefaults() {
 	if o.SharedWait == 0 {
 		o.SharedWait = o.FillTimeout
 	}
+	if o.StoreRetry == 0 {
+		o.StoreRetry = 30 * time.Second
+	}
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
@@ -121,7 +138,7 @@ func (o *Options) setDefaults() {
 
 func (o *Options) validate() error {
 	var errs []error
-	if o.TTL < 0 || o.FillTimeout < 0 || o.BudgetTTL < 0 || o.SharedWait < 0 {
+	if o.TTL < 0 || o.FillTimeout < 0 || o.BudgetTTL < 0 || o.SharedWait < 0 || o.StoreRetry < 0 {
 		errs = append(errs, fmt.Errorf("%w: negative duration", ErrInvalidOptions))
 	}
 	if o.MaxEntryBytes < 0 || o.MaxRequestBytes < 0 {

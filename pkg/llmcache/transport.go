@@ -57,7 +57,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	readable := call.Mode == ModeDefault || call.Mode == ModeNoStore
 	if readable {
-		if a, ok := t.lookup(req.Context(), key); ok {
+		a, ok, err := t.lookup(req.Context(), key)
+		if err != nil {
+			st.unavailable.Add(1)
+			return nil, err
+		}
+		if ok {
 			return t.hit(req, key, a, st), nil
 		}
 	}
@@ -123,15 +128,21 @@ func (t *transport) denied(st *stepCounters, err error) error {
 	return err
 }
 
-// lookup reads the store; a read error is logged and taken for a miss, so
-// a damaged entry is asked again and overwritten.
-func (t *transport) lookup(ctx context.Context, k Key) (*Answer, bool) {
+// lookup reads the store. A damaged entry is a miss, asked again and
+// overwritten. Any other read error is a miss too with a store of this
+// process's own; with a store shared between processes it is an error
+// wrapping ErrStoreUnavailable, since the answer may well be there: the
+// caller tries again later rather than pay for the answer twice.
+func (t *transport) lookup(ctx context.Context, k Key) (*Answer, bool, error) {
 	a, ok, err := t.c.get(ctx, k)
 	if err != nil {
+		if t.c.filler != nil && !errors.Is(err, ErrCorruptEntry) {
+			return nil, false, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		}
 		t.c.opts.Logger.Warn("llmcache: read failed; treating as a miss", "key", k.String(), "err", err)
-		return nil, false
+		return nil, false, nil
 	}
-	return a, ok
+	return a, ok, nil
 }
 
 func (t *transport) hit(req *http.Request, k Key, a *Answer, st *stepCounters) *http.Response {
@@ -212,7 +223,9 @@ func (f *fill) run(fl *flight, store bool) {
 				f.abandon(fl, err)
 				return
 			case err != nil:
-				c.opts.Logger.Warn("llmcache: fill claim failed; calling the model without one", "key", f.key.String(), "err", err)
+				f.st.unavailable.Add(1)
+				f.abandon(fl, fmt.Errorf("%w: %w", ErrStoreUnavailable, err))
+				return
 			case entry != nil:
 				if a, err := unmarshalEntry(entry); err == nil && c.opts.Clock().Before(a.Expires) {
 					f.serve(fl, a, "shared")
@@ -222,7 +235,14 @@ func (f *fill) run(fl *flight, store bool) {
 				claim = cl
 			}
 		}
-		if a, ok := f.t.lookup(ctx, f.key); ok {
+		a, ok, err := f.t.lookup(ctx, f.key)
+		if err != nil {
+			f.release(claim)
+			f.st.unavailable.Add(1)
+			f.abandon(fl, err)
+			return
+		}
+		if ok {
 			f.release(claim)
 			f.serve(fl, a, "hit")
 			return
@@ -281,11 +301,45 @@ func (f *fill) run(fl *flight, store bool) {
 	// readers see the end: a caller whose call has returned finds the
 	// answer in the store on its next call. The claim is released after
 	// the store, so that a process waiting on it sees the answer first.
-	f.finish(ctx, fl, store, resID, status, err, readErr, time.Since(start))
+	pending := f.finish(ctx, fl, store, resID, status, err, readErr, time.Since(start))
 	if err == nil {
 		fl.end(readErr)
 	}
+	if pending != nil {
+		f.storeLater(fl, pending)
+	}
 	f.release(claim)
+}
+
+// storeLater retries storing a complete answer the store refused (a shared
+// store between leaders, or cut off from its quorum) for up to
+// Options.StoreRetry, holding the fill claim meanwhile so that other
+// processes wait for the answer instead of paying for it again.
+func (f *fill) storeLater(fl *flight, a *Answer) {
+	c := f.t.c
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.StoreRetry)
+	defer cancel()
+	wait := 100 * time.Millisecond
+	for {
+		err := c.put(ctx, f.key, a)
+		if err == nil {
+			f.st.stored.Add(1)
+			break
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			c.opts.Logger.Warn("llmcache: store failed; giving up", "key", f.key.String(), "err", err)
+			f.st.notStored.Add(1)
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+	f.done(fl)
 }
 
 // release gives up claim, if any, under a bound of its own: the fill's
@@ -340,7 +394,10 @@ func (f *fill) done(fl *flight) []*stepCounters {
 	return fl.sharers
 }
 
-func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64, status int, callErr, readErr error, took time.Duration) {
+// finish accounts for an upstream call and stores its answer; it returns
+// the answer if the store failed, for run to retry after the callers have
+// it.
+func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64, status int, callErr, readErr error, took time.Duration) (pending *Answer) {
 	c := f.t.c
 	body := fl.bytes()
 	var v verdict
@@ -397,19 +454,33 @@ func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64,
 			ContentType: fl.header.Get("Content-Type"), Model: f.q.Model,
 			Stream: f.q.Stream, Usage: spent, Body: body,
 		}
-		if err := c.put(ctx, f.key, a); err != nil {
+		switch err := c.put(ctx, f.key, a); {
+		case err == nil:
+			stored = true
+		case errors.Is(err, ErrClosed) || c.ctx.Err() != nil:
 			c.opts.Logger.Warn("llmcache: store failed", "key", f.key.String(), "err", err)
 			v.reason = "store failed"
-		} else {
-			stored = true
+		default:
+			c.opts.Logger.Warn("llmcache: store failed; retrying in the background", "key", f.key.String(), "err", err)
+			v.reason = "store failed; retrying"
+			pending = a
 		}
 	}
 	if stored {
 		f.st.stored.Add(1)
-	} else {
+	} else if pending == nil {
 		f.st.notStored.Add(1)
 	}
-	sharers := f.done(fl)
+	var sharers []*stepCounters
+	if pending == nil {
+		sharers = f.done(fl)
+	} else {
+		// The flight stays joinable, whole, while the store is retried:
+		// an identical call in this process reads the answer from it.
+		c.mu.Lock()
+		sharers = append([]*stepCounters(nil), fl.sharers...)
+		c.mu.Unlock()
+	}
 	if status == http.StatusOK && readErr == nil {
 		for _, s := range sharers {
 			s.save(spent, cost)
@@ -420,6 +491,7 @@ func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64,
 		"status", status, "took", took, "prompt_tokens", spent.PromptTokens,
 		"completion_tokens", spent.CompletionTokens, "estimated", spent.Estimated,
 		"stored", stored, "reason", v.reason, "shared_with", len(sharers))
+	return pending
 }
 
 // flight is one upstream answer as it arrives, readable from the start by

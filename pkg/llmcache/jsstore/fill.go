@@ -1,6 +1,7 @@
 package jsstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -25,13 +26,13 @@ func (s *Store) claimValue(state byte) []byte {
 	return append(b, s.owner[:]...)
 }
 
-// parseClaim returns a claim value's state and lease; a value it cannot
-// read is taken for a released claim.
-func parseClaim(v []byte) (held bool, lease time.Duration) {
+// parseClaim returns a claim value's state, lease and holder; a value it
+// cannot read is taken for a released claim.
+func parseClaim(v []byte) (held bool, lease time.Duration, owner []byte) {
 	if len(v) < 9 || v[0] != claimHeld {
-		return false, 0
+		return false, 0, nil
 	}
-	return true, time.Duration(binary.BigEndian.Uint64(v[1:]))
+	return true, time.Duration(binary.BigEndian.Uint64(v[1:])), v[9:]
 }
 
 // Fill implements llmcache.Filler; see the package documentation.
@@ -42,7 +43,7 @@ func (s *Store) Fill(ctx context.Context, k llmcache.Key, wait time.Duration) (l
 	key := claimKey(k)
 	mine := s.claimValue(claimHeld)
 	cctx, cancel := withTimeout(ctx, s.opts.Timeout)
-	rev, err := s.kv.Create(cctx, key, mine)
+	rev, err := s.create(cctx, key, mine)
 	cancel()
 	if err == nil {
 		return s.hold(k, rev), nil, nil
@@ -83,9 +84,9 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration) (
 		var r uint64
 		var err error
 		if rev == 0 && !exists {
-			r, err = s.kv.Create(cctx, key, mine)
+			r, err = s.create(cctx, key, mine)
 		} else {
-			r, err = s.kv.Update(cctx, key, mine, rev)
+			r, err = s.update(cctx, s.kv, key, mine, rev)
 		}
 		switch {
 		case err == nil:
@@ -126,10 +127,14 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration) (
 			case key:
 				rev, seen, exists = e.Revision(), time.Now(), true
 				var held bool
+				var owner []byte
 				if e.Operation() == jetstream.KeyValuePut {
-					held, lease = parseClaim(e.Value())
+					held, lease, owner = parseClaim(e.Value())
 				}
-				if !held {
+				// A claim of this store's own is one whose create was
+				// retried after its answer was lost: one process never
+				// fills a key twice at once.
+				if !held || bytes.Equal(owner, s.owner[:]) {
 					if c, ok, err := take(); ok || err != nil {
 						return c, nil, err
 					}
@@ -192,7 +197,16 @@ func (c *claim) renew() {
 		case err == nil:
 			c.rev = rev
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
-			c.lost = true
+			// Taken over, or a renewal whose answer was lost applied.
+			e, gerr := c.s.kv.Get(ctx, claimKey(c.k))
+			if gerr != nil {
+				break // try again at the next tick
+			}
+			if held, _, owner := parseClaim(e.Value()); held && bytes.Equal(owner, c.s.owner[:]) {
+				c.rev = e.Revision()
+			} else {
+				c.lost = true
+			}
 		}
 		lost := c.lost
 		c.mu.Unlock()
@@ -220,7 +234,7 @@ func (c *claim) Release(ctx context.Context) error {
 	}
 	ctx, cancel := withTimeout(ctx, c.s.opts.Timeout)
 	defer cancel()
-	_, err := c.s.kv.Update(ctx, claimKey(c.k), c.s.claimValue(claimReleased), c.rev)
+	_, err := c.s.update(ctx, c.s.kv, claimKey(c.k), c.s.claimValue(claimReleased), c.rev)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return wrapErr("release "+c.k.String(), err)
 	}

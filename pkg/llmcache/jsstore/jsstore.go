@@ -227,6 +227,51 @@ func wrapErr(what string, err error) error {
 	return fmt.Errorf("jsstore: %s: %w", what, err)
 }
 
+// get reads key, retrying transient failures.
+func (s *Store) get(ctx context.Context, kv jetstream.KeyValue, key string) (jetstream.KeyValueEntry, error) {
+	var e jetstream.KeyValueEntry
+	err := retry(ctx, func(ctx context.Context) error {
+		var err error
+		e, err = kv.Get(ctx, key)
+		return err
+	})
+	return e, err
+}
+
+// put writes key, retrying transient failures (writing a value twice is
+// harmless).
+func (s *Store) put(ctx context.Context, key string, v []byte) error {
+	return retry(ctx, func(ctx context.Context) error {
+		_, err := s.kv.Put(ctx, key, v)
+		return err
+	})
+}
+
+// update writes key if its revision is still rev (0: absent), retrying
+// transient failures. A retry after a write whose answer was lost reports
+// a revision mismatch, as a lost race does.
+func (s *Store) update(ctx context.Context, kv jetstream.KeyValue, key string, v []byte, rev uint64) (uint64, error) {
+	var r uint64
+	err := retry(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = kv.Update(ctx, key, v, rev)
+		return err
+	})
+	return r, err
+}
+
+// create writes key if it is absent, retrying transient failures. A retry
+// after a write whose answer was lost reports that the key exists.
+func (s *Store) create(ctx context.Context, key string, v []byte) (uint64, error) {
+	var r uint64
+	err := retry(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = s.kv.Create(ctx, key, v)
+		return err
+	})
+	return r, err
+}
+
 func headKey(k llmcache.Key) string  { return "a." + k.String() }
 func claimKey(k llmcache.Key) string { return "f." + k.String() }
 
@@ -237,7 +282,7 @@ func (s *Store) Get(ctx context.Context, k llmcache.Key) ([]byte, error) {
 	}
 	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	e, err := s.kv.Get(ctx, headKey(k))
+	e, err := s.get(ctx, s.kv, headKey(k))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%w: %v", llmcache.ErrNotFound, k)
 	}
@@ -261,7 +306,7 @@ func (s *Store) assemble(ctx context.Context, k llmcache.Key, head []byte) ([]by
 	}
 	out := make([]byte, 0, size)
 	for i := range n {
-		e, err := s.kv.Get(ctx, fmt.Sprintf("p.%s.%s.%d", k, gen, i))
+		e, err := s.get(ctx, s.kv, fmt.Sprintf("p.%s.%s.%d", k, gen, i))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, fmt.Errorf("%w: %v: chunk %d of %d has expired", llmcache.ErrNotFound, k, i, n)
 		}
@@ -291,7 +336,7 @@ func (s *Store) Put(ctx context.Context, k llmcache.Key, entry []byte, _ time.Du
 		n := 0
 		for off := 0; off < len(entry); off += s.opts.ChunkBytes {
 			part := entry[off:min(off+s.opts.ChunkBytes, len(entry))]
-			if _, err := s.kv.Put(ctx, fmt.Sprintf("p.%s.%x.%d", k, gen, n), part); err != nil {
+			if err := s.put(ctx, fmt.Sprintf("p.%s.%x.%d", k, gen, n), part); err != nil {
 				return wrapErr("put "+k.String(), err)
 			}
 			n++
@@ -300,7 +345,7 @@ func (s *Store) Put(ctx context.Context, k llmcache.Key, entry []byte, _ time.Du
 		head = binary.BigEndian.AppendUint32(head, uint32(n))
 		head = binary.BigEndian.AppendUint64(head, uint64(len(entry)))
 	}
-	if _, err := s.kv.Put(ctx, headKey(k), head); err != nil {
+	if err := s.put(ctx, headKey(k), head); err != nil {
 		return wrapErr("put "+k.String(), err)
 	}
 	return nil
@@ -333,7 +378,7 @@ func (s *Store) Budget(ctx context.Context, id []byte) ([]byte, error) {
 	}
 	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	e, err := s.budgets.Get(ctx, budgetKey(id))
+	e, err := s.get(ctx, s.budgets, budgetKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
 	}
@@ -356,7 +401,7 @@ func (s *Store) UpdateBudget(ctx context.Context, id []byte, _ time.Duration, up
 	for range maxConflictRetries {
 		var old []byte
 		var rev uint64
-		e, err := s.budgets.Get(ctx, key)
+		e, err := s.get(ctx, s.budgets, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
@@ -368,7 +413,7 @@ func (s *Store) UpdateBudget(ctx context.Context, id []byte, _ time.Duration, up
 		if err != nil {
 			return err
 		}
-		_, err = s.budgets.Update(ctx, key, v, rev)
+		_, err = s.update(ctx, s.budgets, key, v, rev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 			continue
 		}

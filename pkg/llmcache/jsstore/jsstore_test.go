@@ -387,3 +387,23 @@ func listen(t *testing.T) net.Listener {
 	}
 	return ln
 }
+
+// TestUnreachableStoreRefuses: with the servers gone, a call fails with
+// ErrStoreUnavailable instead of paying for an answer that may be stored.
+func TestUnreachableStoreRefuses(t *testing.T) {
+	s := natstest.RunServer(t)
+	m := startModel(t, standin.Options{})
+	c := openCache(t, connect(t, s.ClientURL()), jsstore.Options{Bucket: "gone", Timeout: 300 * time.Millisecond}, llmcache.Options{})
+	s.Shutdown()
+	s.WaitForShutdown()
+	_, err := client(t, c, m.URL).CreateChatCompletion(context.Background(), triage("Disk full on db-3"))
+	if !errors.Is(err, llmcache.ErrStoreUnavailable) {
+		t.Errorf("error %v; want ErrStoreUnavailable", err)
+	}
+	if n := m.Stats().Completions; n != 0 {
+		t.Errorf("upstream calls = %d; want 0", n)
+	}
+	if st := c.Stats(); len(st) != 1 || st[0].Unavailable != 1 {
+		t.Errorf("Stats %+v; want one Unavailable", st)
+	}
+}
