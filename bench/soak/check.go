@@ -132,6 +132,8 @@ type report struct {
 	ledgerPending int
 	ledgerErr     error
 
+	consumerKills int // scheduled SIGKILLs and deaths at armed crash points
+
 	settled    bool
 	settleWhy  string
 	window     time.Duration
@@ -148,11 +150,21 @@ func (r *report) totals() map[string]int {
 	return t
 }
 
-// pass reports whether the run kept the promise.
+// pass reports whether the run kept the promise: nothing lost or
+// duplicated, and the model paid once (see paidOnce).
 func (r *report) pass() bool {
 	t := r.totals()
-	return r.settled && t[cLost] == 0 && t[cDuplicated] == 0 && r.passed == 0 && r.stray == 0
+	return r.settled && t[cLost] == 0 && t[cDuplicated] == 0 && r.passed == 0 && r.stray == 0 && r.modelBounded() && r.tokensBounded()
 }
+
+// modelBounded: the model answered at most once per intent with a model
+// step, plus once per consumer killed (a process killed after the model
+// answered and before the answer was stored takes the answer with it).
+func (r *report) modelBounded() bool { return r.modelAnswered <= r.modelMin+r.consumerKills }
+
+// tokensBounded: the tokens spent are within 0.05% of the minimum, each
+// intent's first answer.
+func (r *report) tokensBounded() bool { return r.tokensSpent*10000 <= r.tokensMin*10005 }
 
 func (h *harness) check(ctx context.Context) (*report, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -328,6 +340,7 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 	}
 	rep.tokensSpent = h.proxy.spent
 	h.proxy.mu.Unlock()
+	rep.consumerKills = h.events.count(evKill) + h.events.count(evCrashPoint)
 	st := h.model.Stats()
 	rep.standin = map[string]int64{
 		"requests": st.Requests, "answered": st.Completions, "server errors": st.ServerErrors,
@@ -359,8 +372,12 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 
 func (r *report) print(w io.Writer, h *harness) {
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Oncegate soak, seed %d: %d intents, %d replicas (ledger.store: kv), fault window %.0fs, settled in %.0fs after it\n",
-		h.o.seed, len(h.w.intents), h.o.replicas, r.window.Seconds(), r.settleTime.Seconds())
+	nats := "one nats-server"
+	if h.o.cluster > 0 {
+		nats = fmt.Sprintf("a %d-node nats cluster, streams and buckets R%d", h.o.cluster, h.o.cluster)
+	}
+	fmt.Fprintf(w, "Oncegate soak, seed %d: %d intents, %d replicas (ledger.store: kv, llm.cache.store: kv) on %s, fault window %.0fs, settled in %.0fs after it\n",
+		h.o.seed, len(h.w.intents), h.o.replicas, nats, r.window.Seconds(), r.settleTime.Seconds())
 	if h.o.broken {
 		fmt.Fprintln(w, "BROKEN BUILD: consumers ran with ONCEGATE_BROKEN=ack-early (ack before the effect)")
 	}
@@ -416,9 +433,13 @@ func (r *report) print(w io.Writer, h *harness) {
 
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	ev := h.events
-	fmt.Fprintf(tw, "faults\tconsumer SIGKILLs %d (scheduled) + %d at armed crash points; SIGSTOP past the lease %d; nats-server restarts %d (SIGTERM %d, SIGKILL %d); ledger clock jumps %d; skipped %d\n",
-		ev.count(evKill), ev.count(evCrashPoint), ev.count(evPause), ev.count(evServerTerm)+ev.count(evServerKill),
-		ev.count(evServerTerm), ev.count(evServerKill), ev.count(evClock), ev.count(evMissed))
+	server := "nats-server restarts"
+	if h.o.cluster > 0 {
+		server = "node restarts"
+	}
+	fmt.Fprintf(tw, "faults\tconsumer SIGKILLs %d (scheduled) + %d at armed crash points; SIGSTOP past the lease %d; %s %d (SIGTERM %d, SIGKILL %d; %d of a stream leader); partitions %d (one node cut off for %v); ledger clock jumps %d; skipped %d\n",
+		ev.count(evKill), ev.count(evCrashPoint), ev.count(evPause), server, ev.count(evServerTerm)+ev.count(evServerKill),
+		ev.count(evServerTerm), ev.count(evServerKill), ev.countDetail("leader of"), ev.count(evPartition), h.o.partitionFor, ev.count(evClock), ev.count(evMissed))
 	starts, failed := int64(0), int64(0)
 	for _, rp := range h.replicas {
 		starts += rp.starts.Load()
@@ -434,7 +455,10 @@ func (r *report) print(w io.Writer, h *harness) {
 	if r.tokensMin > 0 {
 		extra = 100 * float64(r.tokensSpent-r.tokensMin) / float64(r.tokensMin)
 	}
-	fmt.Fprintf(tw, "tokens\t%d spent; minimum %d (each intent's first answer); %+.1f%%\n", r.tokensSpent, r.tokensMin, extra)
+	fmt.Fprintf(tw, "tokens\t%d spent; minimum %d (each intent's first answer); %+.3f%%\n", r.tokensSpent, r.tokensMin, extra)
+	fmt.Fprintf(tw, "paid once\tmodel answers %d ≤ %d intents with a model step + %d consumer kills = %d: %v; tokens %d ≤ minimum + 0.05%% = %d: %v\n",
+		r.modelAnswered, r.modelMin, r.consumerKills, r.modelMin+r.consumerKills, r.modelBounded(),
+		r.tokensSpent, r.tokensMin*10005/10000, r.tokensBounded())
 	if r.ledgerErr != nil {
 		fmt.Fprintf(tw, "ledger\tpending records: unreadable: %v\n", r.ledgerErr)
 	} else {
@@ -446,8 +470,8 @@ func (r *report) print(w io.Writer, h *harness) {
 	if !r.pass() {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "verdict: %s — lost %d, duplicated %d, hostile with an effect %d, stray effects %d, settled %v\n",
-		verdict, t[cLost], t[cDuplicated], r.passed, r.stray, r.settled)
+	fmt.Fprintf(w, "verdict: %s — lost %d, duplicated %d, hostile with an effect %d, stray effects %d, settled %v, model answers ≤ bound %v, tokens ≤ bound %v\n",
+		verdict, t[cLost], t[cDuplicated], r.passed, r.stray, r.settled, r.modelBounded(), r.tokensBounded())
 	if !r.settled {
 		fmt.Fprintf(w, "not settled: %s\n", r.settleWhy)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -40,8 +39,8 @@ func TestWorkloadKeys(t *testing.T) {
 	o.intents, o.hostile = 3000, 0.1
 	w := newWorkload(rand.New(rand.NewPCG(o.seed, 1)), o.intents, o.hostile, time.Minute, 70*time.Second)
 	dir := t.TempDir()
-	cfg, err := config.Parse(fmt.Appendf(nil, consumerConfig, dir, "nats://127.0.0.1:4222", o.lease,
-		"http://127.0.0.1:1/v1", o.ackWait, o.maxDeliver, "http://127.0.0.1:2/c", "http://127.0.0.1:3/m"), filepath.Join(dir, "oncegate.yaml"))
+	cfg, err := config.Parse([]byte(renderConfig(o, dir, "nats://127.0.0.1:4222", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/c", "http://127.0.0.1:3/m")),
+		filepath.Join(dir, "oncegate.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
