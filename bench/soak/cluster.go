@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -151,6 +152,9 @@ mappings {
 %[8]s}
 `
 
+// updateSubject is where the nodes map the consumer's stream updates.
+const updateSubject = "soak.stream-update"
+
 // clusterStreams are the streams the harness creates with N replicas
 // before the consumers start.
 func clusterStreams(replicas int) []jetstream.StreamConfig {
@@ -174,9 +178,9 @@ func clusterStreams(replicas int) []jetstream.StreamConfig {
 // would scale the harness's replicated streams down at every consumer
 // start. Until the consumer takes a stream replica count from its
 // configuration, each node maps the update requests of the streams the
-// consumer updates (the trigger stream and the outbox) to info requests,
-// which answer with the same kind of document: the consumer finds its
-// streams as the harness made them.
+// consumer updates (the trigger stream and the outbox) to a subject the
+// harness answers with the stream's info, the document an update answers
+// with: the consumer finds its streams as the harness made them.
 func (h *harness) startCluster(ctx context.Context) error {
 	n := h.o.cluster
 	ports := func() ([]int, error) {
@@ -219,7 +223,7 @@ func (h *harness) startCluster(ctx context.Context) error {
 	}
 	var maps strings.Builder
 	for _, s := range []string{"ONCEGATE", "ONCEGATE_OUTBOX"} {
-		fmt.Fprintf(&maps, "  \"$JS.API.STREAM.UPDATE.%s\": \"$JS.API.STREAM.INFO.%s\"\n", s, s)
+		fmt.Fprintf(&maps, "  \"$JS.API.STREAM.UPDATE.%s\": \"%s.%s\"\n", s, updateSubject, s)
 	}
 	for i := range n {
 		name := fmt.Sprintf("n%d", i)
@@ -249,6 +253,17 @@ func (h *harness) startCluster(ctx context.Context) error {
 		return err
 	}
 	if err := h.connect(); err != nil {
+		return err
+	}
+	// Answer the mapped update requests with the stream's info.
+	if _, err := h.nc.QueueSubscribe(updateSubject+".*", "soak", func(m *nats.Msg) {
+		name := m.Subject[len(updateSubject)+1:]
+		resp, err := h.nc.Request("$JS.API.STREAM.INFO."+name, nil, 5*time.Second)
+		if err != nil {
+			return // no answer: the consumer's request times out and it retries
+		}
+		m.Respond(resp.Data)
+	}); err != nil {
 		return err
 	}
 	for _, sc := range clusterStreams(n) {

@@ -206,17 +206,19 @@ type fill struct {
 func (f *fill) run(fl *flight, store bool) {
 	c := f.t.c
 	defer c.fills.Done()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.req.Context()), c.opts.FillTimeout)
-	defer cancel()
-	stop := context.AfterFunc(c.ctx, cancel)
-	defer stop()
+	// The wait for another process's answer has its own bound
+	// (SharedWait); the model call's FillTimeout starts after it.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(f.req.Context()), c.opts.SharedWait+c.opts.FillTimeout)
+	defer wcancel()
+	wstop := context.AfterFunc(c.ctx, wcancel)
+	defer wstop()
 
 	var claim Claim
 	if f.call.Mode == ModeDefault || f.call.Mode == ModeNoStore {
 		if c.filler != nil {
-			cl, entry, err := c.filler.Fill(ctx, f.key, c.opts.SharedWait)
+			cl, entry, err := c.filler.Fill(wctx, f.key, c.opts.SharedWait)
 			switch {
-			case err != nil && ctx.Err() != nil:
+			case err != nil && wctx.Err() != nil:
 				if c.ctx.Err() != nil {
 					err = ErrClosed
 				}
@@ -235,6 +237,12 @@ func (f *fill) run(fl *flight, store bool) {
 				claim = cl
 			}
 		}
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.req.Context()), c.opts.FillTimeout)
+	defer cancel()
+	stop := context.AfterFunc(c.ctx, cancel)
+	defer stop()
+	if f.call.Mode == ModeDefault || f.call.Mode == ModeNoStore {
 		a, ok, err := f.t.lookup(ctx, f.key)
 		if err != nil {
 			f.release(claim)

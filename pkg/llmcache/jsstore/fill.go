@@ -125,7 +125,7 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration) (
 					return nil, v, nil
 				}
 			case key:
-				rev, seen, exists = e.Revision(), time.Now(), true
+				rev, seen, exists = e.Revision(), lastWrite(e), true
 				var held bool
 				var owner []byte
 				if e.Operation() == jetstream.KeyValuePut {
@@ -153,6 +153,19 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration) (
 			return nil, nil, ctx.Err()
 		}
 	}
+}
+
+// lastWrite returns when e was written, by the server's clock as this
+// process reads it: a waiter may wait less than a lease (its caller's
+// bound), and a claim whose holder died must still lapse for the next
+// one. A write stamped in this process's future counts from now.
+func lastWrite(e jetstream.KeyValueEntry) time.Time {
+	now := time.Now()
+	if c := e.Created(); c.Before(now) {
+		// Keep the monotonic reading: now less the entry's age.
+		return now.Add(-now.Sub(c))
+	}
+	return now
 }
 
 // claim is a held fill claim, renewed until released.

@@ -30,9 +30,11 @@
 // watches the answer and the claim: it returns the answer as soon as it is
 // stored; it takes the claim over (compare-and-set on the revision it saw)
 // when the holder releases it without an answer, or when the claim has
-// not been renewed for a whole lease by the watcher's own monotonic clock
-// (its holder died or was cut off), so no two clocks are compared; and
-// after the cache's SharedWait it gives up and calls the model itself.
+// not been renewed for a whole lease since the server stamped its last
+// write (its holder died or was cut off); and after the cache's SharedWait
+// it gives up and calls the model itself. A claim's age is read against
+// the waiter's clock, so the clocks of the replicas and the servers must
+// agree to well within a lease (as the ledger's leases already ask).
 //
 // # Budgets
 //

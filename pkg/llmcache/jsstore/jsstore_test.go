@@ -362,8 +362,29 @@ func TestCrashedFillerLapses(t *testing.T) {
 	cmd.Wait()
 
 	m := startModel(t, standin.Options{})
-	c := openCache(t, connect(t, s.ClientURL()), jsstore.Options{Bucket: "crash", Lease: childLease},
+	js := connect(t, s.ClientURL())
+	c := openCache(t, js, jsstore.Options{Bucket: "crash", Lease: childLease},
 		llmcache.Options{Endpoint: "model", SharedWait: time.Minute})
+	// The dead filler's claim, as it last renewed it.
+	kv, err := js.KeyValue(context.Background(), "crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.ListKeysFiltered(context.Background(), "f.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims []jetstream.KeyValueEntry
+	for k := range keys.Keys() {
+		e, err := kv.Get(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims = append(claims, e)
+	}
+	if len(claims) != 1 {
+		t.Fatalf("%d fill claims in the bucket; want the dead filler's one", len(claims))
+	}
 	begin := time.Now()
 	r, err := client(t, c, m.URL).CreateChatCompletion(context.Background(), triage("Node db-2 unreachable"))
 	took := time.Since(begin)
@@ -373,10 +394,10 @@ func TestCrashedFillerLapses(t *testing.T) {
 	if how := r.Header().Get(llmcache.HeaderCache); how != "miss" || m.Stats().Completions != 1 {
 		t.Errorf("after the filler died: %s with %d upstream calls; want a miss with 1", how, m.Stats().Completions)
 	}
-	if took < childLease || took > 30*time.Second {
-		t.Errorf("took the fill over after %v; want after the lease of %v, and long before SharedWait", took, childLease)
+	if age := time.Since(claims[0].Created()); age < childLease || took > 30*time.Second {
+		t.Errorf("took the fill over %v after the claim's last renewal (waited %v); want after the lease of %v, and long before SharedWait", age, took, childLease)
 	}
-	t.Logf("the dead filler's claim was taken over after %v (lease %v)", took, childLease)
+	t.Logf("the dead filler's claim was taken over after %v of waiting, %v after its last renewal (lease %v)", took, time.Since(claims[0].Created()), childLease)
 }
 
 func listen(t *testing.T) net.Listener {
@@ -393,7 +414,7 @@ func listen(t *testing.T) net.Listener {
 func TestUnreachableStoreRefuses(t *testing.T) {
 	s := natstest.RunServer(t)
 	m := startModel(t, standin.Options{})
-	c := openCache(t, connect(t, s.ClientURL()), jsstore.Options{Bucket: "gone", Timeout: 300 * time.Millisecond}, llmcache.Options{})
+	c := openCache(t, connect(t, s.ClientURL()), jsstore.Options{Bucket: "gone", Timeout: 2 * time.Second}, llmcache.Options{})
 	s.Shutdown()
 	s.WaitForShutdown()
 	_, err := client(t, c, m.URL).CreateChatCompletion(context.Background(), triage("Disk full on db-3"))
