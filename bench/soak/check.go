@@ -123,6 +123,7 @@ type report struct {
 
 	modelMin, modelCalls, modelAnswered, modelRepaid int
 	modelRepaidElsewhere                             int // of modelRepaid, answered on two replicas or more
+	modelRepaidEx                                    []int
 	tokensMin, tokensSpent                           int64
 	standin                                          map[string]int64
 
@@ -327,6 +328,9 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 		rep.tokensMin += h.proxy.first[in.id]
 		if h.proxy.answered[in.id] > 1 {
 			rep.modelRepaid++
+			if len(rep.modelRepaidEx) < 8 {
+				rep.modelRepaidEx = append(rep.modelRepaidEx, in.id)
+			}
 			if len(h.proxy.by[in.id]) > 1 {
 				rep.modelRepaidElsewhere++
 			}
@@ -450,6 +454,9 @@ func (r *report) print(w io.Writer, h *harness) {
 	fmt.Fprintf(tw, "one-shot sink\t%d calls, %d responses dropped\n", r.shotCalls, r.shotDropped)
 	fmt.Fprintf(tw, "model calls\t%d made, %d answered; minimum %d (one per intent with a model step); %d intents paid for twice or more (%d of them on two replicas)\n",
 		r.modelCalls, r.modelAnswered, r.modelMin, r.modelRepaid, r.modelRepaidElsewhere)
+	if len(r.modelRepaidEx) > 0 {
+		fmt.Fprintf(tw, "\tpaid twice or more: e.g. intents %v\n", r.modelRepaidEx)
+	}
 	fmt.Fprintf(tw, "stand-in\t%s\n", formatCounts(r.standin))
 	extra := 0.0
 	if r.tokensMin > 0 {

@@ -129,8 +129,9 @@ type Options struct {
 // Store is an llmcache.Store and llmcache.Filler in JetStream KV. It is safe
 // for concurrent use.
 type Store struct {
-	nc      *nats.Conn
-	kv      jetstream.KeyValue // answers, chunks, claims
+	nc        *nats.Conn
+	apiPrefix string
+	kv        jetstream.KeyValue // answers, chunks, claims
 	budgets jetstream.KeyValue
 	opts    Options
 	owner   [8]byte
@@ -186,7 +187,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	}
 	ctx, cancel := withTimeout(ctx, opts.Timeout)
 	defer cancel()
-	s := &Store{nc: nc, opts: opts, stop: make(chan struct{})}
+	s := &Store{nc: nc, apiPrefix: apiPrefix(js.Options()), opts: opts, stop: make(chan struct{})}
 	rand.Read(s.owner[:])
 	var err error
 	if s.kv, err = bucket(ctx, js, opts, opts.Bucket, "Oncegate LLM cache: answers and fill claims", opts.TTL); err != nil {
@@ -285,13 +286,21 @@ func (s *Store) Get(ctx context.Context, k llmcache.Key) ([]byte, error) {
 	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	e, err := s.get(ctx, s.kv, headKey(k))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: %v", llmcache.ErrNotFound, k)
+	if err == nil {
+		return s.assemble(ctx, k, e.Value())
 	}
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, wrapErr("get "+k.String(), err)
+	}
+	// A miss sends the call to the model: confirm it with the leader.
+	v, _, found, err := s.leaderRead(ctx, s.opts.Bucket, headKey(k))
 	if err != nil {
 		return nil, wrapErr("get "+k.String(), err)
 	}
-	return s.assemble(ctx, k, e.Value())
+	if !found {
+		return nil, fmt.Errorf("%w: %v", llmcache.ErrNotFound, k)
+	}
+	return s.assemble(ctx, k, v)
 }
 
 // assemble returns the entry a head stands for: the head itself, or the
@@ -308,14 +317,16 @@ func (s *Store) assemble(ctx context.Context, k llmcache.Key, head []byte) ([]by
 	}
 	out := make([]byte, 0, size)
 	for i := range n {
-		e, err := s.get(ctx, s.kv, fmt.Sprintf("p.%s.%s.%d", k, gen, i))
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, fmt.Errorf("%w: %v: chunk %d of %d has expired", llmcache.ErrNotFound, k, i, n)
-		}
+		// From the leader: a replica that served the head may lag on a
+		// chunk written before it, never the leader.
+		v, _, found, err := s.leaderRead(ctx, s.opts.Bucket, fmt.Sprintf("p.%s.%s.%d", k, gen, i))
 		if err != nil {
 			return nil, wrapErr("get "+k.String(), err)
 		}
-		out = append(out, e.Value()...)
+		if !found {
+			return nil, fmt.Errorf("%w: %v: chunk %d of %d has expired", llmcache.ErrNotFound, k, i, n)
+		}
+		out = append(out, v...)
 	}
 	if uint64(len(out)) != size {
 		return nil, fmt.Errorf("%w: chunked answer of %d bytes, want %d", llmcache.ErrCorruptEntry, len(out), size)
@@ -380,14 +391,11 @@ func (s *Store) Budget(ctx context.Context, id []byte) ([]byte, error) {
 	}
 	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	e, err := s.get(ctx, s.budgets, budgetKey(id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
+	v, _, _, err := s.leaderRead(ctx, s.opts.BudgetBucket, budgetKey(id))
 	if err != nil {
 		return nil, wrapErr("read budget", err)
 	}
-	return e.Value(), nil
+	return v, nil
 }
 
 // UpdateBudget implements llmcache.Store by compare-and-set on the
@@ -401,15 +409,9 @@ func (s *Store) UpdateBudget(ctx context.Context, id []byte, _ time.Duration, up
 	defer cancel()
 	key := budgetKey(id)
 	for range maxConflictRetries {
-		var old []byte
-		var rev uint64
-		e, err := s.get(ctx, s.budgets, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
+		old, rev, _, err := s.leaderRead(ctx, s.opts.BudgetBucket, key)
+		if err != nil {
 			return wrapErr("read budget", err)
-		default:
-			old, rev = e.Value(), e.Revision()
 		}
 		v, err := update(old)
 		if err != nil {
