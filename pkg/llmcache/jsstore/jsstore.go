@@ -132,13 +132,13 @@ type Store struct {
 	nc        *nats.Conn
 	apiPrefix string
 	kv        jetstream.KeyValue // answers, chunks, claims
-	budgets jetstream.KeyValue
-	opts    Options
-	owner   [8]byte
-	closed  atomic.Bool
-	stop    chan struct{} // closed by Close: renewers stop
-	once    sync.Once
-	renew   sync.WaitGroup
+	budgets   jetstream.KeyValue
+	opts      Options
+	owner     [8]byte
+	closed    atomic.Bool
+	stop      chan struct{} // closed by Close: renewers stop
+	once      sync.Once
+	renew     sync.WaitGroup
 }
 
 var (
