@@ -91,8 +91,14 @@ type Options struct {
 	// SharedWait bounds how long a miss waits for an identical call that
 	// another process holds the fill claim for, with a store shared
 	// between processes (a [Filler]); after it, the miss calls the model
-	// itself. A claim whose holder died lapses sooner, and is taken over.
-	// The default is FillTimeout.
+	// itself. A live holder renews its claim for as long as its call may
+	// take (FillTimeout) and its answer's store may be retried
+	// (StoreRetry), and a dead holder's claim lapses and is taken over, so
+	// the wait normally ends well before the bound; a shorter bound pays
+	// the model again whenever the holder is slow. Callers stop waiting
+	// when their own context ends: the wait goes on detached, and the
+	// answer is in the store for their retry. The default is FillTimeout +
+	// StoreRetry.
 	SharedWait time.Duration
 
 	// StoreRetry is how long a complete answer that the store refused is
@@ -122,11 +128,11 @@ func (o *Options) setDefaults() {
 	if o.BudgetTTL == 0 {
 		o.BudgetTTL = 7 * 24 * time.Hour
 	}
-	if o.SharedWait == 0 {
-		o.SharedWait = o.FillTimeout
-	}
 	if o.StoreRetry == 0 {
 		o.StoreRetry = 30 * time.Second
+	}
+	if o.SharedWait == 0 {
+		o.SharedWait = o.FillTimeout + o.StoreRetry
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
