@@ -5,7 +5,7 @@ import "time"
 // Defaults of the shared LLM cache's buckets.
 const (
 	DefaultCacheKVBucket = "oncegate-llm-cache"
-	DefaultCacheLease    = 10 * time.Second
+	DefaultCacheLease    = 30 * time.Second
 )
 
 // CacheKV configures the LLM cache's JetStream KV buckets: answers and
@@ -19,7 +19,10 @@ type CacheKV struct {
 	Replicas int `yaml:"replicas"`
 	// Lease is how long a replica's claim to fill a miss holds without
 	// renewal: the others wait for its answer, and take over after this
-	// long if it died. The default is 10s.
+	// long if it died. A longer lease only delays the takeover after a
+	// crash; a shorter one risks paying twice when the bucket stalls (a
+	// leader election) or a node is cut off while a call is in flight. The
+	// default is 30s, as the ledger's.
 	Lease time.Duration `yaml:"lease"`
 }
 

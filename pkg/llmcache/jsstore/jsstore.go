@@ -73,7 +73,7 @@ const (
 	DefaultBudgetTTL = 7*24*time.Hour + time.Hour
 	// DefaultLease is how long a fill claim lasts unrenewed when Options
 	// leaves Lease zero.
-	DefaultLease = 10 * time.Second
+	DefaultLease = 30 * time.Second
 	// DefaultTimeout bounds a call whose context has no deadline.
 	DefaultTimeout = 5 * time.Second
 )
