@@ -238,12 +238,8 @@ func (f *fill) run(fl *flight, store bool) {
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.req.Context()), c.opts.FillTimeout)
-	defer cancel()
-	stop := context.AfterFunc(c.ctx, cancel)
-	defer stop()
 	if f.call.Mode == ModeDefault || f.call.Mode == ModeNoStore {
-		a, ok, err := f.t.lookup(ctx, f.key)
+		a, ok, err := f.t.lookup(wctx, f.key)
 		if err != nil {
 			f.release(claim)
 			f.st.unavailable.Add(1)
@@ -264,7 +260,7 @@ func (f *fill) run(fl *flight, store bool) {
 
 	var resID uint64
 	if f.limit != math.MaxInt64 {
-		id, err := c.budgets.reserve(ctx, f.call.Namespace, f.unit, f.need, f.limit, c.opts.Clock().Add(c.opts.FillTimeout+time.Minute))
+		id, err := c.budgets.reserve(wctx, f.call.Namespace, f.unit, f.need, f.limit, c.opts.Clock().Add(c.opts.FillTimeout+time.Minute))
 		if err != nil {
 			f.release(claim)
 			f.t.denied(f.st, err)
@@ -274,6 +270,14 @@ func (f *fill) run(fl *flight, store bool) {
 		resID = id
 	}
 
+	// FillTimeout is the model call's alone: a store slow to answer
+	// before it (a leader election) must not leave the call too little
+	// time, since a call the model answers after its caller hung up is
+	// paid for all the same.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.req.Context()), c.opts.FillTimeout)
+	defer cancel()
+	stop := context.AfterFunc(c.ctx, cancel)
+	defer stop()
 	up := f.req.Clone(ctx)
 	up.Body = io.NopCloser(bytes.NewReader(f.body))
 	up.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(f.body)), nil }
@@ -309,7 +313,13 @@ func (f *fill) run(fl *flight, store bool) {
 	// readers see the end: a caller whose call has returned finds the
 	// answer in the store on its next call. The claim is released after
 	// the store, so that a process waiting on it sees the answer first.
-	pending := f.finish(ctx, fl, store, resID, status, err, readErr, time.Since(start))
+	// The answer is accounted for and stored under a bound of its own, not
+	// what is left of the call's.
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(f.req.Context()), storeFirstTry)
+	defer scancel()
+	sstop := context.AfterFunc(c.ctx, scancel)
+	defer sstop()
+	pending := f.finish(sctx, fl, store, resID, status, err, readErr, time.Since(start))
 	if err == nil {
 		fl.end(readErr)
 	}
@@ -349,6 +359,10 @@ func (f *fill) storeLater(fl *flight, a *Answer) {
 	}
 	f.done(fl)
 }
+
+// storeFirstTry bounds the first attempt to store an answer and record
+// its tokens; a store that fails is retried in the background.
+const storeFirstTry = 5 * time.Second
 
 // release gives up claim, if any, under a bound of its own: the fill's
 // context may be done.
