@@ -278,7 +278,13 @@ func (h *harness) startCluster(ctx context.Context) error {
 	return nil
 }
 
-// waitHealthy waits until every node answers /healthz with 200.
+// waitHealthy waits until every node answers /healthz with 200 and, once
+// the harness is connected, every stream (the buckets' included) has a
+// leader and every replica current: the cluster is whole again, and the
+// next node fault takes down only one copy of each write. A node's
+// /healthz answers 200 a moment before it has caught up, and a second
+// fault in that moment loses writes that only the first node's memory and
+// the second's held.
 func (h *harness) waitHealthy(ctx context.Context, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
@@ -287,6 +293,9 @@ func (h *harness) waitHealthy(ctx context.Context, d time.Duration) error {
 			if !nd.healthy() {
 				sick = append(sick, nd.name)
 			}
+		}
+		if len(sick) == 0 && h.js != nil {
+			sick = h.behind(ctx)
 		}
 		if len(sick) == 0 {
 			return nil
@@ -298,6 +307,37 @@ func (h *harness) waitHealthy(ctx context.Context, d time.Duration) error {
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// behind lists the streams without a leader or with a replica that is not
+// current.
+func (h *harness) behind(ctx context.Context) []string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var out []string
+	names := h.js.StreamNames(ctx)
+	for name := range names.Name() {
+		st, err := h.js.Stream(ctx, name)
+		if err != nil {
+			out = append(out, name+": "+err.Error())
+			continue
+		}
+		ci := st.CachedInfo().Cluster
+		switch {
+		case ci == nil || ci.Leader == "":
+			out = append(out, name+": no leader")
+		default:
+			for _, r := range ci.Replicas {
+				if !r.Current || r.Offline || r.Lag > 0 {
+					out = append(out, fmt.Sprintf("%s: replica %s behind", name, r.Name))
+				}
+			}
+		}
+	}
+	if err := names.Err(); err != nil {
+		out = append(out, "listing streams: "+err.Error())
+	}
+	return out
 }
 
 // natsURL is what the harness and the replicas connect to: the server, or
