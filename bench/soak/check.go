@@ -124,6 +124,7 @@ type report struct {
 	modelMin, modelCalls, modelAnswered, modelRepaid int
 	modelRepaidElsewhere                             int // of modelRepaid, answered on two replicas or more
 	modelRepaidEx                                    []int
+	modelRepaidWhen                                  []string
 	tokensMin, tokensSpent                           int64
 	standin                                          map[string]int64
 
@@ -330,6 +331,9 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 			rep.modelRepaid++
 			if len(rep.modelRepaidEx) < 8 {
 				rep.modelRepaidEx = append(rep.modelRepaidEx, in.id)
+				if len(rep.modelRepaidEx) <= 4 {
+					rep.modelRepaidWhen = append(rep.modelRepaidWhen, h.repaidWhen(in.id))
+				}
 			}
 			if len(h.proxy.by[in.id]) > 1 {
 				rep.modelRepaidElsewhere++
@@ -456,6 +460,9 @@ func (r *report) print(w io.Writer, h *harness) {
 		r.modelCalls, r.modelAnswered, r.modelMin, r.modelRepaid, r.modelRepaidElsewhere)
 	if len(r.modelRepaidEx) > 0 {
 		fmt.Fprintf(tw, "\tpaid twice or more: e.g. intents %v\n", r.modelRepaidEx)
+		for _, w := range r.modelRepaidWhen {
+			fmt.Fprintf(tw, "\t  %s\n", w)
+		}
 	}
 	fmt.Fprintf(tw, "stand-in\t%s\n", formatCounts(r.standin))
 	extra := 0.0
@@ -492,4 +499,23 @@ func formatCounts[V int | int64](m map[string]V) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// repaidWhen says when and by which replica an intent's answers were made,
+// and the last fault before its second answer. Call with h.proxy.mu held.
+func (h *harness) repaidWhen(id int) string {
+	var parts []string
+	ts := h.proxy.times[id]
+	for _, a := range ts {
+		parts = append(parts, fmt.Sprintf("replica-%d at %+.2fs", a.replica, a.at.Sub(h.t0).Seconds()))
+	}
+	last := ""
+	if len(ts) > 1 {
+		for _, ev := range h.events.snapshot() {
+			if ev.at.Before(ts[1].at) && ev.kind != evMissed {
+				last = fmt.Sprintf("; last fault before the second: %s replica-%d %s at %+.2fs", ev.kind, ev.replica, ev.detail, ev.at.Sub(h.t0).Seconds())
+			}
+		}
+	}
+	return fmt.Sprintf("intent %d: answered by %s%s", id, strings.Join(parts, ", "), last)
 }

@@ -451,9 +451,6 @@ func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64,
 	cost := c.opts.Prices.Cost(f.q.Model, spent)
 	f.st.spend(spent, cost)
 	f.st.estimated.Add(f.estimate)
-	if err := c.budgets.settle(ctx, f.call.Namespace, f.unit, resID, spent.Total()); err != nil {
-		c.opts.Logger.Warn("llmcache: recording spent tokens failed", "unit", f.unit, "err", err)
-	}
 	if callErr != nil || status >= 400 {
 		f.st.errors.Add(1)
 	}
@@ -492,6 +489,12 @@ func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64,
 		f.st.stored.Add(1)
 	} else if pending == nil {
 		f.st.notStored.Add(1)
+	}
+	// The tokens are recorded after the answer is stored: a process that
+	// dies between the model's answer and its store has paid for nothing
+	// it kept, and the store is the shorter wait.
+	if err := c.budgets.settle(ctx, f.call.Namespace, f.unit, resID, spent.Total()); err != nil {
+		c.opts.Logger.Warn("llmcache: recording spent tokens failed", "unit", f.unit, "err", err)
 	}
 	var sharers []*stepCounters
 	if pending == nil {
