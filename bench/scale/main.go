@@ -387,8 +387,15 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 }
 
 // settled reports whether every trigger is acked and every effect stored.
+// A request the cluster leaves unanswered (a consumer electing its leader)
+// is a "not yet".
 func settled(ctx context.Context, js jetstream.JetStream, stream, durable string, want int) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	cons, err := js.Consumer(ctx, stream, durable)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return false, nil
+	}
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return false, nil
 	}
@@ -396,6 +403,9 @@ func settled(ctx context.Context, js jetstream.JetStream, stream, durable string
 		return false, err
 	}
 	info, err := cons.Info(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -403,10 +413,16 @@ func settled(ctx context.Context, js jetstream.JetStream, stream, durable string
 		return false, nil
 	}
 	st, err := js.Stream(ctx, stream+"_EFFECTS")
+	if errors.Is(err, context.DeadlineExceeded) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
 	si, err := st.Info(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
