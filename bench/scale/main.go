@@ -352,10 +352,27 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, r)
 	start := time.Now()
-	for _, a := range apps {
+	durable := consumer.Durable("alerts")
+	// The first replica sets the durable consumer up alone, as the soak's
+	// does: replicas setting up one durable at once on a cluster can wait
+	// forever for an answer (Setup's requests have no deadline).
+	go func() { done <- apps[0].Run(runCtx) }()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.Consumer(cctx, name, durable)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			stop()
+			return c, ctx.Err()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, a := range apps[1:] {
 		go func() { done <- a.Run(runCtx) }()
 	}
-	durable := consumer.Durable("alerts")
 	lastPrint := time.Now()
 	for {
 		if time.Since(lastPrint) > 10*time.Second {
