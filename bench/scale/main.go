@@ -11,12 +11,13 @@
 // shared LLM cache in buckets with three replicas, and the trigger, effect
 // and dead-letter streams with three replicas too.
 //
-// Each cell pre-publishes its triggers (distinct intents: every one pays
-// the model once), starts its replicas, and times from their start until
-// the durable consumer has nothing pending and nothing unacknowledged and
-// every effect is in the effect stream. A cell has -n triggers per replica,
-// so that each lasts about as long. The ratio is each cell's triggers/s to
-// the one-replica cell's.
+// Each cell starts its replicas, waits until all consume, then publishes
+// its triggers (distinct intents: every one pays the model once, 16
+// publishes in flight) and times from the first publish until the durable
+// consumer has nothing pending and nothing unacknowledged and every effect
+// is in the effect stream. A cell has -n triggers per replica, so that each
+// lasts about as long. The ratio is each cell's triggers/s to the
+// one-replica cell's.
 //
 //	go run ./bench/scale                        # 200ms model, concurrency 16, 400 triggers per replica
 //	go run ./bench/scale -latency 500ms -concurrency 32
@@ -310,27 +311,6 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 			return c, fmt.Errorf("stream %s: %w", sc.Name, err)
 		}
 	}
-	for i := range c.triggers {
-		p := fmt.Appendf(nil, `{"status":"firing","alert":{"fingerprint":"%s-%08d","occurrence":1,`+
-			`"labels":{"alertname":"DiskAlmostFull","instance":"db-%d:9100","severity":"page"},`+
-			`"annotations":{"summary":"Disk /var/lib/pgsql 93%% full"}}}`, id, i, i%64)
-		// One at a time, retried: a new stream may still be electing its
-		// leader, and an async publish whose PubAck never comes waits
-		// forever.
-		for attempt := 0; ; attempt++ {
-			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err := js.Publish(pctx, prefix+".triggers.alerts", p, jetstream.WithMsgID(fmt.Sprintf("%s-%d", id, i)))
-			cancel()
-			if err == nil {
-				break
-			}
-			if attempt == 20 || ctx.Err() != nil {
-				return c, fmt.Errorf("publishing trigger %d: %w", i, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-
 	log := slog.New(slog.DiscardHandler)
 	var apps []*app.App
 	defer func() {
@@ -351,19 +331,12 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, r)
-	start := time.Now()
 	durable := consumer.Durable("alerts")
 	// The first replica sets the durable consumer up alone, as the soak's
 	// does: replicas setting up one durable at once on a cluster can wait
 	// forever for an answer (Setup's requests have no deadline).
 	go func() { done <- apps[0].Run(runCtx) }()
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := js.Consumer(cctx, name, durable)
-		cancel()
-		if err == nil {
-			break
-		}
+	for apps[0].Consumer.Ready() != nil {
 		if ctx.Err() != nil {
 			stop()
 			return c, ctx.Err()
@@ -373,9 +346,29 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 	for _, a := range apps[1:] {
 		go func() { done <- a.Run(runCtx) }()
 	}
+	for _, a := range apps {
+		for a.Consumer.Ready() != nil {
+			if ctx.Err() != nil {
+				stop()
+				return c, ctx.Err()
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// A pull request sent before its reply subject's interest has reached
+	// the consumer's leader is answered into the void, and the puller waits
+	// for its heartbeat to ask again: let the interest spread first.
+	time.Sleep(2 * time.Second)
+
+	// The clock runs from the first trigger published to the last effect.
+	start := time.Now()
+	if err := publish(ctx, js, prefix, id, c.triggers); err != nil {
+		stop()
+		return c, err
+	}
 	lastPrint := time.Now()
 	for {
-		if time.Since(lastPrint) > 10*time.Second {
+		if time.Since(lastPrint) > 3*time.Second {
 			lastPrint = time.Now()
 			var parts []string
 			for i, a := range apps {
@@ -383,6 +376,12 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 					parts = append(parts, fmt.Sprintf("replica %d: %+v", i, s))
 				}
 			}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if cons, err := js.Consumer(cctx, name, durable); err == nil {
+				ci := cons.CachedInfo()
+				parts = append(parts, fmt.Sprintf("durable: %d pending, %d unacknowledged, %d pull requests waiting", ci.NumPending, ci.NumAckPending, ci.NumWaiting))
+			}
+			cancel()
 			fmt.Printf("  waiting: %s\n", strings.Join(parts, "; "))
 		}
 		if d, err := settled(ctx, js, name, durable, c.triggers); err != nil {
@@ -481,4 +480,37 @@ func cellConfig(natsURL, modelURL, dir, stream, prefix string, replicas int, o o
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// publish publishes n triggers with distinct intents, 16 at a time, each
+// retried: a new stream may still be electing its leader.
+func publish(ctx context.Context, js jetstream.JetStream, prefix, id string, n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			p := fmt.Appendf(nil, `{"status":"firing","alert":{"fingerprint":"%s-%08d","occurrence":1,`+
+				`"labels":{"alertname":"DiskAlmostFull","instance":"db-%d:9100","severity":"page"},`+
+				`"annotations":{"summary":"Disk /var/lib/pgsql 93%% full"}}}`, id, i, i%64)
+			for attempt := 0; ; attempt++ {
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err := js.Publish(pctx, prefix+".triggers.alerts", p, jetstream.WithMsgID(fmt.Sprintf("%s-%d", id, i)))
+				cancel()
+				if err == nil {
+					return
+				}
+				if attempt == 20 || ctx.Err() != nil {
+					errs <- fmt.Errorf("publishing trigger %d: %w", i, err)
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
