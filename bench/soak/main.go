@@ -137,6 +137,7 @@ type options struct {
 	consumerBin    string
 	verbose        bool
 	cluster        int
+	strictTokens   bool
 	partitions     int
 	partitionFor   time.Duration
 }
@@ -170,6 +171,7 @@ func parseFlags(args []string) (options, []string, error) {
 	fs.StringVar(&o.consumerBin, "consumer-bin", "", "use this consumer `binary` (built with -tags oncegate_faults) instead of building one")
 	fs.BoolVar(&o.verbose, "v", false, "print every fault as it happens")
 	fs.IntVar(&o.cluster, "cluster", 0, "run a cluster of this many nats-server nodes (routes through TCP proxies of the harness, streams and buckets with that many replicas) instead of one server; -server-restarts then restart nodes (default 6, including the leaders of the trigger stream and of the ledger bucket)")
+	fs.BoolVar(&o.strictTokens, "strict-tokens", false, "fail the run when the tokens spent pass the minimum by more than 0.05% (always reported). Off by default: a consumer killed while answers it paid for wait for their store loses them, which the model-call bound (one extra answer per kill) allows and 0.05% of a short run's tokens does not")
 	fs.IntVar(&o.partitions, "partitions", 1, "with -cluster: partitions of one node from the others, for -partition-for each")
 	fs.DurationVar(&o.partitionFor, "partition-for", 0, "with -cluster: how long a partition lasts (0: twice the lease)")
 	if err := fs.Parse(args); err != nil {
