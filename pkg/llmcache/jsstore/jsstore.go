@@ -22,6 +22,15 @@
 // whole previous answer or the whole new one. Chunks of a replaced answer
 // are left to the bucket's TTL.
 //
+// Why not an Object Store: BenchmarkLargeAnswer (a put and a get of one
+// answer, one server on loopback, shared 2-core machine) measured the KV
+// value 5.2× faster than an Object Store at 4 KiB, 1.9× at 256 KiB and 1.3×
+// at 900 KiB; past max_payload, at 4 MiB, the Object Store was 1.7× faster
+// than these chunks, which are written and read one after another. Chat
+// answers are almost all a few KiB, the cache's MaxEntryBytes is 1 MiB by
+// default, and chunks keep one bucket, one TTL and one watch for the fill
+// claim and its answer, so the bucket wins.
+//
 // # One upstream call across replicas
 //
 // The store is an llmcache.Filler. The first miss on a key creates its
