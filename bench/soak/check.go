@@ -123,6 +123,8 @@ type report struct {
 
 	modelMin, modelCalls, modelAnswered, modelRepaid int
 	modelRepaidElsewhere                             int // of modelRepaid, answered on two replicas or more
+	modelRepaidEx                                    []int
+	modelRepaidWhen                                  []string
 	tokensMin, tokensSpent                           int64
 	standin                                          map[string]int64
 
@@ -131,6 +133,9 @@ type report struct {
 	shotDropped   int64
 	ledgerPending int
 	ledgerErr     error
+
+	consumerKills int  // scheduled SIGKILLs and deaths at armed crash points
+	strictTokens  bool // the token bound fails the run
 
 	settled    bool
 	settleWhy  string
@@ -148,11 +153,24 @@ func (r *report) totals() map[string]int {
 	return t
 }
 
-// pass reports whether the run kept the promise.
+// pass reports whether the run kept the promise: nothing lost or
+// duplicated, the model answered at most once per intent plus once per
+// consumer killed, and with -strict-tokens the tokens within 0.05% of the
+// minimum.
 func (r *report) pass() bool {
 	t := r.totals()
-	return r.settled && t[cLost] == 0 && t[cDuplicated] == 0 && r.passed == 0 && r.stray == 0
+	return r.settled && t[cLost] == 0 && t[cDuplicated] == 0 && r.passed == 0 && r.stray == 0 && r.modelBounded() &&
+		(r.tokensBounded() || !r.strictTokens)
 }
+
+// modelBounded: the model answered at most once per intent with a model
+// step, plus once per consumer killed (a process killed after the model
+// answered and before the answer was stored takes the answer with it).
+func (r *report) modelBounded() bool { return r.modelAnswered <= r.modelMin+r.consumerKills }
+
+// tokensBounded: the tokens spent are within 0.05% of the minimum, each
+// intent's first answer.
+func (r *report) tokensBounded() bool { return r.tokensSpent*10000 <= r.tokensMin*10005 }
 
 func (h *harness) check(ctx context.Context) (*report, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -320,6 +338,12 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 		rep.tokensMin += h.proxy.first[in.id]
 		if h.proxy.answered[in.id] > 1 {
 			rep.modelRepaid++
+			if len(rep.modelRepaidEx) < 8 {
+				rep.modelRepaidEx = append(rep.modelRepaidEx, in.id)
+				if len(rep.modelRepaidEx) <= 4 {
+					rep.modelRepaidWhen = append(rep.modelRepaidWhen, h.repaidWhen(in.id))
+				}
+			}
 			if len(h.proxy.by[in.id]) > 1 {
 				rep.modelRepaidElsewhere++
 			}
@@ -333,6 +357,8 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 	}
 	rep.tokensSpent = h.proxy.spent
 	h.proxy.mu.Unlock()
+	rep.consumerKills = h.events.count(evKill) + h.events.count(evCrashPoint)
+	rep.strictTokens = h.o.strictTokens
 	st := h.model.Stats()
 	rep.standin = map[string]int64{
 		"requests": st.Requests, "answered": st.Completions, "server errors": st.ServerErrors,
@@ -364,8 +390,12 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 
 func (r *report) print(w io.Writer, h *harness) {
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "Oncegate soak, seed %d: %d intents, %d replicas (ledger.store: kv), fault window %.0fs, settled in %.0fs after it\n",
-		h.o.seed, len(h.w.intents), h.o.replicas, r.window.Seconds(), r.settleTime.Seconds())
+	nats := "one nats-server"
+	if h.o.cluster > 0 {
+		nats = fmt.Sprintf("a %d-node nats cluster, streams and buckets R%d", h.o.cluster, h.o.cluster)
+	}
+	fmt.Fprintf(w, "Oncegate soak, seed %d: %d intents, %d replicas (ledger.store: kv, llm.cache.store: kv) on %s, fault window %.0fs, settled in %.0fs after it\n",
+		h.o.seed, len(h.w.intents), h.o.replicas, nats, r.window.Seconds(), r.settleTime.Seconds())
 	if h.o.broken {
 		fmt.Fprintln(w, "BROKEN BUILD: consumers ran with ONCEGATE_BROKEN=ack-early (ack before the effect)")
 	}
@@ -421,9 +451,13 @@ func (r *report) print(w io.Writer, h *harness) {
 
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	ev := h.events
-	fmt.Fprintf(tw, "faults\tconsumer SIGKILLs %d (scheduled) + %d at armed crash points; SIGSTOP past the lease %d; nats-server restarts %d (SIGTERM %d, SIGKILL %d); ledger clock jumps %d; skipped %d\n",
-		ev.count(evKill), ev.count(evCrashPoint), ev.count(evPause), ev.count(evServerTerm)+ev.count(evServerKill),
-		ev.count(evServerTerm), ev.count(evServerKill), ev.count(evClock), ev.count(evMissed))
+	server := "nats-server restarts"
+	if h.o.cluster > 0 {
+		server = "node restarts"
+	}
+	fmt.Fprintf(tw, "faults\tconsumer SIGKILLs %d (scheduled) + %d at armed crash points; SIGSTOP past the lease %d; %s %d (SIGTERM %d, SIGKILL %d; %d of a stream leader); partitions %d (one node cut off for %v); ledger clock jumps %d; skipped %d\n",
+		ev.count(evKill), ev.count(evCrashPoint), ev.count(evPause), server, ev.count(evServerTerm)+ev.count(evServerKill),
+		ev.count(evServerTerm), ev.count(evServerKill), ev.countDetail("leader of"), ev.count(evPartition), h.o.partitionFor, ev.count(evClock), ev.count(evMissed))
 	starts, failed := int64(0), int64(0)
 	for _, rp := range h.replicas {
 		starts += rp.starts.Load()
@@ -434,12 +468,21 @@ func (r *report) print(w io.Writer, h *harness) {
 	fmt.Fprintf(tw, "one-shot sink\t%d calls, %d responses dropped\n", r.shotCalls, r.shotDropped)
 	fmt.Fprintf(tw, "model calls\t%d made, %d answered; minimum %d (one per intent with a model step); %d intents paid for twice or more (%d of them on two replicas)\n",
 		r.modelCalls, r.modelAnswered, r.modelMin, r.modelRepaid, r.modelRepaidElsewhere)
+	if len(r.modelRepaidEx) > 0 {
+		fmt.Fprintf(tw, "\tpaid twice or more: e.g. intents %v\n", r.modelRepaidEx)
+		for _, w := range r.modelRepaidWhen {
+			fmt.Fprintf(tw, "\t  %s\n", w)
+		}
+	}
 	fmt.Fprintf(tw, "stand-in\t%s\n", formatCounts(r.standin))
 	extra := 0.0
 	if r.tokensMin > 0 {
 		extra = 100 * float64(r.tokensSpent-r.tokensMin) / float64(r.tokensMin)
 	}
-	fmt.Fprintf(tw, "tokens\t%d spent; minimum %d (each intent's first answer); %+.1f%%\n", r.tokensSpent, r.tokensMin, extra)
+	fmt.Fprintf(tw, "tokens\t%d spent; minimum %d (each intent's first answer); %+.3f%%\n", r.tokensSpent, r.tokensMin, extra)
+	fmt.Fprintf(tw, "paid once\tmodel answers %d ≤ %d intents with a model step + %d consumer kills = %d: %v; tokens %d ≤ minimum + 0.05%% = %d: %v\n",
+		r.modelAnswered, r.modelMin, r.consumerKills, r.modelMin+r.consumerKills, r.modelBounded(),
+		r.tokensSpent, r.tokensMin*10005/10000, r.tokensBounded())
 	if r.ledgerErr != nil {
 		fmt.Fprintf(tw, "ledger\tpending records: unreadable: %v\n", r.ledgerErr)
 	} else {
@@ -451,8 +494,8 @@ func (r *report) print(w io.Writer, h *harness) {
 	if !r.pass() {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "verdict: %s — lost %d, duplicated %d, hostile with an effect %d, stray effects %d, settled %v\n",
-		verdict, t[cLost], t[cDuplicated], r.passed, r.stray, r.settled)
+	fmt.Fprintf(w, "verdict: %s — lost %d, duplicated %d, hostile with an effect %d, stray effects %d, settled %v, model answers ≤ bound %v, tokens ≤ bound %v\n",
+		verdict, t[cLost], t[cDuplicated], r.passed, r.stray, r.settled, r.modelBounded(), r.tokensBounded())
 	if !r.settled {
 		fmt.Fprintf(w, "not settled: %s\n", r.settleWhy)
 	}
@@ -466,4 +509,23 @@ func formatCounts[V int | int64](m map[string]V) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// repaidWhen says when and by which replica an intent's answers were made,
+// and the last fault before its second answer. Call with h.proxy.mu held.
+func (h *harness) repaidWhen(id int) string {
+	var parts []string
+	ts := h.proxy.times[id]
+	for _, a := range ts {
+		parts = append(parts, fmt.Sprintf("replica-%d at %+.2fs", a.replica, a.at.Sub(h.t0).Seconds()))
+	}
+	last := ""
+	if len(ts) > 1 {
+		for _, ev := range h.events.snapshot() {
+			if ev.at.Before(ts[1].at) && ev.kind != evMissed {
+				last = fmt.Sprintf("; last fault before the second: %s replica-%d %s at %+.2fs", ev.kind, ev.replica, ev.detail, ev.at.Sub(h.t0).Seconds())
+			}
+		}
+	}
+	return fmt.Sprintf("intent %d: answered by %s%s", id, strings.Join(parts, ", "), last)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -20,6 +21,13 @@ const (
 	fServerTerm = "server-term" // restart the nats-server after SIGTERM
 	fServerKill = "server-kill" // restart the nats-server after SIGKILL
 	fClock      = "clock-jump"  // jump a replica's ledger clock forward (SIGUSR1)
+	fPartition  = "partition"   // cut a cluster node off from the others for a while
+)
+
+// Targets of a node restart, with -cluster.
+const (
+	tTriggerLeader = "leader of ONCEGATE"
+	tLedgerLeader  = "leader of KV_oncegate-ledger"
 )
 
 // fault is one entry of the schedule.
@@ -30,6 +38,7 @@ type fault struct {
 	crashAt string        // kill: ONCEGATE_CRASH_AT armed for the restart
 	pause   time.Duration // zombie: how long it stays stopped
 	down    time.Duration // server: how long it stays down
+	target  string        // server, with -cluster: tTriggerLeader, tLedgerLeader, or "" for node replica
 }
 
 func (f fault) String() string {
@@ -42,10 +51,18 @@ func (f fault) String() string {
 		return s
 	case fZombie:
 		return fmt.Sprintf("%7.2fs  SIGSTOP replica-%d for %v, then SIGCONT", f.at.Seconds(), f.replica, f.pause.Round(time.Millisecond))
-	case fServerTerm:
-		return fmt.Sprintf("%7.2fs  SIGTERM nats-server, down %v", f.at.Seconds(), f.down.Round(time.Millisecond))
-	case fServerKill:
-		return fmt.Sprintf("%7.2fs  SIGKILL nats-server, down %v", f.at.Seconds(), f.down.Round(time.Millisecond))
+	case fServerTerm, fServerKill:
+		sig := map[string]string{fServerTerm: "SIGTERM", fServerKill: "SIGKILL"}[f.kind]
+		who := "nats-server"
+		switch {
+		case f.target != "":
+			who = "the " + f.target
+		case f.replica >= 0:
+			who = fmt.Sprintf("node n%d", f.replica)
+		}
+		return fmt.Sprintf("%7.2fs  %s %s, down %v", f.at.Seconds(), sig, who, f.down.Round(time.Millisecond))
+	case fPartition:
+		return fmt.Sprintf("%7.2fs  cut node n%d off from the others for %v", f.at.Seconds(), f.replica, f.pause.Round(time.Millisecond))
 	case fClock:
 		return fmt.Sprintf("%7.2fs  jump replica-%d's ledger clock forward (SIGUSR1)", f.at.Seconds(), f.replica)
 	}
@@ -83,9 +100,29 @@ func newSchedule(rng *rand.Rand, o options) []fault {
 		if (first+j)%2 == 1 {
 			kind = fServerKill
 		}
-		fs = append(fs, fault{
+		f := fault{
 			at:   time.Duration(d * (float64(j) + 0.2 + 0.6*rng.Float64()) / float64(o.serverRestarts)),
 			kind: kind, down: 300*time.Millisecond + time.Duration(rng.Int64N(int64(2500*time.Millisecond))),
+			replica: -1,
+		}
+		if o.cluster > 0 {
+			// A third each: the trigger stream's leader, the ledger
+			// bucket's leader, any node.
+			switch j % 3 {
+			case 0:
+				f.target = tTriggerLeader
+			case 1:
+				f.target = tLedgerLeader
+			default:
+				f.replica = rng.IntN(o.cluster)
+			}
+		}
+		fs = append(fs, f)
+	}
+	for j := range o.partitions {
+		fs = append(fs, fault{
+			at:   time.Duration(d * (float64(j) + 0.3 + 0.4*rng.Float64()) / float64(o.partitions)),
+			kind: fPartition, replica: rng.IntN(o.cluster), pause: o.partitionFor,
 		})
 	}
 	for j := range o.clockJumps {
@@ -109,6 +146,8 @@ const (
 	evServerUp   = "nats-server up"
 	evMissed     = "fault skipped"
 	evClock      = "ledger clock jump"
+	evPartition  = "node cut off"
+	evHealed     = "partition healed"
 )
 
 type event struct {
@@ -158,6 +197,17 @@ func (e *events) count(kind string) int {
 	return n
 }
 
+// countDetail counts server events whose detail contains s.
+func (e *events) countDetail(s string) int {
+	n := 0
+	for _, ev := range e.snapshot() {
+		if (ev.kind == evServerTerm || ev.kind == evServerKill) && strings.Contains(ev.detail, s) {
+			n++
+		}
+	}
+	return n
+}
+
 // inject runs the schedule from t0, each fault on its own goroutine at its
 // time, and returns when all are done.
 func (h *harness) inject(ctx context.Context, t0 time.Time, schedule []fault) {
@@ -185,6 +235,8 @@ func (h *harness) apply(ctx context.Context, f fault) {
 		return c
 	}
 	switch f.kind {
+	case fPartition:
+		h.cutNode(ctx, f)
 	case fKill:
 		r := h.replicas[f.replica]
 		c := running("kill")
@@ -234,6 +286,10 @@ func (h *harness) apply(ctx context.Context, f fault) {
 		}
 		h.events.add(event{kind: evClock, replica: f.replica, detail: fmt.Sprintf("+%v", 2*h.o.lease)})
 	case fServerTerm, fServerKill:
+		if len(h.nodes) > 0 {
+			h.restartNode(ctx, f)
+			return
+		}
 		h.serverMu.Lock() // one restart at a time
 		defer h.serverMu.Unlock()
 		sig, kind := syscall.SIGTERM, evServerTerm
@@ -249,6 +305,59 @@ func (h *harness) apply(ctx context.Context, f fault) {
 		}
 		h.events.add(event{kind: evServerUp})
 	}
+}
+
+// restartNode stops a cluster node with SIGTERM or SIGKILL (the leader of
+// a stream when the fault names one), keeps it down, restarts it on its
+// store, and waits until every node is healthy again: one node down at a
+// time, so the replicated streams keep their quorum.
+func (h *harness) restartNode(ctx context.Context, f fault) {
+	h.serverMu.Lock()
+	defer h.serverMu.Unlock()
+	sig, kind := syscall.SIGTERM, evServerTerm
+	if f.kind == fServerKill {
+		sig, kind = syscall.SIGKILL, evServerKill
+	}
+	nd, why := h.nodes[max(0, f.replica)%len(h.nodes)], ""
+	if f.target != "" {
+		stream := "ONCEGATE"
+		if f.target == tLedgerLeader {
+			stream = "KV_oncegate-ledger"
+		}
+		l, err := h.leaderOf(ctx, stream)
+		if err != nil {
+			h.missed(f, fmt.Sprintf("no %s: %v", f.target, err))
+			return
+		}
+		nd, why = l, " ("+f.target+")"
+	}
+	h.events.add(event{kind: kind, replica: nd.idx, detail: fmt.Sprintf("%s%s, down %v", nd.name, why, f.down.Round(time.Millisecond))})
+	if err := nd.restart(ctx, sig, f.down); err != nil {
+		if ctx.Err() == nil {
+			h.fatal(fmt.Errorf("restarting %s: %w", nd.name, err))
+		}
+		return
+	}
+	if err := h.waitHealthy(ctx, 2*time.Minute); err != nil && ctx.Err() == nil {
+		h.fatal(fmt.Errorf("after restarting %s: %w", nd.name, err))
+		return
+	}
+	h.events.add(event{kind: evServerUp, replica: nd.idx, detail: nd.name})
+}
+
+// cutNode partitions a node from the others for f.pause, then waits until
+// every node is healthy again.
+func (h *harness) cutNode(ctx context.Context, f fault) {
+	h.serverMu.Lock()
+	defer h.serverMu.Unlock()
+	nd := h.nodes[f.replica%len(h.nodes)]
+	h.events.add(event{kind: evPartition, replica: nd.idx, detail: fmt.Sprintf("%s for %v", nd.name, f.pause.Round(time.Millisecond))})
+	h.partition(ctx, nd.idx, f.pause)
+	if err := h.waitHealthy(ctx, 2*time.Minute); err != nil && ctx.Err() == nil {
+		h.fatal(fmt.Errorf("after the partition of %s: %w", nd.name, err))
+		return
+	}
+	h.events.add(event{kind: evHealed, replica: nd.idx, detail: nd.name})
 }
 
 // missed records that fault f could not be applied, and why.

@@ -32,6 +32,8 @@ type harness struct {
 
 	server   *natsServer
 	serverMu sync.Mutex
+	nodes    []*clusterNode  // with -cluster: the nodes, and server is nil
+	proxies  [][]*routeProxy // [i][j]: node i's route to node j
 	replicas []*replica
 
 	model    *standin.Server
@@ -171,7 +173,7 @@ func (h *harness) runCtx(ctx context.Context) error {
 		return err
 	}
 	if _, err := h.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: hooksStream, Subjects: []string{"effects.hooks"}, Storage: jetstream.FileStorage, Duplicates: h.o.hooksWindow,
+		Name: hooksStream, Subjects: []string{"effects.hooks"}, Storage: jetstream.FileStorage, Duplicates: h.o.hooksWindow, Replicas: max(1, h.o.cluster),
 	}); err != nil {
 		return fmt.Errorf("stream %s: %w", hooksStream, err)
 	}
@@ -179,7 +181,7 @@ func (h *harness) runCtx(ctx context.Context) error {
 	if err := h.startReplicas(ctx); err != nil {
 		return err
 	}
-	fmt.Printf("soak: nats-server at %s, %d consumer replicas consuming (%.1fs)\n", h.server.url(), len(h.replicas), time.Since(t).Seconds())
+	fmt.Printf("soak: nats at %s, %d consumer replicas consuming (%.1fs)\n", h.natsURL(), len(h.replicas), time.Since(t).Seconds())
 
 	// The fault window: the workload and the schedule run side by side.
 	h.t0 = time.Now()
@@ -277,8 +279,12 @@ func (h *harness) printPlan() {
 			armed++
 		}
 	}
-	fmt.Printf("soak: faults over %v: %d SIGKILLs of %d replicas (%d restarts armed with a crash point), %d SIGSTOP/SIGCONT pauses past the %v lease, %d nats-server restarts (%d SIGTERM, %d SIGKILL), %d ledger clock jumps of +%v\n",
-		h.o.duration, n[fKill], h.o.replicas, armed, n[fZombie], h.o.lease, n[fServerTerm]+n[fServerKill], n[fServerTerm], n[fServerKill], n[fClock], 2*h.o.lease)
+	server := "nats-server restarts"
+	if h.o.cluster > 0 {
+		server = fmt.Sprintf("restarts of nodes of a %d-node cluster", h.o.cluster)
+	}
+	fmt.Printf("soak: faults over %v: %d SIGKILLs of %d replicas (%d restarts armed with a crash point), %d SIGSTOP/SIGCONT pauses past the %v lease, %d %s (%d SIGTERM, %d SIGKILL), %d partitions of a node for %v, %d ledger clock jumps of +%v\n",
+		h.o.duration, n[fKill], h.o.replicas, armed, n[fZombie], h.o.lease, n[fServerTerm]+n[fServerKill], server, n[fServerTerm], n[fServerKill], n[fPartition], h.o.partitionFor, n[fClock], 2*h.o.lease)
 	fmt.Printf("soak: model: %.0f%% errors, %.0f%% timeouts; payment sink drops %.0f%% of responses; one-shot sink drops %.0f%%; broken build: %v\n",
 		100*h.o.modelErrors, 100*h.o.modelTimeouts, 100*h.o.lostResponses, 100*h.o.oneShotLost, h.o.broken)
 	if h.o.verbose {
@@ -384,8 +390,12 @@ func (h *harness) startServices() error {
 
 type serviceURLs struct{ model, modelRoot, pay, shot string }
 
-// startServer starts the nats-server child and connects the harness to it.
+// startServer starts the nats-server child, or with -cluster the cluster's
+// nodes, and connects the harness.
 func (h *harness) startServer(ctx context.Context) error {
+	if h.o.cluster > 0 {
+		return h.startCluster(ctx)
+	}
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -401,7 +411,13 @@ func (h *harness) startServer(ctx context.Context) error {
 	if err := h.server.start(ctx); err != nil {
 		return err
 	}
-	h.nc, err = nats.Connect(h.server.url(), nats.Name("oncegate-soak"),
+	return h.connect()
+}
+
+// connect connects the harness to the server or the cluster.
+func (h *harness) connect() error {
+	var err error
+	h.nc, err = nats.Connect(h.natsURL(), nats.Name("oncegate-soak"),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(50*time.Millisecond, 0),
 		nats.ReconnectBufSize(-1), // fail publishes at once while disconnected: the publisher retries them
 	)
@@ -422,16 +438,22 @@ nats:
 ledger:
   store: kv
   lease: %[3]s
+  kv: {replicas: %[9]d}
 llm:
   base_url: %[4]s
   timeout: 3s
+  cache:
+    # Every replica has its own base URL (the proxy tells them apart by
+    # it); they share one cache, so they name the endpoint alike.
+    endpoint: soak-standin
 metrics:
   listen: ""
 log:
   level: info
 stream:
   # Covers the redelivery horizon of the pipelines with max_deliver %[6]d.
-  duplicates: %[9]s
+  duplicates: %[11]s
+  replicas: %[9]d
 pipelines:
   - name: triage
     subject: triggers.triage
@@ -475,13 +497,16 @@ pipelines:
     max_deliver: %[10]d
 `
 
-// renderConfig returns the configuration under test.
-func renderConfig(o options, dataDir, natsURL, modelURL, payURL, shotURL string) []byte {
-	// Every pipeline's redelivery horizon: each delivery waits at most the
-	// longest of its ack wait, Oncegate's retry delay (up to 30s) and the
-	// lease.
-	dup := time.Duration(o.maxDeliver) * max(o.ackWait, o.lease, 30*time.Second)
-	return fmt.Appendf(nil, consumerConfig, dataDir, natsURL, o.lease, modelURL, o.ackWait, o.maxDeliver, payURL, shotURL, dup, o.hooksMaxDel)
+// renderConfig fills consumerConfig in.
+func renderConfig(o options, dataDir, natsURL, modelURL, payURL, shotURL string) string {
+	return fmt.Sprintf(consumerConfig, dataDir, natsURL, o.lease, modelURL, o.ackWait, o.maxDeliver, payURL, shotURL, max(1, o.cluster), o.hooksMaxDel, duplicateWindow(o))
+}
+
+// duplicateWindow covers every pipeline's redelivery horizon: each
+// delivery waits at most the longest of its ack wait, Oncegate's retry
+// delay (up to 30s) and the lease.
+func duplicateWindow(o options) time.Duration {
+	return time.Duration(o.maxDeliver) * max(o.ackWait, o.lease, 30*time.Second)
 }
 
 // hooksStream is the stream the hooks pipeline's effects land in.
@@ -489,8 +514,8 @@ const hooksStream = "ONCEGATE_HOOKS"
 
 func (h *harness) writeConfig() error {
 	h.configPath = filepath.Join(h.dir, "oncegate.yaml")
-	cfg := renderConfig(h.o, filepath.Join(h.dir, "replica-data"), h.server.url(), h.urls.model, h.urls.pay, h.urls.shot)
-	return os.WriteFile(h.configPath, cfg, 0o644)
+	cfg := renderConfig(h.o, filepath.Join(h.dir, "replica-data"), h.natsURL(), h.urls.model, h.urls.pay, h.urls.shot)
+	return os.WriteFile(h.configPath, []byte(cfg), 0o644)
 }
 
 // startReplicas starts the replicas, the first one alone until it has set

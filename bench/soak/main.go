@@ -138,6 +138,10 @@ type options struct {
 	keep           bool
 	consumerBin    string
 	verbose        bool
+	cluster        int
+	strictTokens   bool
+	partitions     int
+	partitionFor   time.Duration
 }
 
 func parseFlags(args []string) (options, []string, error) {
@@ -170,6 +174,10 @@ func parseFlags(args []string) (options, []string, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, stores, sink call logs)")
 	fs.StringVar(&o.consumerBin, "consumer-bin", "", "use this consumer `binary` (built with -tags oncegate_faults) instead of building one")
 	fs.BoolVar(&o.verbose, "v", false, "print every fault as it happens")
+	fs.IntVar(&o.cluster, "cluster", 0, "run a cluster of this many nats-server nodes (routes through TCP proxies of the harness, streams and buckets with that many replicas) instead of one server; -server-restarts then restart nodes (default 6, including the leaders of the trigger stream and of the ledger bucket)")
+	fs.BoolVar(&o.strictTokens, "strict-tokens", false, "fail the run when the tokens spent pass the minimum by more than 0.05% (always reported). Off by default: a consumer killed while answers it paid for wait for their store loses them, which the model-call bound (one extra answer per kill) allows and 0.05% of a short run's tokens does not")
+	fs.IntVar(&o.partitions, "partitions", 1, "with -cluster: partitions of one node from the others, for -partition-for each")
+	fs.DurationVar(&o.partitionFor, "partition-for", 0, "with -cluster: how long a partition lasts (0: twice the lease)")
 	if err := fs.Parse(args); err != nil {
 		return o, nil, err
 	}
@@ -192,6 +200,23 @@ func parseFlags(args []string) (options, []string, error) {
 	}
 	if o.duration == 0 {
 		o.duration = max(30*time.Second, time.Duration(o.intents)*10*time.Millisecond)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case o.cluster < 0 || o.cluster == 2 || o.cluster > 5:
+		return o, nil, errors.New("-cluster must be 0 (one server), 1, or 3 to 5 nodes")
+	case o.partitions < 0 || o.partitionFor < 0:
+		return o, nil, errors.New("-partitions and -partition-for must not be negative")
+	}
+	if o.cluster > 0 && !set["server-restarts"] {
+		o.serverRestarts = 6
+	}
+	if o.cluster < 3 {
+		o.partitions = 0 // a node cut off from a cluster of one is nothing
+	}
+	if o.partitionFor == 0 {
+		o.partitionFor = 2 * o.lease
 	}
 	// The command that replays this run: the flags given, with the seed.
 	var replay []string

@@ -191,6 +191,7 @@ func freePort() (int, error) {
 // natsServer is the nats-server child process, restarted on its store.
 type natsServer struct {
 	h    *harness
+	name string // of the process; "nats-server" when empty
 	bin  string
 	args []string
 	port int
@@ -209,7 +210,11 @@ func (s *natsServer) current() *child {
 
 // start starts the server and waits until it accepts connections.
 func (s *natsServer) start(ctx context.Context) error {
-	c, err := s.h.procs.start("nats-server", s.bin, s.args, nil, s.log)
+	name := s.name
+	if name == "" {
+		name = "nats-server"
+	}
+	c, err := s.h.procs.start(name, s.bin, s.args, nil, s.log)
 	if err != nil {
 		return err
 	}
@@ -312,7 +317,7 @@ func (r *replica) supervise(ctx context.Context) {
 			r.armed = ""
 		}
 		r.mu.Unlock()
-		args := []string{"run", "-config", r.h.configPath, "-data", r.dataDir, "-nats-url", r.h.server.url(), "-metrics", "off"}
+		args := []string{"run", "-config", r.h.configPath, "-data", r.dataDir, "-nats-url", r.h.natsURL(), "-metrics", "off"}
 		c, err := r.h.procs.start(r.name(), r.h.consumerBin, args, env, r.log)
 		if err != nil {
 			r.lastFailure.Store(err.Error())

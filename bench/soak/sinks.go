@@ -286,12 +286,19 @@ type modelProxy struct {
 	answered map[int]int
 	by       map[int]map[int]int // intent → replica → answers
 	first    map[int]int64       // tokens of the intent's first answer
+	times    map[int][]answerAt  // when each answer was made, and by whom
 	spent    int64               // tokens of every answer
 	inFlight int
 }
 
 func newModelProxy(s *standin.Server) *modelProxy {
-	return &modelProxy{s: s, calls: map[int]int{}, answered: map[int]int{}, by: map[int]map[int]int{}, first: map[int]int64{}}
+	return &modelProxy{s: s, calls: map[int]int{}, answered: map[int]int{}, by: map[int]map[int]int{}, first: map[int]int64{}, times: map[int][]answerAt{}}
+}
+
+// answerAt is one answer the model made for an intent.
+type answerAt struct {
+	replica int
+	at      time.Time
 }
 
 // replicaPrefix is how a replica's model base URL names it: /r<N>/v1.
@@ -334,6 +341,7 @@ func (m *modelProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			m.by[intent] = map[int]int{}
 		}
 		m.by[intent][replica]++
+		m.times[intent] = append(m.times[intent], answerAt{replica, time.Now()})
 		m.spent += resp.Usage.Total
 		if _, ok := m.first[intent]; !ok {
 			m.first[intent] = resp.Usage.Total

@@ -39,7 +39,8 @@ func TestWorkloadKeys(t *testing.T) {
 	o.intents, o.hostile = 3000, 0.1
 	w := newWorkload(rand.New(rand.NewPCG(o.seed, 1)), o.intents, o.hostile, time.Minute, 70*time.Second)
 	dir := t.TempDir()
-	cfg, err := config.Parse(renderConfig(o, dir, "nats://127.0.0.1:4222", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/c", "http://127.0.0.1:3/m"), filepath.Join(dir, "oncegate.yaml"))
+	cfg, err := config.Parse([]byte(renderConfig(o, dir, "nats://127.0.0.1:4222", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/c", "http://127.0.0.1:3/m")),
+		filepath.Join(dir, "oncegate.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -260,11 +260,36 @@ type publisher struct {
 	retries   int
 }
 
+// publishers is how many triggers may await their PubAck at once: on a
+// busy machine a replicated stream's PubAck takes long enough that one at a
+// time would stretch the workload far past the fault window.
+const publishers = 8
+
 func (p *publisher) run(ctx context.Context, t0 time.Time) error {
+	sem := make(chan struct{}, publishers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for _, pub := range p.w.pubs {
 		if d := time.Until(t0.Add(pub.at)); d > 0 && !sleepCtx(ctx, d) {
 			return ctx.Err()
 		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			p.publish(ctx, pub)
+		})
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// publish publishes pub, retrying until it is stored or ctx is done.
+func (p *publisher) publish(ctx context.Context, pub *publication) {
+	{
 		for attempt := 0; ; attempt++ {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			ack, err := p.js.Publish(pctx, pub.subject, pub.data, jetstream.WithMsgID(pub.msgID))
@@ -274,7 +299,7 @@ func (p *publisher) run(ctx context.Context, t0 time.Time) error {
 				break
 			}
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return
 			}
 			p.mu.Lock()
 			p.retries++
@@ -285,7 +310,6 @@ func (p *publisher) run(ctx context.Context, t0 time.Time) error {
 		p.published++
 		p.mu.Unlock()
 	}
-	return nil
 }
 
 func (p *publisher) progress() (published, retries int) {

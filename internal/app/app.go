@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -189,7 +188,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 	// Model and cache.
 	var client *openai.Client
 	if needsModel(cfg) {
-		if client, err = a.openModel(cfg, o); err != nil {
+		if client, err = a.openModel(ctx, cfg, o); err != nil {
 			return nil, err
 		}
 	}
@@ -327,17 +326,18 @@ func collect(db *badger.DB, stop <-chan struct{}) {
 	}
 }
 
-func (a *App) openModel(cfg *config.Config, o Options) (*openai.Client, error) {
+func (a *App) openModel(ctx context.Context, cfg *config.Config, o Options) (*openai.Client, error) {
 	prices := llmcache.Prices{}
 	for m, p := range cfg.LLM.Prices {
 		prices[m] = llmcache.Price{Prompt: p.PromptPerMTok, Completion: p.CompletionPerMTok}
 	}
-	cache, err := llmcache.Open(filepath.Join(cfg.DataDir, "llm-cache"), llmcache.Options{
+	cache, err := a.openCache(ctx, llmcache.Options{
 		TTL: cfg.LLM.Cache.TTL, MaxEntryBytes: int(cfg.LLM.Cache.MaxEntryBytes), Budget: cfg.LLM.Cache.BudgetTokens,
 		// A model call that hangs must not hold its intent (whose retries
 		// join the call) longer than one step may take.
 		FillTimeout: cfg.LLM.Timeout,
 		BudgetTTL:   cfg.Ledger.Retention, Prices: prices, Logger: o.Logger.With("component", "llmcache"),
+		Endpoint: cacheEndpoint(cfg),
 	})
 	if err != nil {
 		return nil, err

@@ -187,6 +187,18 @@ type Cache struct {
 	// BudgetTokens caps the tokens spent on one intent key, across all its
 	// retries; 0 (the default) means no cap. Steps inherit it.
 	BudgetTokens int64 `yaml:"budget_tokens"`
+	// Store is where answers and budgets are kept: StoreBadger (the local
+	// Badger directory, one process) or StoreKV (JetStream KV buckets
+	// shared by every replica, with one model call per miss across them).
+	// The default is StoreKV when ledger.store is StoreKV, else
+	// StoreBadger. See cache_store.go.
+	Store string `yaml:"store"`
+	// Endpoint names the model endpoint in cache keys, so that answers
+	// from one endpoint are never served for another. The default, empty,
+	// is llm.base_url (the stand-in model is "oncegate-standin").
+	Endpoint string `yaml:"endpoint"`
+	// KV configures the buckets, when Store is StoreKV.
+	KV CacheKV `yaml:"kv"`
 }
 
 // Price is what a model costs, in USD per million tokens.

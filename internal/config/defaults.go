@@ -155,6 +155,7 @@ func (c *Config) applyDefaults() {
 	setDefault(c, "llm.cache.ttl", &m.Cache.TTL, DefaultCacheTTL)
 	setDefault(c, "llm.cache.max_entry_bytes", &m.Cache.MaxEntryBytes, DefaultMaxEntryBytes)
 	setDefault(c, "llm.cache.budget_tokens", &m.Cache.BudgetTokens, 0)
+	c.cacheStoreDefaults()
 	setDefault(c, "llm.prices", &m.Prices, defaultPrices())
 
 	setDefault(c, "metrics.listen", &c.Metrics.Listen, DefaultMetricsListen)

@@ -1,13 +1,13 @@
 package llmcache
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
+	"math/rand/v2"
+	"slices"
 	"time"
-
-	badger "github.com/dgraph-io/badger/v4"
 )
 
 // ErrBudgetExceeded is wrapped by the *BudgetError returned, through
@@ -32,107 +32,150 @@ func (e *BudgetError) Error() string {
 // Unwrap returns ErrBudgetExceeded.
 func (e *BudgetError) Unwrap() error { return ErrBudgetExceeded }
 
-// budgets tracks the tokens spent per unit (an intent, or a cache key).
-// Spending is kept in the store, so a budget outlives restarts: a crash
-// loop retrying one trigger stops at the budget just like a retry loop in
-// one process. Reservations are in memory.
+// budgets tracks the tokens spent per unit (an intent, or a cache key) in
+// the store, so a budget outlives restarts (a crash loop retrying one
+// trigger stops at the budget just like a retry loop in one process) and,
+// with a shared store, is one budget across every replica.
+//
+// A record is the tokens spent, then the reservations of calls in flight,
+// each with the time it lapses: a process that dies mid-call leaves its
+// reservation behind, and it stops counting once no call could still be
+// running under it (FillTimeout). Every reservation and settlement is a
+// compare-and-set of the record in the store.
 type budgets struct {
-	db  *badger.DB
-	ttl time.Duration
-
-	mu       sync.Mutex
-	inflight map[string]*reservation
+	store Store
+	ttl   time.Duration
+	clock func() time.Time
 }
 
+// reservation is one call's claim on a unit's budget.
 type reservation struct {
-	spent, reserved int64
-	calls           int
+	id    uint64
+	need  int64
+	until int64 // Unix nanoseconds
 }
 
-func budgetKey(ns, unit string) []byte {
-	b := make([]byte, 0, 2+len(ns)+1+len(unit))
-	b = append(b, "b/"...)
+type budgetRecord struct {
+	spent int64
+	res   []reservation
+}
+
+const reservationBytes = 24
+
+// decodeBudget reads a record: 8 bytes of tokens spent, then 24 bytes per
+// reservation (id, need, lapse time). A record of 8 bytes is one written
+// before reservations were stored.
+func decodeBudget(v []byte) (budgetRecord, error) {
+	var r budgetRecord
+	if v == nil {
+		return r, nil
+	}
+	if len(v) < 8 || (len(v)-8)%reservationBytes != 0 {
+		return r, fmt.Errorf("%w: budget record of %d bytes", ErrCorruptEntry, len(v))
+	}
+	r.spent = int64(binary.BigEndian.Uint64(v))
+	for p := v[8:]; len(p) > 0; p = p[reservationBytes:] {
+		r.res = append(r.res, reservation{
+			id:    binary.BigEndian.Uint64(p),
+			need:  int64(binary.BigEndian.Uint64(p[8:])),
+			until: int64(binary.BigEndian.Uint64(p[16:])),
+		})
+	}
+	return r, nil
+}
+
+func (r *budgetRecord) encode() []byte {
+	b := make([]byte, 0, 8+reservationBytes*len(r.res))
+	b = binary.BigEndian.AppendUint64(b, uint64(r.spent))
+	for _, x := range r.res {
+		b = binary.BigEndian.AppendUint64(b, x.id)
+		b = binary.BigEndian.AppendUint64(b, uint64(x.need))
+		b = binary.BigEndian.AppendUint64(b, uint64(x.until))
+	}
+	return b
+}
+
+// live drops lapsed reservations and returns the tokens the rest hold.
+func (r *budgetRecord) live(now time.Time) int64 {
+	var held int64
+	keep := r.res[:0]
+	for _, x := range r.res {
+		if x.until > now.UnixNano() {
+			keep = append(keep, x)
+			held += x.need
+		}
+	}
+	r.res = keep
+	return held
+}
+
+func budgetID(ns, unit string) []byte {
+	b := make([]byte, 0, binary.MaxVarintLen64+len(ns)+len(unit))
 	b = binary.AppendUvarint(b, uint64(len(ns)))
 	b = append(b, ns...)
 	return append(b, unit...)
 }
 
-func (b *budgets) loadSpent(key []byte) (int64, error) {
-	var spent int64
-	err := b.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(key)
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
+// reserve sets need tokens aside for one call until until, or returns a
+// *BudgetError if the unit's spending plus its live reservations plus need
+// would pass limit. It returns the reservation's id, for settle.
+func (b *budgets) reserve(ctx context.Context, ns, unit string, need, limit int64, until time.Time) (uint64, error) {
+	id := rand.Uint64() | 1
+	var denied *BudgetError
+	err := b.store.UpdateBudget(ctx, budgetID(ns, unit), b.ttl, func(old []byte) ([]byte, error) {
+		r, err := decodeBudget(old)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return it.Value(func(v []byte) error {
-			if len(v) != 8 {
-				return fmt.Errorf("%w: budget record of %d bytes", ErrCorruptEntry, len(v))
-			}
-			spent = int64(binary.BigEndian.Uint64(v))
-			return nil
-		})
+		// A retried write whose first attempt applied finds its own
+		// reservation: replace it, never count it twice.
+		r.res = slices.DeleteFunc(r.res, func(x reservation) bool { return x.id == id })
+		held := r.live(b.clock())
+		if r.spent+held+need > limit {
+			denied = &BudgetError{Namespace: ns, Unit: unit, Spent: r.spent, Reserved: held, Need: need, Budget: limit}
+			return nil, denied
+		}
+		r.res = append(r.res, reservation{id: id, need: need, until: until.UnixNano()})
+		return r.encode(), nil
 	})
-	return spent, err
+	if denied != nil && errors.Is(err, ErrBudgetExceeded) {
+		return 0, denied
+	}
+	if err != nil {
+		return 0, fmt.Errorf("llmcache: reserve from the budget of %s: %w", unit, err)
+	}
+	return id, nil
 }
 
-// reserve sets need tokens aside for one call, or returns a *BudgetError if
-// the unit's spending plus its reservations plus need would pass limit.
-func (b *budgets) reserve(ns, unit string, need, limit int64) error {
-	key := string(budgetKey(ns, unit))
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := b.inflight[key]
-	if r == nil {
-		spent, err := b.loadSpent([]byte(key))
+// settle releases reservation id (0 for none) and records spent tokens.
+func (b *budgets) settle(ctx context.Context, ns, unit string, id uint64, spent int64) error {
+	err := b.store.UpdateBudget(ctx, budgetID(ns, unit), b.ttl, func(old []byte) ([]byte, error) {
+		r, err := decodeBudget(old)
 		if err != nil {
-			return fmt.Errorf("llmcache: read the budget of %s: %w", unit, err)
+			r = budgetRecord{} // a damaged record is replaced
 		}
-		r = &reservation{spent: spent}
+		r.live(b.clock())
+		for i, x := range r.res {
+			if x.id == id {
+				r.res = append(r.res[:i], r.res[i+1:]...)
+				break
+			}
+		}
+		r.spent += spent
+		return r.encode(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("llmcache: settle the budget of %s: %w", unit, err)
 	}
-	if r.spent+r.reserved+need > limit {
-		return &BudgetError{Namespace: ns, Unit: unit, Spent: r.spent, Reserved: r.reserved, Need: need, Budget: limit}
-	}
-	r.reserved += need
-	r.calls++
-	if b.inflight == nil {
-		b.inflight = map[string]*reservation{}
-	}
-	b.inflight[key] = r
 	return nil
 }
 
-// settle releases a reservation of need and records spent tokens.
-func (b *budgets) settle(ns, unit string, need, spent int64) error {
-	key := string(budgetKey(ns, unit))
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := b.inflight[key]
-	if r == nil {
-		return fmt.Errorf("llmcache: settle %s: no reservation", unit)
-	}
-	r.reserved -= need
-	r.spent += spent
-	r.calls--
-	if r.calls == 0 {
-		delete(b.inflight, key)
-	}
-	var v [8]byte
-	binary.BigEndian.PutUint64(v[:], uint64(r.spent))
-	return b.db.Update(func(txn *badger.Txn) error {
-		return txn.SetEntry(badger.NewEntry([]byte(key), v[:]).WithTTL(b.ttl))
-	})
-}
-
 // spent returns the tokens recorded for unit.
-func (b *budgets) spent(ns, unit string) (int64, error) {
-	key := budgetKey(ns, unit)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if r := b.inflight[string(key)]; r != nil {
-		return r.spent, nil
+func (b *budgets) spent(ctx context.Context, ns, unit string) (int64, error) {
+	v, err := b.store.Budget(ctx, budgetID(ns, unit))
+	if err != nil {
+		return 0, err
 	}
-	return b.loadSpent(key)
+	r, err := decodeBudget(v)
+	return r.spent, err
 }

@@ -2,12 +2,13 @@ package llmcache
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,13 @@ import (
 // ErrClosed is returned by a Cache, and by requests through its transport,
 // after Close.
 var ErrClosed = errors.New("llmcache: cache closed")
+
+// ErrStoreUnavailable is wrapped by the error returned, through go-openai,
+// for a call that a store shared between processes could not serve or
+// coordinate (its servers unreachable, or electing a leader): the answer
+// may be stored, or being made by another process, so the call fails
+// rather than pay the model again, and its caller retries it later.
+var ErrStoreUnavailable = errors.New("llmcache: shared store unavailable")
 
 // ErrInvalidOptions is wrapped by the error New and Open return for
 // options that cannot work.
@@ -70,6 +78,35 @@ type Options struct {
 	// per store failure. It never sees headers (where the API key is) or
 	// message contents. The default discards.
 	Logger *slog.Logger
+
+	// Endpoint names the model endpoint the cache's answers come from, and
+	// is part of every key, so that answers from one endpoint are never
+	// served for another. The default is the request's URL up to the
+	// chat completions path (scheme, host and base path, without the query
+	// string): a switch of base URL, say from the stand-in to a real
+	// provider, asks again. Set it to keep answers across a change of URL
+	// that does not change the model behind it.
+	Endpoint string
+
+	// SharedWait bounds how long a miss waits for an identical call that
+	// another process holds the fill claim for, with a store shared
+	// between processes (a [Filler]); after it, the miss calls the model
+	// itself. A live holder renews its claim for as long as its call may
+	// take (FillTimeout) and its answer's store may be retried
+	// (StoreRetry), and a dead holder's claim lapses and is taken over, so
+	// the wait normally ends well before the bound; a shorter bound pays
+	// the model again whenever the holder is slow. Callers stop waiting
+	// when their own context ends: the wait goes on detached, and the
+	// answer is in the store for their retry. The default is FillTimeout +
+	// StoreRetry.
+	SharedWait time.Duration
+
+	// StoreRetry is how long a complete answer that the store refused is
+	// retried in the background, after its callers have it. With a store
+	// shared between processes the fill claim is held meanwhile, so that
+	// the others wait for this answer instead of paying for another. The
+	// default is 30s.
+	StoreRetry time.Duration
 }
 
 func (o *Options) setDefaults() {
@@ -91,6 +128,12 @@ func (o *Options) setDefaults() {
 	if o.BudgetTTL == 0 {
 		o.BudgetTTL = 7 * 24 * time.Hour
 	}
+	if o.StoreRetry == 0 {
+		o.StoreRetry = 30 * time.Second
+	}
+	if o.SharedWait == 0 {
+		o.SharedWait = o.FillTimeout + o.StoreRetry
+	}
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
@@ -101,7 +144,7 @@ func (o *Options) setDefaults() {
 
 func (o *Options) validate() error {
 	var errs []error
-	if o.TTL < 0 || o.FillTimeout < 0 || o.BudgetTTL < 0 {
+	if o.TTL < 0 || o.FillTimeout < 0 || o.BudgetTTL < 0 || o.SharedWait < 0 || o.StoreRetry < 0 {
 		errs = append(errs, fmt.Errorf("%w: negative duration", ErrInvalidOptions))
 	}
 	if o.MaxEntryBytes < 0 || o.MaxRequestBytes < 0 {
@@ -118,12 +161,13 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
-// Cache stores model answers in Badger and serves them to go-openai through
-// [Cache.Transport]. It is safe for concurrent use.
+// Cache stores model answers in a [Store] (Badger by default) and serves
+// them to go-openai through [Cache.Transport]. It is safe for concurrent
+// use.
 type Cache struct {
-	db    *badger.DB
-	ownDB bool
-	opts  Options
+	store  Store
+	filler Filler // nil unless the store is shared between processes
+	opts   Options
 
 	stats   counters
 	budgets budgets
@@ -135,7 +179,6 @@ type Cache struct {
 	fills  sync.WaitGroup
 	ctx    context.Context // parent of every fill; canceled by Close
 	cancel context.CancelFunc
-	gcDone chan struct{}
 }
 
 // Open opens (creating if needed) a cache in its own Badger database in
@@ -164,7 +207,7 @@ func Open(dir string, opts Options) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("llmcache: opening badger in %s: %w", dir, err)
 	}
-	c, err := newCache(db, true, opts)
+	c, err := NewStore(NewBadgerStore(db, true), opts)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -176,41 +219,26 @@ func Open(dir string, opts Options) (*Cache, error) {
 // "b/" (budgets). The caller keeps ownership of db and closes it after
 // Close.
 func New(db *badger.DB, opts Options) (*Cache, error) {
-	return newCache(db, false, opts)
+	return NewStore(NewBadgerStore(db, false), opts)
 }
 
-func newCache(db *badger.DB, own bool, opts Options) (*Cache, error) {
+// NewStore returns a cache in s, and closes s on Close. If s is also a
+// [Filler] (a store shared between processes), identical misses in
+// different processes make one upstream call.
+func NewStore(s Store, opts Options) (*Cache, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	opts.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cache{
-		db: db, ownDB: own, opts: opts,
-		budgets: budgets{db: db, ttl: opts.BudgetTTL},
+		store: s, opts: opts,
+		budgets: budgets{store: s, ttl: opts.BudgetTTL, clock: opts.Clock},
 		flights: map[Key]*flight{},
 		ctx:     ctx, cancel: cancel,
-		gcDone: make(chan struct{}),
 	}
-	go c.collect()
+	c.filler, _ = s.(Filler)
 	return c, nil
-}
-
-// collect runs Badger's value log garbage collection every ten minutes,
-// while the cache is open.
-func (c *Cache) collect() {
-	defer close(c.gcDone)
-	t := time.NewTicker(10 * time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-			for c.db.RunValueLogGC(0.5) == nil {
-			}
-		}
-	}
 }
 
 // Close cancels the upstream calls in flight (their callers get an error)
@@ -225,11 +253,7 @@ func (c *Cache) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	c.fills.Wait()
-	<-c.gcDone
-	if c.ownDB {
-		return c.db.Close()
-	}
-	return nil
+	return c.store.Close()
 }
 
 // Stats returns the counters of every namespace and step seen, sorted.
@@ -241,31 +265,26 @@ func (c *Cache) Spent(namespace, intent string) (int64, error) {
 	if namespace == "" {
 		namespace = c.opts.Namespace
 	}
-	return c.budgets.spent(namespace, intent)
+	return c.budgets.spent(c.ctx, namespace, intent)
 }
-
-func answerKey(k Key) []byte { return append([]byte("c/"), k[:]...) }
 
 // Get returns the stored answer for k, if there is a live one.
 func (c *Cache) Get(k Key) (*Answer, bool, error) {
-	var a *Answer
-	err := c.db.View(func(txn *badger.Txn) error {
-		it, err := txn.Get(answerKey(k))
-		if err != nil {
-			return err
-		}
-		return it.Value(func(v []byte) error {
-			var err error
-			a, err = unmarshalEntry(append([]byte(nil), v...))
-			return err
-		})
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
+	return c.get(context.Background(), k)
+}
+
+func (c *Cache) get(ctx context.Context, k Key) (*Answer, bool, error) {
+	v, err := c.store.Get(ctx, k)
+	if errors.Is(err, ErrNotFound) {
 		return nil, false, nil
 	}
-	if errors.Is(err, badger.ErrDBClosed) {
+	if errors.Is(err, ErrClosed) {
 		return nil, false, ErrClosed
 	}
+	if err != nil {
+		return nil, false, fmt.Errorf("llmcache: read %v: %w", k, err)
+	}
+	a, err := unmarshalEntry(v)
 	if err != nil {
 		return nil, false, fmt.Errorf("llmcache: read %v: %w", k, err)
 	}
@@ -277,20 +296,22 @@ func (c *Cache) Get(k Key) (*Answer, bool, error) {
 
 // Delete removes the stored answer for k, if any.
 func (c *Cache) Delete(k Key) error {
-	err := c.db.Update(func(txn *badger.Txn) error { return txn.Delete(answerKey(k)) })
-	if errors.Is(err, badger.ErrDBClosed) {
-		return ErrClosed
-	}
-	return err
+	return c.store.Delete(context.Background(), k)
 }
 
-func (c *Cache) put(k Key, a *Answer) error {
-	// Badger's TTL, in whole seconds on the system clock, only collects
-	// the garbage; a.Expires on the cache's clock decides what is served.
-	ttl := a.Expires.Sub(a.Created) + time.Minute
-	return c.db.Update(func(txn *badger.Txn) error {
-		return txn.SetEntry(badger.NewEntry(answerKey(k), a.marshal()).WithTTL(ttl))
-	})
+func (c *Cache) put(ctx context.Context, k Key, a *Answer) error {
+	return c.store.Put(ctx, k, a.marshal(), a.Expires.Sub(a.Created))
+}
+
+// endpoint returns the identity of the endpoint req goes to: the
+// configured Endpoint, or the URL without the chat completions path and
+// query.
+func (c *Cache) endpoint(u *url.URL) string {
+	if c.opts.Endpoint != "" {
+		return c.opts.Endpoint
+	}
+	e := url.URL{Scheme: u.Scheme, Host: strings.ToLower(u.Host), Path: strings.TrimSuffix(u.Path, "/chat/completions")}
+	return e.String()
 }
 
 // Transport returns an http.RoundTripper that answers chat completion
@@ -332,43 +353,24 @@ type Summary struct {
 func (c *Cache) Summary() (Summary, error) {
 	var s Summary
 	now := c.opts.Clock()
-	err := c.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
-		for it.Seek([]byte("b/")); it.ValidForPrefix([]byte("b/")); it.Next() {
-			err := it.Item().Value(func(v []byte) error {
-				if len(v) == 8 {
-					s.Budgets++
-					s.BudgetSpent += int64(binary.BigEndian.Uint64(v))
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
+	err := c.store.Scan(context.Background(), func(v []byte) error {
+		a, err := unmarshalEntry(v)
+		if err != nil || !now.Before(a.Expires) {
+			return nil // a corrupt or expired entry is a miss
 		}
-		for it.Seek([]byte("c/")); it.ValidForPrefix([]byte("c/")); it.Next() {
-			err := it.Item().Value(func(v []byte) error {
-				a, err := unmarshalEntry(v)
-				if err != nil || !now.Before(a.Expires) {
-					return nil // a corrupt or expired entry is a miss
-				}
-				s.Answers++
-				s.AnswerBytes += int64(len(a.Body))
-				s.AnswerTokens += a.Usage.Total()
-				if a.Stream {
-					s.Streams++
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
+		s.Answers++
+		s.AnswerBytes += int64(len(a.Body))
+		s.AnswerTokens += a.Usage.Total()
+		if a.Stream {
+			s.Streams++
+		}
+		return nil
+	}, func(v []byte) error {
+		if r, err := decodeBudget(v); err == nil {
+			s.Budgets++
+			s.BudgetSpent += r.spent
 		}
 		return nil
 	})
-	if errors.Is(err, badger.ErrDBClosed) {
-		return s, ErrClosed
-	}
 	return s, err
 }

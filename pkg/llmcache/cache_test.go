@@ -750,3 +750,27 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestEndpointChangesKey: the same request sent to another base URL is
+// asked again, not answered with the first endpoint's answer; a configured
+// Endpoint name keeps answers across a change of URL.
+func TestEndpointChangesKey(t *testing.T) {
+	standIn, real := startModel(t, standin.Options{}), startModel(t, standin.Options{})
+	req := triage("Error rate 4% on checkout")
+	ask := func(c *llmcache.Cache, m *model) string {
+		t.Helper()
+		r, err := client(t, c, m.URL, "sk-test").CreateChatCompletion(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Header().Get(llmcache.HeaderCache)
+	}
+	c := openCache(t, "", llmcache.Options{})
+	if got := []string{ask(c, standIn), ask(c, real), ask(c, standIn)}; !reflect.DeepEqual(got, []string{"miss", "miss", "hit"}) {
+		t.Errorf("stand-in, then another base URL, then the stand-in: %v; want miss, miss, hit", got)
+	}
+	named := openCache(t, "", llmcache.Options{Endpoint: "triage"})
+	if got := []string{ask(named, standIn), ask(named, real)}; !reflect.DeepEqual(got, []string{"miss", "hit"}) {
+		t.Errorf("one Endpoint name over two URLs: %v; want miss, hit", got)
+	}
+}

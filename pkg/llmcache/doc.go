@@ -4,8 +4,12 @@
 //
 // # Usage
 //
-// A [Cache] keeps answers in Badger. Put a go-openai client behind it in
-// one line, and say per call who is asking:
+// A [Cache] keeps answers in a [Store]: Badger, embedded, by default
+// ([Open], [New]), or JetStream KV buckets shared by every replica of a
+// deployment (package llmcache/jsstore, through [NewStore]), which makes
+// identical misses on different replicas one upstream call and each
+// intent's budget one budget. Put a go-openai client behind it in one
+// line, and say per call who is asking:
 //
 //	cache, err := llmcache.Open("data/llm-cache", llmcache.Options{Budget: 20_000})
 //	...
@@ -34,8 +38,10 @@
 //
 // # Keys
 //
-// An answer is found by its [Key]: the namespace (one tenant never reads
-// another's answers), and the canonical form (RFC 8785, package canon) of
+// An answer is found by its [Key]: the model endpoint ([Options.Endpoint],
+// by default the base URL: a switch of endpoint never serves the old one's
+// answers), the namespace (one tenant never reads another's answers), and
+// the canonical form (RFC 8785, package canon) of
 // every field of the request body that can change the answer; see [KeyOf].
 // A [Template] in the Call stands for the rendered messages, so a prompt
 // that interpolates a timestamp still hits. The API key is never part of a
@@ -68,5 +74,16 @@
 // budget per intent ([Options.Budget], [Call.Budget]) reserves each call's
 // worst case (prompt estimate plus max tokens) before it goes out and
 // refuses, with a [*BudgetError], a call that could pass the budget;
-// spending is kept in Badger, so it outlives restarts.
+// spending and reservations are kept in the store, so they outlive
+// restarts and, with a shared store, are one budget across replicas.
+//
+// # A shared store
+//
+// With a store shared between processes (a [Filler]), a miss first takes
+// the key's fill claim, or waits, up to [Options.SharedWait], for the
+// answer of the process that holds it (a dead holder's claim lapses and is
+// taken over). A store that cannot be read then fails the call with
+// [ErrStoreUnavailable] rather than pay for an answer that may be stored;
+// an answer that cannot be stored is retried in the background for
+// [Options.StoreRetry], under the claim.
 package llmcache

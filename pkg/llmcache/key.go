@@ -18,8 +18,8 @@ import (
 // is not.
 var ErrInvalidRequest = errors.New("llmcache: request cannot be keyed")
 
-// Key identifies one model answer: 128 bits of SHA-256 over the namespace
-// and the canonical form of every request field that can change the answer.
+// Key identifies one model answer: 128 bits of SHA-256 over the model
+// endpoint, the namespace and the canonical form of every request field that can change the answer.
 // Its text form is 32 lowercase hex digits.
 type Key [16]byte
 
@@ -28,7 +28,7 @@ func (k Key) String() string { return hex.EncodeToString(k[:]) }
 
 // keyDomain keeps cache keys apart from every other use of the hash; its
 // version changes if the derivation does.
-const keyDomain = "oncegate/llm-cache-key/v2"
+const keyDomain = "oncegate/llm-cache-key/v3"
 
 func mustPointers(ss ...string) []canon.Pointer {
 	ps := make([]canon.Pointer, 0, len(ss))
@@ -58,9 +58,14 @@ var templated = mustPointers("/messages", "/user", "/store", "/metadata", "/serv
 // from the caller's own code, not from the network.
 var keyLimits = canon.Options{MaxBytes: 64 << 20, MaxStringBytes: 64 << 20, MaxMembers: 1 << 20, MaxDepth: 128}
 
-// KeyOf returns the key under which the answer to req is cached for call.
+// KeyOf returns the key under which the answer to req, sent to endpoint,
+// is cached for call. endpoint is what the cache calls the endpoint:
+// [Options.Endpoint], or by default the base URL the client sends to
+// (scheme, host and path before /chat/completions, e.g.
+// "https://api.openai.com/v1"); answers from one endpoint are never served
+// for another.
 //
-// The key covers call's namespace; call's intent when KeyByIntent is set;
+// The key covers the endpoint; call's namespace; call's intent when KeyByIntent is set;
 // and everything in the request as go-openai sends it that can change the
 // answer: the model, the messages (roles, names, content parts, tool calls),
 // temperature, top_p, max tokens, n, seed, stop, penalties, logit bias,
@@ -69,8 +74,7 @@ var keyLimits = canon.Options{MaxBytes: 64 << 20, MaxStringBytes: 64 << 20, MaxM
 // [Template], its name, version and canonical input stand for the rendered
 // messages, so a timestamp the template interpolates does not split the
 // cache. It leaves out the end-user id, storage, metadata and service tier,
-// and it never sees the API key, which travels in a header, nor the host
-// the request goes to: give different providers different namespaces.
+// and it never sees the API key, which travels in a header.
 //
 // Two requests that differ only in member order, whitespace or number
 // spelling share a key; requests in different namespaces never do.
@@ -78,17 +82,17 @@ var keyLimits = canon.Options{MaxBytes: 64 << 20, MaxStringBytes: 64 << 20, MaxM
 // A seed or other integer beyond 2^53 is an error (wrapping canon's
 // ErrInexactInteger): JSON numbers are doubles, and two such seeds could
 // otherwise share a key and an answer.
-func KeyOf(call Call, req openai.ChatCompletionRequest) (Key, error) {
+func KeyOf(endpoint string, call Call, req openai.ChatCompletionRequest) (Key, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return Key{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	return keyBody(call, body, nil)
+	return keyBody(endpoint, call, body, nil)
 }
 
-// keyBody keys a chat completion request body for call. scratch is reused
-// for the canonical form when it has room.
-func keyBody(call Call, body, scratch []byte) (Key, error) {
+// keyBody keys a chat completion request body sent to endpoint for call.
+// scratch is reused for the canonical form when it has room.
+func keyBody(endpoint string, call Call, body, scratch []byte) (Key, error) {
 	c, err := canon.New(keyLimits)
 	if err != nil {
 		return Key{}, err
@@ -113,6 +117,7 @@ func keyBody(call Call, body, scratch []byte) (Key, error) {
 		h.Write(b)
 	}
 	h.Write([]byte(keyDomain))
+	field([]byte(endpoint))
 	field([]byte(call.Namespace))
 	if call.KeyByIntent {
 		field([]byte("intent"))

@@ -23,9 +23,12 @@ func baseRequest() openai.ChatCompletionRequest {
 	}
 }
 
+// testEndpoint is the endpoint the key tests key for.
+const testEndpoint = "https://api.openai.com/v1"
+
 func mustKey(t *testing.T, ns string, req openai.ChatCompletionRequest) llmcache.Key {
 	t.Helper()
-	k, err := llmcache.KeyOf(llmcache.Call{Namespace: ns}, req)
+	k, err := llmcache.KeyOf(testEndpoint, llmcache.Call{Namespace: ns}, req)
 	if err != nil {
 		t.Fatalf("KeyOf(%q, …): %v", ns, err)
 	}
@@ -36,7 +39,7 @@ func mustKey(t *testing.T, ns string, req openai.ChatCompletionRequest) llmcache
 // change would turn every cached answer into a miss (and every retry into a
 // paid call). A deliberate change bumps the key domain's version.
 func TestKeyGolden(t *testing.T) {
-	if got, want := mustKey(t, "tenant-a/alerts", baseRequest()).String(), "5efa51fd8771a39aaf6329149e211101"; got != want {
+	if got, want := mustKey(t, "tenant-a/alerts", baseRequest()).String(), "20fc419aa1d34883c39743def870b884"; got != want {
 		t.Errorf("KeyOf(base request) = %s; want %s", got, want)
 	}
 }
@@ -139,7 +142,7 @@ func TestKeyRejectsInexactSeed(t *testing.T) {
 	r := baseRequest()
 	seed := 1<<53 + 1
 	r.Seed = &seed
-	_, err := llmcache.KeyOf(llmcache.Call{Namespace: "ns"}, r)
+	_, err := llmcache.KeyOf(testEndpoint, llmcache.Call{Namespace: "ns"}, r)
 	if !errors.Is(err, llmcache.ErrInvalidRequest) || !errors.Is(err, canon.ErrInexactInteger) {
 		t.Errorf("KeyOf with seed 2^53+1: error = %v; want ErrInvalidRequest wrapping canon.ErrInexactInteger", err)
 	}
@@ -159,7 +162,7 @@ func TestKeyTemplate(t *testing.T) {
 	}
 	key := func(c llmcache.Call, r openai.ChatCompletionRequest) llmcache.Key {
 		t.Helper()
-		k, err := llmcache.KeyOf(c, r)
+		k, err := llmcache.KeyOf(testEndpoint, c, r)
 		if err != nil {
 			t.Fatalf("KeyOf: %v", err)
 		}
@@ -182,7 +185,7 @@ func TestKeyTemplate(t *testing.T) {
 	if k := key(llmcache.Call{Namespace: "ns"}, render("10:00:00")); k == base {
 		t.Errorf("the call without a template shares the templated key %v", k)
 	}
-	if _, err := llmcache.KeyOf(tmpl("triage", "3", `{"a":1,"a":2}`), render("x")); !errors.Is(err, llmcache.ErrInvalidRequest) || !errors.Is(err, canon.ErrDuplicateName) {
+	if _, err := llmcache.KeyOf(testEndpoint, tmpl("triage", "3", `{"a":1,"a":2}`), render("x")); !errors.Is(err, llmcache.ErrInvalidRequest) || !errors.Is(err, canon.ErrDuplicateName) {
 		t.Errorf("template input with a duplicate name: error %v; want ErrInvalidRequest wrapping canon.ErrDuplicateName", err)
 	}
 }
@@ -191,14 +194,14 @@ func TestKeyByIntent(t *testing.T) {
 	r := baseRequest()
 	a := llmcache.Call{Namespace: "ns", Intent: "0123456789abcdef0123456789abcdef"}
 	b := llmcache.Call{Namespace: "ns", Intent: "fedcba9876543210fedcba9876543210"}
-	ka, _ := llmcache.KeyOf(a, r)
-	kb, _ := llmcache.KeyOf(b, r)
+	ka, _ := llmcache.KeyOf(testEndpoint, a, r)
+	kb, _ := llmcache.KeyOf(testEndpoint, b, r)
 	if ka != kb {
 		t.Errorf("intents without KeyByIntent: keys %v and %v; want one shared key", ka, kb)
 	}
 	a.KeyByIntent, b.KeyByIntent = true, true
-	ka2, _ := llmcache.KeyOf(a, r)
-	kb2, _ := llmcache.KeyOf(b, r)
+	ka2, _ := llmcache.KeyOf(testEndpoint, a, r)
+	kb2, _ := llmcache.KeyOf(testEndpoint, b, r)
 	if ka2 == kb2 || ka2 == ka {
 		t.Errorf("KeyByIntent: keys %v and %v (shared %v); want two new keys", ka2, kb2, ka)
 	}

@@ -10,7 +10,7 @@ import (
 // StepStats counts what one namespace's step did with the cache. Every
 // chat completion request through the transport is counted once in
 // Requests and once in exactly one of Hits, Shared, Misses, Bypassed,
-// BudgetDenied and Invalid.
+// BudgetDenied, Invalid and Unavailable.
 type StepStats struct {
 	Namespace, Step string
 
@@ -21,6 +21,7 @@ type StepStats struct {
 	Bypassed     int64 // sent upstream in ModeBypass, or too large to key
 	BudgetDenied int64 // refused with ErrBudgetExceeded
 	Invalid      int64 // bodies that could not be keyed, sent upstream as is
+	Unavailable  int64 // refused with ErrStoreUnavailable: a shared store could not be read
 
 	Stored    int64 // answers written to the store
 	NotStored int64 // upstream answers not stored: errors, truncations, cancellations, no-store
@@ -48,6 +49,7 @@ func (s StepStats) TokensSaved() int64 { return s.SavedPromptTokens + s.SavedCom
 
 type stepCounters struct {
 	requests, hits, shared, misses, bypassed, budgetDenied, invalid atomic.Int64
+	unavailable                                                     atomic.Int64
 	stored, notStored, errors                                       atomic.Int64
 	prompt, completion, estimated, savedPrompt, savedCompletion     atomic.Int64
 	costSpent, costSaved                                            atomic.Int64 // nano-dollars
@@ -100,7 +102,7 @@ func (c *counters) snapshot() []StepStats {
 			Namespace: id.ns, Step: id.step,
 			Requests: s.requests.Load(), Hits: s.hits.Load(), Shared: s.shared.Load(),
 			Misses: s.misses.Load(), Bypassed: s.bypassed.Load(), BudgetDenied: s.budgetDenied.Load(),
-			Invalid: s.invalid.Load(), Stored: s.stored.Load(), NotStored: s.notStored.Load(),
+			Invalid: s.invalid.Load(), Unavailable: s.unavailable.Load(), Stored: s.stored.Load(), NotStored: s.notStored.Load(),
 			Errors: s.errors.Load(), PromptTokens: s.prompt.Load(), CompletionTokens: s.completion.Load(),
 			EstimatedPromptTokens: s.estimated.Load(),
 			SavedPromptTokens:     s.savedPrompt.Load(), SavedCompletionTokens: s.savedCompletion.Load(),

@@ -50,14 +50,19 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.bypassed.Add(1)
 		return t.next.RoundTrip(req)
 	}
-	key, err := keyBody(call, body, nil)
+	key, err := keyBody(c.endpoint(req.URL), call, body, nil)
 	if err != nil {
 		st.invalid.Add(1)
 		return nil, err
 	}
 	readable := call.Mode == ModeDefault || call.Mode == ModeNoStore
 	if readable {
-		if a, ok := t.lookup(key); ok {
+		a, ok, err := t.lookup(req.Context(), key)
+		if err != nil {
+			st.unavailable.Add(1)
+			return nil, err
+		}
+		if ok {
 			return t.hit(req, key, a, st), nil
 		}
 	}
@@ -88,28 +93,17 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		f.limit = math.MaxInt64
 	}
 
-	if call.Mode == ModeBypass {
-		if err := c.budgets.reserve(call.Namespace, f.unit, f.need, f.limit); err != nil {
-			return nil, t.denied(st, err)
-		}
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			c.budgets.settle(call.Namespace, f.unit, f.need, 0)
-			return nil, ErrClosed
-		}
-		c.fills.Add(1)
-		c.mu.Unlock()
-		st.bypassed.Add(1)
-		fl := newFlight(q.Stream)
-		go f.run(fl, false)
-		return fl.response(req, key, "bypass")
-	}
-
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
+	}
+	if call.Mode == ModeBypass {
+		c.fills.Add(1)
+		c.mu.Unlock()
+		fl := newFlight(q.Stream)
+		go f.run(fl, false)
+		return fl.response(req, key, "bypass")
 	}
 	if fl := c.flights[key]; fl != nil {
 		fl.join(st)
@@ -117,21 +111,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.shared.Add(1)
 		return fl.response(req, key, "shared")
 	}
-	if readable { // a call for key may have finished since the lookup
-		if a, ok := t.lookup(key); ok {
-			c.mu.Unlock()
-			return t.hit(req, key, a, st), nil
-		}
-	}
-	if err := c.budgets.reserve(call.Namespace, f.unit, f.need, f.limit); err != nil {
-		c.mu.Unlock()
-		return nil, t.denied(st, err)
-	}
 	fl := newFlight(q.Stream)
 	c.flights[key] = fl
 	c.fills.Add(1)
 	c.mu.Unlock()
-	st.misses.Add(1)
 	go f.run(fl, call.Mode != ModeNoStore)
 	return fl.response(req, key, "miss")
 }
@@ -145,15 +128,21 @@ func (t *transport) denied(st *stepCounters, err error) error {
 	return err
 }
 
-// lookup reads the store; a read error is logged and taken for a miss, so
-// a damaged entry is asked again and overwritten.
-func (t *transport) lookup(k Key) (*Answer, bool) {
-	a, ok, err := t.c.Get(k)
+// lookup reads the store. A damaged entry is a miss, asked again and
+// overwritten. Any other read error is a miss too with a store of this
+// process's own; with a store shared between processes it is an error
+// wrapping ErrStoreUnavailable, since the answer may well be there: the
+// caller tries again later rather than pay for the answer twice.
+func (t *transport) lookup(ctx context.Context, k Key) (*Answer, bool, error) {
+	a, ok, err := t.c.get(ctx, k)
 	if err != nil {
+		if t.c.filler != nil && !errors.Is(err, ErrCorruptEntry) {
+			return nil, false, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		}
 		t.c.opts.Logger.Warn("llmcache: read failed; treating as a miss", "key", k.String(), "err", err)
-		return nil, false
+		return nil, false, nil
 	}
-	return a, ok
+	return a, ok, nil
 }
 
 func (t *transport) hit(req *http.Request, k Key, a *Answer, st *stepCounters) *http.Response {
@@ -209,15 +198,86 @@ type fill struct {
 }
 
 // run calls the model, streams the answer into fl, and then accounts for
-// it and stores it if store is set and the answer is complete.
+// it and stores it if store is set and the answer is complete. Before the
+// call it looks for the answer once more (an identical call may have
+// stored it since the caller's lookup) and, with a store shared between
+// processes, takes the key's fill claim or waits for the answer of the
+// process that holds it.
 func (f *fill) run(fl *flight, store bool) {
 	c := f.t.c
 	defer c.fills.Done()
+	// The wait for another process's answer has its own bound
+	// (SharedWait); the model call's FillTimeout starts after it.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(f.req.Context()), c.opts.SharedWait+c.opts.FillTimeout)
+	defer wcancel()
+	wstop := context.AfterFunc(c.ctx, wcancel)
+	defer wstop()
+
+	var claim Claim
+	if f.call.Mode == ModeDefault || f.call.Mode == ModeNoStore {
+		if c.filler != nil {
+			cl, entry, err := c.filler.Fill(wctx, f.key, c.opts.SharedWait)
+			switch {
+			case err != nil && wctx.Err() != nil:
+				if c.ctx.Err() != nil {
+					err = ErrClosed
+				}
+				f.abandon(fl, err)
+				return
+			case err != nil:
+				f.st.unavailable.Add(1)
+				f.abandon(fl, fmt.Errorf("%w: %w", ErrStoreUnavailable, err))
+				return
+			case entry != nil:
+				if a, err := unmarshalEntry(entry); err == nil && c.opts.Clock().Before(a.Expires) {
+					f.serve(fl, a, "shared")
+					return
+				}
+			case cl != nil:
+				claim = cl
+			}
+		}
+	}
+	if f.call.Mode == ModeDefault || f.call.Mode == ModeNoStore {
+		a, ok, err := f.t.lookup(wctx, f.key)
+		if err != nil {
+			f.release(claim)
+			f.st.unavailable.Add(1)
+			f.abandon(fl, err)
+			return
+		}
+		if ok {
+			f.release(claim)
+			f.serve(fl, a, "hit")
+			return
+		}
+	}
+	if f.call.Mode == ModeBypass {
+		f.st.bypassed.Add(1)
+	} else {
+		f.st.misses.Add(1)
+	}
+
+	var resID uint64
+	if f.limit != math.MaxInt64 {
+		id, err := c.budgets.reserve(wctx, f.call.Namespace, f.unit, f.need, f.limit, c.opts.Clock().Add(c.opts.FillTimeout+time.Minute))
+		if err != nil {
+			f.release(claim)
+			f.t.denied(f.st, err)
+			f.abandon(fl, err)
+			return
+		}
+		resID = id
+	}
+
+	// FillTimeout is the model call's alone: a store slow to answer
+	// before it (a leader election) must not leave the call too little
+	// time, since a call the model answers after its caller hung up is
+	// paid for all the same.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.req.Context()), c.opts.FillTimeout)
 	defer cancel()
 	stop := context.AfterFunc(c.ctx, cancel)
 	defer stop()
-
 	up := f.req.Clone(ctx)
 	up.Body = io.NopCloser(bytes.NewReader(f.body))
 	up.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(f.body)), nil }
@@ -231,7 +291,7 @@ func (f *fill) run(fl *flight, store bool) {
 		fl.fail(err)
 	} else {
 		status = resp.StatusCode
-		fl.start(status, resp.Header)
+		fl.start(status, resp.Header, "")
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := resp.Body.Read(buf)
@@ -251,14 +311,115 @@ func (f *fill) run(fl *flight, store bool) {
 	}
 	// The answer is stored, and the flight gone from the map, before its
 	// readers see the end: a caller whose call has returned finds the
-	// answer in the store on its next call.
-	f.finish(fl, store, status, err, readErr, time.Since(start))
+	// answer in the store on its next call. The claim is released after
+	// the store, so that a process waiting on it sees the answer first.
+	// The answer is accounted for and stored under a bound of its own, not
+	// what is left of the call's.
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(f.req.Context()), storeFirstTry)
+	defer scancel()
+	sstop := context.AfterFunc(c.ctx, scancel)
+	defer sstop()
+	pending := f.finish(sctx, fl, store, resID, status, err, readErr, time.Since(start))
 	if err == nil {
 		fl.end(readErr)
 	}
+	if pending != nil {
+		f.storeLater(fl, pending)
+	}
+	f.release(claim)
 }
 
-func (f *fill) finish(fl *flight, store bool, status int, callErr, readErr error, took time.Duration) {
+// storeLater retries storing a complete answer the store refused (a shared
+// store between leaders, or cut off from its quorum) for up to
+// Options.StoreRetry, holding the fill claim meanwhile so that other
+// processes wait for the answer instead of paying for it again.
+func (f *fill) storeLater(fl *flight, a *Answer) {
+	c := f.t.c
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.StoreRetry)
+	defer cancel()
+	wait := 100 * time.Millisecond
+	for {
+		err := c.put(ctx, f.key, a)
+		if err == nil {
+			f.st.stored.Add(1)
+			break
+		}
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			c.opts.Logger.Warn("llmcache: store failed; giving up", "key", f.key.String(), "err", err)
+			f.st.notStored.Add(1)
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+	f.done(fl)
+}
+
+// storeFirstTry bounds the first attempt to store an answer and record
+// its tokens; a store that fails is retried in the background.
+const storeFirstTry = 5 * time.Second
+
+// release gives up claim, if any, under a bound of its own: the fill's
+// context may be done.
+func (f *fill) release(claim Claim) {
+	if claim == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := claim.Release(ctx); err != nil {
+		f.t.c.opts.Logger.Debug("llmcache: releasing a fill claim failed; it lapses", "key", f.key.String(), "err", err)
+	}
+}
+
+// serve answers the flight's callers with a stored answer, as how ("hit",
+// or "shared" for one another process made).
+func (f *fill) serve(fl *flight, a *Answer, how string) {
+	c := f.t.c
+	if how == "hit" {
+		f.st.hits.Add(1)
+	} else {
+		f.st.shared.Add(1)
+	}
+	cost := c.opts.Prices.Cost(a.Model, a.Usage)
+	f.st.save(a.Usage, cost)
+	h := http.Header{}
+	h.Set("Content-Type", a.ContentType)
+	fl.start(http.StatusOK, h, how)
+	fl.write(a.Body)
+	sharers := f.done(fl)
+	for _, s := range sharers {
+		s.save(a.Usage, cost)
+	}
+	fl.end(nil)
+}
+
+// abandon fails the flight with err, before any upstream call.
+func (f *fill) abandon(fl *flight, err error) {
+	f.done(fl)
+	fl.fail(err)
+}
+
+// done removes fl from the cache's flights and returns who joined it.
+func (f *fill) done(fl *flight) []*stepCounters {
+	c := f.t.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.flights[f.key] == fl {
+		delete(c.flights, f.key)
+	}
+	return fl.sharers
+}
+
+// finish accounts for an upstream call and stores its answer; it returns
+// the answer if the store failed, for run to retry after the callers have
+// it.
+func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64, status int, callErr, readErr error, took time.Duration) (pending *Answer) {
 	c := f.t.c
 	body := fl.bytes()
 	var v verdict
@@ -290,9 +451,6 @@ func (f *fill) finish(fl *flight, store bool, status int, callErr, readErr error
 	cost := c.opts.Prices.Cost(f.q.Model, spent)
 	f.st.spend(spent, cost)
 	f.st.estimated.Add(f.estimate)
-	if err := c.budgets.settle(f.call.Namespace, f.unit, f.need, spent.Total()); err != nil {
-		c.opts.Logger.Warn("llmcache: recording spent tokens failed", "unit", f.unit, "err", err)
-	}
 	if callErr != nil || status >= 400 {
 		f.st.errors.Add(1)
 	}
@@ -315,24 +473,39 @@ func (f *fill) finish(fl *flight, store bool, status int, callErr, readErr error
 			ContentType: fl.header.Get("Content-Type"), Model: f.q.Model,
 			Stream: f.q.Stream, Usage: spent, Body: body,
 		}
-		if err := c.put(f.key, a); err != nil {
+		switch err := c.put(ctx, f.key, a); {
+		case err == nil:
+			stored = true
+		case errors.Is(err, ErrClosed) || c.ctx.Err() != nil:
 			c.opts.Logger.Warn("llmcache: store failed", "key", f.key.String(), "err", err)
 			v.reason = "store failed"
-		} else {
-			stored = true
+		default:
+			c.opts.Logger.Warn("llmcache: store failed; retrying in the background", "key", f.key.String(), "err", err)
+			v.reason = "store failed; retrying"
+			pending = a
 		}
 	}
 	if stored {
 		f.st.stored.Add(1)
-	} else {
+	} else if pending == nil {
 		f.st.notStored.Add(1)
 	}
-	c.mu.Lock()
-	if c.flights[f.key] == fl {
-		delete(c.flights, f.key)
+	// The tokens are recorded after the answer is stored: a process that
+	// dies between the model's answer and its store has paid for nothing
+	// it kept, and the store is the shorter wait.
+	if err := c.budgets.settle(ctx, f.call.Namespace, f.unit, resID, spent.Total()); err != nil {
+		c.opts.Logger.Warn("llmcache: recording spent tokens failed", "unit", f.unit, "err", err)
 	}
-	sharers := fl.sharers
-	c.mu.Unlock()
+	var sharers []*stepCounters
+	if pending == nil {
+		sharers = f.done(fl)
+	} else {
+		// The flight stays joinable, whole, while the store is retried:
+		// an identical call in this process reads the answer from it.
+		c.mu.Lock()
+		sharers = append([]*stepCounters(nil), fl.sharers...)
+		c.mu.Unlock()
+	}
 	if status == http.StatusOK && readErr == nil {
 		for _, s := range sharers {
 			s.save(spent, cost)
@@ -343,6 +516,7 @@ func (f *fill) finish(fl *flight, store bool, status int, callErr, readErr error
 		"status", status, "took", took, "prompt_tokens", spent.PromptTokens,
 		"completion_tokens", spent.CompletionTokens, "estimated", spent.Estimated,
 		"stored", stored, "reason", v.reason, "shared_with", len(sharers))
+	return pending
 }
 
 // flight is one upstream answer as it arrives, readable from the start by
@@ -353,6 +527,7 @@ type flight struct {
 	head   chan struct{} // closed once status and header, or err, are set
 	status int
 	header http.Header
+	how    string // overrides the caller's "miss" when set: "hit" or "shared"
 	err    error
 
 	mu      sync.Mutex
@@ -378,8 +553,8 @@ func (f *flight) fail(err error) {
 	f.end(err)
 }
 
-func (f *flight) start(status int, h http.Header) {
-	f.status, f.header = status, h.Clone()
+func (f *flight) start(status int, h http.Header, how string) {
+	f.status, f.header, f.how = status, h.Clone(), how
 	close(f.head)
 }
 
@@ -446,6 +621,9 @@ func (f *flight) response(req *http.Request, k Key, how string) (*http.Response,
 		return nil, f.err
 	}
 	h := f.header.Clone()
+	if f.how != "" && how == "miss" {
+		how = f.how
+	}
 	h.Set(HeaderCache, how)
 	h.Set(HeaderCacheKey, k.String())
 	return &http.Response{
