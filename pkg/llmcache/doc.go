@@ -13,7 +13,7 @@
 //
 //	cache, err := llmcache.Open("data/llm-cache", llmcache.Options{Budget: 20_000})
 //	...
-//	cfg := openai.DefaultConfig(os.Getenv("OPENAI_API_KEY"))
+//	cfg := openai.DefaultConfig(apiKey)
 //	cfg.HTTPClient = cache.HTTPClient(nil)
 //	client := openai.NewClientWithConfig(cfg)
 //
