@@ -467,9 +467,12 @@ func (g *gate) giveUp(ctx context.Context, t *Trigger, v verdict) {
 	err := g.ledger.Fail(ctx, t.key, t.token.Load(), errOr(v.err).Error())
 	switch {
 	case errors.Is(err, dedupe.ErrStaleToken):
+		// Put back rather than acked: the new holder may hold a redelivery
+		// of this very message; the next delivery finds the work
+		// committed, or failed, or takes it over.
 		g.stale()
 		g.c.log.Info("gave up on work another worker has taken over; it answers for the intent", "pipeline", g.pipeline, "key", t.key.String(), "err", v.err)
-		t.decide(ack(t.keyRef(), nil))
+		t.decide(nak(t.keyRef(), g.lease, fmt.Errorf("another worker took the work over: %w", errOr(v.err))))
 		return
 	case err != nil:
 		g.c.log.Warn("recording a failure in the ledger failed", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
@@ -522,9 +525,13 @@ func (g *gate) effect(ctx context.Context, ts []*Trigger) {
 	live := ts[:0:0]
 	for _, t := range ts {
 		if t.lost.Load() {
-			// Taken over before the effect: the new holder does it.
+			// Taken over before the effect: the new holder does it. The
+			// trigger is put back, not acked: the new holder may be working
+			// on a redelivery of this very message, and if it fails, the
+			// message must still come back. Its next delivery finds the
+			// work committed, or takes it over again.
 			g.stale()
-			t.decide(ack(t.keyRef(), nil))
+			t.decide(nak(t.keyRef(), g.lease, errLeaseLost))
 			continue
 		}
 		live = append(live, t)
