@@ -272,6 +272,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		if g.d == nil && !strings.HasSuffix(c.Record.Owner, ref) {
 			// Another message carries the work, and comes back if its
 			// holder dies: this one is a duplicate.
+			g.c.log.Debug("a duplicate of work another message holds", "pipeline", g.pipeline, "key", t.intent.String(), "ref", ref, "holder", c.Record.Owner)
 			g.duplicate(GuardLedger)
 			t.decide(ack(t.keyRef(), nil))
 			return false

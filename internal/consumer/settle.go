@@ -70,7 +70,7 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 			if s.n != nil {
 				s.n.retries.Add(1)
 			}
-			s.c.log.Info("retrying later", "pipeline", s.pipeline, "deliveries", deliveries, "in", d, "err", v.err)
+			s.c.log.Info("retrying later", "pipeline", s.pipeline, "key", keyString(v.key), "ref", t.ref(), "deliveries", deliveries, "in", d, "err", v.err)
 		}
 		_ = m.NakWithDelay(d)
 		s.c.obs.Settled(s.pipeline, "nak")
@@ -105,6 +105,13 @@ func (s *settler) reply(to string, result []byte) {
 	if err := s.c.nc.Publish(to, result); err != nil {
 		s.c.log.Warn("reply failed", "pipeline", s.pipeline, "subject", to, "err", err)
 	}
+}
+
+func keyString(k *dedupe.Key) string {
+	if k == nil {
+		return ""
+	}
+	return k.String()
 }
 
 // inProgress tells JetStream that work on m goes on, resetting its ack
