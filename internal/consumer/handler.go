@@ -28,9 +28,10 @@ import (
 
 // Trigger is one delivery on its way through a gate.
 type Trigger struct {
-	msg    jetstream.Msg
-	meta   *jetstream.MsgMetadata // parsed on first use; nil when the message has none
-	parsed bool
+	msg      jetstream.Msg
+	meta     *jetstream.MsgMetadata // parsed on first use; nil when the message has none
+	parsed   bool
+	received time.Time // when the message reached the process; zero if unknown
 
 	key    dedupe.Key // the ledger's key
 	intent dedupe.Key // the intent key the effect carries: key, or for an outbox entry the key it dispatches
@@ -54,7 +55,11 @@ type Trigger struct {
 }
 
 func newTrigger(m jetstream.Msg) *Trigger {
-	return &Trigger{msg: m, body: m.Data()}
+	t := &Trigger{msg: m, body: m.Data()}
+	if a, ok := m.(*arrival); ok {
+		t.received = a.at
+	}
+	return t
 }
 
 // metadata returns the message's JetStream metadata, or nil if it has none.
