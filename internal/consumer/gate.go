@@ -36,7 +36,6 @@ type gate struct {
 	volatile   bool
 	maxDeliver int                            // 0: no limit
 	keepEvery  func(t *Trigger) time.Duration // how often to renew a held trigger
-	ackWait    func(t *Trigger) time.Duration // the server's redelivery timer of t's delivery
 
 	step     *step  // nil without a model step
 	stepName string // for the effect's headers
@@ -216,10 +215,6 @@ func (g *gate) windowStage(next Handler) Handler {
 // commits what the effect stage delivered.
 func (g *gate) claimStage(next Handler) Handler {
 	return func(ctx context.Context, ts []*Trigger) {
-		ts = g.fresh(ts)
-		if len(ts) == 0 {
-			return
-		}
 		reqs := make([]dedupe.BeginRequest, len(ts))
 		refs := make([]string, len(ts))
 		for i, t := range ts {
@@ -258,35 +253,6 @@ func (g *gate) claimStage(next Handler) Handler {
 		g.finish(ctx, held)
 	}
 }
-
-// errStaleDelivery is the reason a delivery is put back unclaimed.
-var errStaleDelivery = errors.New("consumer: the delivery waited in this process past its ack wait; the server has delivered it again")
-
-// fresh puts back, unclaimed, the deliveries that waited in this process
-// past their ack wait, and returns the others. The server has delivered
-// such a message again, perhaps to another worker, which may have acked it
-// (as a duplicate of work another message holds): claiming work through
-// the stale delivery could leave the work held by a message that never
-// comes back. A put-back delivery of a message that was acked meanwhile is
-// ignored by the server; one that was not comes back.
-func (g *gate) fresh(ts []*Trigger) []*Trigger {
-	if g.ackWait == nil {
-		return ts
-	}
-	out := ts[:0:0]
-	for _, t := range ts {
-		if !t.received.IsZero() && time.Since(t.received) >= g.ackWait(t)-ackWaitMargin {
-			t.decide(nak(t.keyRef(), time.Millisecond, errStaleDelivery))
-			continue
-		}
-		out = append(out, t)
-	}
-	return out
-}
-
-// ackWaitMargin is how close to its ack wait a delivery may be claimed:
-// the claim and the first InProgress must reach the server before it.
-const ackWaitMargin = 100 * time.Millisecond
 
 // claimed decides a trigger by its claim's status, and reports whether the
 // caller now holds its work.

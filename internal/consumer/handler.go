@@ -28,10 +28,9 @@ import (
 
 // Trigger is one delivery on its way through a gate.
 type Trigger struct {
-	msg      jetstream.Msg
-	meta     *jetstream.MsgMetadata // parsed on first use; nil when the message has none
-	parsed   bool
-	received time.Time // when the message reached the process; zero if unknown
+	msg    jetstream.Msg
+	meta   *jetstream.MsgMetadata // parsed on first use; nil when the message has none
+	parsed bool
 
 	key    dedupe.Key // the ledger's key
 	intent dedupe.Key // the intent key the effect carries: key, or for an outbox entry the key it dispatches
@@ -55,11 +54,7 @@ type Trigger struct {
 }
 
 func newTrigger(m jetstream.Msg) *Trigger {
-	t := &Trigger{msg: m, body: m.Data()}
-	if a, ok := m.(*arrival); ok {
-		t.received = a.at
-	}
-	return t
+	return &Trigger{msg: m, body: m.Data()}
 }
 
 // metadata returns the message's JetStream metadata, or nil if it has none.

@@ -92,7 +92,6 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 		c: c, pipeline: cfg.Name, d: d, keyOf: d.keyOf,
 		ledger: pg.ledger, owner: c.opts.Owner, lease: pg.lease,
 		keepEvery: func(*Trigger) time.Duration { return min(d.ackWait(), pg.lease) },
-		ackWait:   func(*Trigger) time.Duration { return d.ackWait() },
 		sink:      oneShot, sinkName: cfg.Effect.Sink, stepName: pg.stepName,
 		maxResult: pg.maxResult,
 	}
@@ -106,7 +105,7 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 		c: c, name: cfg.Name + "/dispatch", stream: OutboxStream(c.cfg.Stream.Name), durable: Durable(cfg.Name) + "-dispatch",
 		// One send at a time: a crash leaves at most one dispatch claimed
 		// and unrecorded, that is one unknown outcome for a person to check.
-		batch: 1, workers: 1, pull: min(4, cfg.MaxAckPending),
+		batch: 1, workers: 1, pull: min(64, cfg.MaxAckPending),
 		handle: g.run, config: d.consumerConfig,
 	}
 	return d

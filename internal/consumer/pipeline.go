@@ -93,7 +93,6 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		volatile:   cfg.Effect.Class == config.ClassReplayable,
 		maxDeliver: cfg.MaxDeliver,
 		keepEvery:  p.keepEvery,
-		ackWait:    p.ackWait,
 		sinkName:   cfg.Effect.Sink,
 		maxResult:  cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, dedupe.DefaultMaxResultBytes),
 	}
@@ -144,21 +143,10 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	}
 	p.src = &source{
 		c: c, name: cfg.Name, stream: c.cfg.Stream.Name, durable: Durable(cfg.Name),
-		batch: batch, workers: workers, pull: pullFor(cfg, batch),
+		batch: batch, workers: workers, pull: min(max(cfg.Concurrency*2, 64, 2*batch), cfg.MaxAckPending),
 		handle: g.run, config: p.consumerConfig,
 	}
 	return p, nil
-}
-
-// pullFor is how many messages a pipeline's pull consumer keeps buffered.
-// A batched gate keeps two batches; a pipeline that takes its triggers one
-// at a time keeps about one per worker, so that a message does not wait in
-// the buffer long enough for its ack wait to run out (see gate.fresh).
-func pullFor(cfg *config.Pipeline, batch int) int {
-	if batch > 1 {
-		return min(2*batch, cfg.MaxAckPending)
-	}
-	return min(max(cfg.Concurrency, 16), cfg.MaxAckPending)
 }
 
 // Durable returns the name of a pipeline's durable consumer.
@@ -210,16 +198,6 @@ func (p *pipeline) keepEvery(t *Trigger) time.Duration {
 		every = min(every, p.cfg.Backoff[min(n, len(p.cfg.Backoff))-1])
 	}
 	return every
-}
-
-// ackWait is the server's redelivery timer of t's delivery: AckWait, or
-// with a BackOff the delay for that delivery.
-func (p *pipeline) ackWait(t *Trigger) time.Duration {
-	if b := p.cfg.Backoff; len(b) > 0 {
-		n := max(int(t.deliveries()), 1)
-		return b[min(n, len(b))-1]
-	}
-	return p.cfg.AckWait
 }
 
 // keyOf keys a trigger, or returns the dead-letter verdict for a payload

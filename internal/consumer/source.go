@@ -94,14 +94,6 @@ func (s *source) run(ctx, work context.Context) {
 	}
 }
 
-// arrival is a message as it reached the process, with when: a message
-// that waits here past its ack wait has been delivered again, perhaps to
-// another worker, and must not be claimed (see gate.stale).
-type arrival struct {
-	jetstream.Msg
-	at time.Time
-}
-
 var errStopped = errors.New("consumer: the server ended the subscription (durable consumer deleted?)")
 
 // consume takes messages until ctx is done or the subscription ends, and
@@ -109,7 +101,7 @@ var errStopped = errors.New("consumer: the server ended the subscription (durabl
 func (s *source) consume(ctx, work context.Context) (stopped, err error) {
 	in := make(chan jetstream.Msg, 2*s.batch)
 	var lastErr atomic.Pointer[error]
-	cc, err := s.cons.Consume(func(m jetstream.Msg) { in <- &arrival{Msg: m, at: time.Now()} },
+	cc, err := s.cons.Consume(func(m jetstream.Msg) { in <- m },
 		jetstream.PullMaxMessages(max(s.pull, 2*s.batch)),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			lastErr.Store(&err)
