@@ -336,21 +336,9 @@ func TestTakeoverPastDuplicateWindow(t *testing.T) {
 // effect stream whose duplicate window is shorter than the redelivery
 // horizon, are refused at start with what to do, never rewritten.
 func TestSetupRefusesIncompatibleStreams(t *testing.T) {
-	s := natstest.RunServer(t)
-	nc, js := natstest.Connect(t, s)
+	js, cfg, run := setupOnly(t)
 	ctx := context.Background()
-	cfg := config.Default()
-	cfg.DataDir = t.TempDir()
-	run := func() error {
-		c, err := consumer.New(consumer.Options{Config: cfg, Conn: nc, Ledger: nil, Model: nil, Sinks: nil})
-		if err != nil {
-			return err
-		}
-		return c.Setup(ctx)
-	}
 	cfg.Stream.Retention, cfg.Stream.MaxAge = config.RetentionWorkQueue, 0
-	cfg.Pipelines = cfg.Pipelines[1:] // webhooks only: no ledger or model needed for Setup's checks
-	cfg.Pipelines[0].Mode = config.ModeGateWindow
 	// A stream kept as a log where the configuration asks for a work queue.
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ONCEGATE", Subjects: []string{"triggers.>"}}); err != nil {
 		t.Fatal(err)
@@ -399,25 +387,19 @@ func TestLimitsStreamNoReplay(t *testing.T) {
 }
 
 // refusals counts the replies an Observer was told were refused.
-type refusals struct{ n atomic.Int64 }
+type refusals struct {
+	*leaseObserver
+	n atomic.Int64
+}
 
-func (r *refusals) ReplyRefused(string)                        { r.n.Add(1) }
-func (*refusals) Trigger(string)                               {}
-func (*refusals) Duplicate(string, consumer.Guard)             {}
-func (*refusals) Claim(string, dedupe.Status)                  {}
-func (*refusals) Effect(string, string, string, time.Duration) {}
-func (*refusals) Step(string, string, time.Duration)           {}
-func (*refusals) DeadLetter(string, consumer.Reason)           {}
-func (*refusals) Settled(string, string)                       {}
-func (*refusals) InFlight(string, int)                         {}
-func (*refusals) Leases(string, int)                           {}
+func (r *refusals) ReplyRefused(string) { r.n.Add(1) }
 
 // TestReplySubjectRefused: a trigger's Oncegate-Reply header cannot make
 // Oncegate publish into an effect subject, the KV ledger, the JetStream API
 // or its own outbox; such replies are refused and counted, while a reply
 // under _INBOX. gets the stored result.
 func TestReplySubjectRefused(t *testing.T) {
-	obs := &refusals{}
+	obs := &refusals{leaseObserver: newLeaseObserver()}
 	f := start(t, nil, standin.Options{}, func(o *consumer.Options) { o.Observer = obs })
 	var mu sync.Mutex
 	var got []string
@@ -475,21 +457,9 @@ func TestReplySubjectRefused(t *testing.T) {
 // an operator made (as with nats stream add) when they are compatible,
 // changes nothing in them, and refuses, saying why, when they are not.
 func TestUnmanagedStreams(t *testing.T) {
-	s := natstest.RunServer(t)
-	nc, js := natstest.Connect(t, s)
+	js, cfg, setup := setupOnly(t)
 	ctx := context.Background()
-	cfg := config.Default()
-	cfg.DataDir = t.TempDir()
 	cfg.Stream.Manage = false
-	cfg.Pipelines = cfg.Pipelines[1:] // webhooks: a gate, no model needed
-	cfg.Pipelines[0].Mode = config.ModeGateWindow
-	setup := func() error {
-		c, err := consumer.New(consumer.Options{Config: cfg, Conn: nc})
-		if err != nil {
-			return err
-		}
-		return c.Setup(ctx)
-	}
 	add := func(sc jetstream.StreamConfig) {
 		t.Helper()
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
@@ -528,5 +498,26 @@ func TestUnmanagedStreams(t *testing.T) {
 		if _, err := js.Stream(ctx, name); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			t.Errorf("stream %s was created (%v)", name, err)
 		}
+	}
+}
+
+// setupOnly returns a server's JetStream, the default configuration cut to
+// the webhooks gate in gate-window mode (no ledger or model needed), and a
+// function that runs a new Consumer's Setup with that configuration as it
+// stands when called.
+func setupOnly(t *testing.T) (jetstream.JetStream, *config.Config, func() error) {
+	t.Helper()
+	s := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, s)
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir()
+	cfg.Pipelines = cfg.Pipelines[1:]
+	cfg.Pipelines[0].Mode = config.ModeGateWindow
+	return js, cfg, func() error {
+		c, err := consumer.New(consumer.Options{Config: cfg, Conn: nc})
+		if err != nil {
+			return err
+		}
+		return c.Setup(context.Background())
 	}
 }
