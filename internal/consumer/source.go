@@ -101,16 +101,24 @@ var errStopped = errors.New("consumer: the server ended the subscription (durabl
 func (s *source) consume(ctx, work context.Context) (stopped, err error) {
 	in := make(chan jetstream.Msg, 2*s.batch)
 	var lastErr atomic.Pointer[error]
+	check := make(chan struct{}, 1)
 	cc, err := s.cons.Consume(func(m jetstream.Msg) { in <- m },
 		jetstream.PullMaxMessages(max(s.pull, 2*s.batch)),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			lastErr.Store(&err)
 			s.c.log.Warn("consume error", "source", s.name, "err", err)
+			select {
+			case check <- struct{}{}:
+			default:
+			}
 		}),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %s: consume: %w", s.name, err)
 	}
+	watching, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
+	go s.watch(watching, cc, check, &lastErr)
 	var g errgroup.Group
 	for range s.workers {
 		g.Go(func() error {
@@ -141,6 +149,7 @@ func (s *source) consume(ctx, work context.Context) (stopped, err error) {
 	case <-cc.Closed():
 	}
 	s.consuming.Store(false)
+	stopWatching()
 	<-cc.Closed()
 	close(in)
 	_ = g.Wait()
@@ -151,4 +160,34 @@ func (s *source) consume(ctx, work context.Context) (stopped, err error) {
 		return fmt.Errorf("%w: %w", errStopped, *e), nil
 	}
 	return errStopped, nil
+}
+
+// watchEvery is how often a consuming source asks the server whether its
+// durable consumer still exists.
+const watchEvery = 2 * time.Second
+
+// watch stops cc when the durable consumer is gone. The server tells a
+// waiting pull request that its consumer was deleted, but a consumer deleted
+// while no request was waiting (one in flight, or between two) leaves the
+// subscription pulling from nothing, with no error that ends it: so watch
+// asks on every consume error and every watchEvery.
+func (s *source) watch(ctx context.Context, cc jetstream.ConsumeContext, check <-chan struct{}, lastErr *atomic.Pointer[error]) {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-check:
+		}
+		ictx, cancel := context.WithTimeout(ctx, watchEvery)
+		_, err := s.cons.Info(ictx)
+		cancel()
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			lastErr.Store(&err)
+			cc.Stop()
+			return
+		}
+	}
 }
