@@ -449,7 +449,7 @@ llm:
 metrics:
   listen: ""
 log:
-  level: info
+  level: %[12]s
 stream:
   # Covers the redelivery horizon of the pipelines with max_deliver %[6]d.
   duplicates: %[11]s
@@ -499,7 +499,7 @@ pipelines:
 
 // renderConfig fills consumerConfig in.
 func renderConfig(o options, dataDir, natsURL, modelURL, payURL, shotURL string) string {
-	return fmt.Sprintf(consumerConfig, dataDir, natsURL, o.lease, modelURL, o.ackWait, o.maxDeliver, payURL, shotURL, max(1, o.cluster), o.hooksMaxDel, duplicateWindow(o))
+	return fmt.Sprintf(consumerConfig, dataDir, natsURL, o.lease, modelURL, o.ackWait, o.maxDeliver, payURL, shotURL, max(1, o.cluster), o.hooksMaxDel, duplicateWindow(o), o.logLevel)
 }
 
 // duplicateWindow covers every pipeline's redelivery horizon: each

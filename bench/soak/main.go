@@ -136,6 +136,7 @@ type options struct {
 	broken         bool
 	plot           string
 	keep           bool
+	logLevel       string
 	consumerBin    string
 	verbose        bool
 	cluster        int
@@ -172,6 +173,7 @@ func parseFlags(args []string) (options, []string, error) {
 	fs.BoolVar(&o.broken, "broken", false, "run the consumers with ONCEGATE_BROKEN=ack-early (ack before the effect): the checker must fail the run")
 	fs.StringVar(&o.plot, "plot", "soak.png", "PNG `file` of effects, kills and restarts over time (empty: none)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, stores, sink call logs)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log.level of the consumers (debug logs every verdict: with -keep, the trail of each intent)")
 	fs.StringVar(&o.consumerBin, "consumer-bin", "", "use this consumer `binary` (built with -tags oncegate_faults) instead of building one")
 	fs.BoolVar(&o.verbose, "v", false, "print every fault as it happens")
 	fs.IntVar(&o.cluster, "cluster", 0, "run a cluster of this many nats-server nodes (routes through TCP proxies of the harness, streams and buckets with that many replicas) instead of one server; -server-restarts then restart nodes (default 6, including the leaders of the trigger stream and of the ledger bucket)")

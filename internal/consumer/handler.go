@@ -146,6 +146,18 @@ const (
 	settleDead
 )
 
+func (k settleKind) String() string {
+	switch k {
+	case settleAck:
+		return "ack"
+	case settleNak:
+		return "nak"
+	case settleDead:
+		return "dead"
+	}
+	return "settleKind(" + strconv.Itoa(int(k)) + ")"
+}
+
 func ack(k *dedupe.Key, reply []byte) verdict { return verdict{kind: settleAck, key: k, reply: reply} }
 
 func nak(k *dedupe.Key, delay time.Duration, err error) verdict {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -50,6 +51,9 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 			}
 		}
 		v = dead(v.key, ReasonExhausted, err)
+	}
+	if s.c.log.Enabled(ctx, slog.LevelDebug) {
+		s.c.log.Debug("settled", "pipeline", s.pipeline, "verdict", v.kind.String(), "key", keyString(v.key), "ref", t.ref(), "deliveries", t.deliveries(), "delay", v.delay, "err", v.err)
 	}
 	switch v.kind {
 	case settleAck:
