@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	openai "github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
@@ -58,6 +59,10 @@ type Options struct {
 	// WrapSink, if set, wraps each pipeline's sink (the demo injects
 	// effect failures with it).
 	WrapSink func(pipeline string, s sink.Sink) sink.Sink
+
+	// Tracer, if set, traces the triggers in place of the provider that
+	// tracing.otlp_endpoint would build (tests use an in-memory one).
+	Tracer trace.TracerProvider
 }
 
 // App is one running Oncegate process.
@@ -193,9 +198,14 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 		}
 	}
 
+	tp, err := a.tracerProvider(cfg, o)
+	if err != nil {
+		return nil, err
+	}
 	a.consumerOpts = consumer.Options{
 		Config: cfg, Conn: nc, Ledger: a.Ledger, Model: client,
 		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"),
+		Tracer: tp,
 	}
 	if o.WrapSink != nil {
 		a.consumerOpts.Sinks = map[string]sink.Sink{}

@@ -32,6 +32,7 @@ type Config struct {
 	Stream    Stream     `yaml:"stream"`
 	Pipelines []Pipeline `yaml:"pipelines"`
 	Ingress   Ingress    `yaml:"ingress"`
+	Tracing   Tracing    `yaml:"tracing"`
 
 	// meta records where each value came from: a line of the file, an
 	// environment variable, or nowhere (a default). Nil for a Config built
@@ -369,11 +370,14 @@ type Pipeline struct {
 	// With Backoff set, NATS uses Backoff[0] instead, so the two must
 	// agree. The default is Backoff[0] if set, else 30s.
 	AckWait time.Duration `yaml:"ack_wait"`
-	// MaxDeliver is how many times a trigger is delivered before it is
-	// dead-lettered. Oncegate counts the deliveries itself (the server's
-	// consumer has no limit), so that a trigger whose last delivery dies
-	// with its process comes back once more, to be dead-lettered rather
-	// than dropped. The default is 5.
+	// MaxDeliver is how many tries an intent gets before it is
+	// dead-lettered: with a ledger, how many times its work is claimed
+	// (whichever of its triggers claims it); without one, how many times a
+	// trigger is delivered. A duplicate that waits on work another trigger
+	// holds is not trying, and is never dead-lettered for it. Oncegate
+	// counts the tries itself (the server's consumer has no limit), so that
+	// work whose last try dies with its process comes back once more, to be
+	// dead-lettered rather than dropped. The default is 5.
 	MaxDeliver int `yaml:"max_deliver"`
 	// Backoff are the redelivery delays after each failed delivery; the
 	// last repeats. At most MaxDeliver of them. The default is none

@@ -242,3 +242,35 @@ func TestProblemsAreCapped(t *testing.T) {
 		t.Errorf("got %d problems, the last %v; want %d and a count of the rest", len(fes), fes[len(fes)-1], maxProblems+1)
 	}
 }
+
+// TestTracingConfig: tracing is off by default; an endpoint that is not an
+// http(s) URL, or a ratio outside [0, 1], is refused with its field named.
+func TestTracingConfig(t *testing.T) {
+	c := Default()
+	if c.Tracing.On() || c.Tracing.SampleRatio != 1 || c.Tracing.ServiceName != "oncegate" {
+		t.Fatalf("default tracing = %+v; want off, ratio 1, service oncegate", c.Tracing)
+	}
+	for _, tt := range []struct {
+		edit func(*Tracing)
+		path string
+	}{
+		{func(tr *Tracing) { tr.OTLPEndpoint = "localhost:4317" }, "tracing.otlp_endpoint"},
+		{func(tr *Tracing) { tr.OTLPEndpoint = "grpc://collector:4317" }, "tracing.otlp_endpoint"},
+		{func(tr *Tracing) { tr.OTLPEndpoint = "http://user:pw@collector:4318" }, "tracing.otlp_endpoint"},
+		{func(tr *Tracing) { tr.SampleRatio = 1.5 }, "tracing.sample_ratio"},
+		{func(tr *Tracing) { tr.SampleRatio = -0.1 }, "tracing.sample_ratio"},
+	} {
+		c := Default()
+		tt.edit(&c.Tracing)
+		err := c.Validate()
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Path != tt.path {
+			t.Errorf("%+v: Validate() = %v; want a FieldError at %s", c.Tracing, err, tt.path)
+		}
+	}
+	c = Default()
+	c.Tracing.OTLPEndpoint = "http://collector:4318"
+	if err := c.Validate(); err != nil {
+		t.Errorf("an OTLP/HTTP endpoint is refused: %v", err)
+	}
+}

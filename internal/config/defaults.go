@@ -210,4 +210,5 @@ func (c *Config) applyDefaults() {
 		setDefault(c, at("concurrency"), &p.Concurrency, DefaultConcurrency)
 	}
 	c.ingressDefaults()
+	c.tracingDefaults()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	openai "github.com/sashabaranov/go-openai"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/sink"
@@ -72,6 +73,9 @@ type Options struct {
 	// DrainTimeout bounds the wait for work in flight at shutdown. The
 	// default is 30s.
 	DrainTimeout time.Duration
+
+	// Tracer, if set, traces each trigger through the gate (trace.go).
+	Tracer trace.TracerProvider
 }
 
 // Consumer takes triggers off JetStream and runs each pipeline's flow:
@@ -83,6 +87,7 @@ type Consumer struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	obs     Observer
+	tracer  trace.Tracer // nil: tracing is off
 	pipes   []*pipeline
 	running atomic.Bool
 }
@@ -109,6 +114,9 @@ func New(opts Options) (*Consumer, error) {
 	c := &Consumer{opts: opts, cfg: opts.Config, nc: opts.Conn, js: js, log: opts.Logger, obs: opts.Observer}
 	if c.obs == nil {
 		c.obs = nopObserver{}
+	}
+	if opts.Tracer != nil {
+		c.tracer = opts.Tracer.Tracer(tracerName)
 	}
 	for i := range c.cfg.Pipelines {
 		p, err := newPipeline(c, &c.cfg.Pipelines[i])

@@ -16,11 +16,23 @@
 //
 // # Deliveries and dead letters
 //
-// The server's consumers deliver without limit. The package counts
-// deliveries itself: a failure on a pipeline's last delivery dead-letters
-// the trigger, and a trigger whose last delivery died with its process comes
-// back once more to be dead-lettered with reason exhausted, or acked if its
-// work was committed. Nothing is dropped without a dead letter.
+// A message is acked only once its intent is settled: its effect committed
+// (by this message or another), or its work failed and dead-lettered. A
+// duplicate that finds the work held by another message is not acked: it
+// waits (a nak with a delay) and comes back to find the work committed, or
+// abandoned, and then takes it over. Acking it would trust the holder's
+// message to come back if the work fails, and that message may already be
+// acked: a delivery that stalls in a process past its ack wait is
+// delivered again, and the redelivery can be acked while the stale one
+// goes on to claim the work.
+//
+// The server's consumers deliver without limit. The package counts the
+// tries itself: with a ledger, the intent's claims (whichever message made
+// them); without one, a message's deliveries. A failure on a pipeline's
+// last try dead-letters the trigger, and an intent whose last try died with
+// its process is dead-lettered with reason exhausted when it comes back.
+// A message that only waits on work another holds is never exhausted.
+// Nothing is dropped without a dead letter.
 //
 // # Streams
 //

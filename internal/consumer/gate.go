@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -92,6 +93,7 @@ func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
 	ts := make([]*Trigger, len(msgs))
 	for i, m := range msgs {
 		ts[i] = newTrigger(m)
+		g.traceBegin(ctx, ts[i])
 	}
 	if g.n != nil {
 		g.n.deliveries.Add(int64(len(ts)))
@@ -111,7 +113,13 @@ func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
 				t.decide(nak(t.keyRef(), 0, errors.New("no stage decided the trigger")))
 			}
 		}
+		sp := t.child(g, "oncegate.settle", trace.SpanKindInternal)
 		g.set.settle(ctx, t)
+		if sp.IsRecording() {
+			sp.SetAttributes(attrVerdict.String(t.v.kind.String()))
+		}
+		sp.End()
+		t.traceEnd()
 	}
 }
 
@@ -128,10 +136,16 @@ func pass(ctx context.Context, next Handler, ts []*Trigger) []*Trigger {
 func (g *gate) keys(next Handler) Handler {
 	return func(ctx context.Context, ts []*Trigger) {
 		for _, t := range ts {
+			sp := t.child(g, "oncegate.key", trace.SpanKindInternal)
 			if v := g.keyOf(t); v != nil {
 				t.decide(*v)
+				endSpan(sp, v.err)
 			} else {
 				t.keyed = true
+				if sp.IsRecording() {
+					sp.SetAttributes(attrKey.String(t.intent.String()))
+				}
+				sp.End()
 			}
 		}
 		pass(ctx, next, ts)
@@ -172,6 +186,7 @@ func (g *gate) windowStage(next Handler) Handler {
 			seen := make([]bool, len(ts))
 			g.window.SeenOrAddBatch(keys, seen)
 			for i, t := range ts {
+				g.traceWindow(t, seen[i])
 				switch {
 				case seen[i]:
 					g.duplicate(GuardWindow)
@@ -197,7 +212,9 @@ func (g *gate) windowStage(next Handler) Handler {
 	}
 	return func(ctx context.Context, ts []*Trigger) {
 		for _, t := range ts {
-			if g.window.Contains(g.windowKey(t)) {
+			seen := g.window.Contains(g.windowKey(t))
+			g.traceWindow(t, seen)
+			if seen {
 				g.duplicate(GuardWindow)
 				t.decide(ack(t.keyRef(), nil))
 			}
@@ -224,8 +241,15 @@ func (g *gate) claimStage(next Handler) Handler {
 			}}
 		}
 		var held []*Trigger
+		spans := g.spans(ts, "oncegate.ledger.claim", trace.SpanKindClient)
 		for i, r := range dedupe.BeginAll(ctx, g.ledger, reqs) {
 			t := ts[i]
+			if spans != nil {
+				if sp := spans[i]; sp.IsRecording() && r.Err == nil {
+					sp.SetAttributes(attrClaim.String(r.Claim.Status.String()), attrAttempts.Int64(int64(r.Claim.Record.Attempts)))
+				}
+				endSpan(spans[i], r.Err)
+			}
 			if r.Err != nil {
 				if errors.Is(r.Err, dedupe.ErrFingerprintMismatch) {
 					t.decide(dead(t.keyRef(), ReasonMismatch, r.Err))
@@ -269,21 +293,26 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		t.decide(ack(t.keyRef(), c.Record.Result.Response))
 		return false
 	case dedupe.StatusHeld:
-		if g.d == nil && !strings.HasSuffix(c.Record.Owner, ref) {
-			// Another message carries the work, and comes back if its
-			// holder dies: this one is a duplicate.
-			g.c.log.Debug("a duplicate of work another message holds", "pipeline", g.pipeline, "key", t.intent.String(), "ref", ref, "holder", c.Record.Owner)
-			g.duplicate(GuardLedger)
-			t.decide(ack(t.keyRef(), nil))
-			return false
-		}
-		// Our own message, redelivered while its holder is silent (a
-		// stalled or dead worker), or an outbox entry someone is
-		// cancelling: wait for the lease to run out.
+		// Another message's work holds the intent (or this message's own,
+		// through an earlier delivery that is stalled or dead; or an outbox
+		// entry someone is cancelling). This one waits: it comes back when
+		// the work is likely done, or the lease out. It is not acked as a
+		// duplicate yet: the holder may be working through a stale
+		// delivery, one the server delivered again meanwhile, and whose
+		// message another worker may have acked already; if that work
+		// fails, this message is what brings the intent back.
 		if g.n != nil {
 			g.n.held.Add(1)
 		}
-		t.decide(nak(t.keyRef(), c.RetryAfter+10*time.Millisecond, errors.New("held by a silent worker")))
+		own := strings.HasSuffix(c.Record.Owner, ref)
+		g.c.log.Debug("work held by another", "pipeline", g.pipeline, "key", t.intent.String(), "ref", ref, "holder", c.Record.Owner, "own", own, "for", c.RetryAfter)
+		d := c.RetryAfter + 10*time.Millisecond
+		if !own {
+			// The holder is likely alive and soon done: look again on the
+			// retry schedule, up to the lease's end.
+			d = min(d, g.set.retryDelay(int(t.deliveries())))
+		}
+		t.decide(wait(t.keyRef(), d, errors.New("held by another worker")))
 		return false
 	case dedupe.StatusFailed:
 		if g.d != nil {
@@ -302,8 +331,9 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 	}
 	t.token.Store(c.Lease.Token)
 	switch {
-	case g.exhausted(t):
-		g.giveUp(ctx, t, dead(t.keyRef(), ReasonExhausted, g.exhaustedErr(t)))
+	case g.maxDeliver > 0 && c.Record.Attempts > uint32(g.maxDeliver):
+		g.giveUp(ctx, t, dead(t.keyRef(), ReasonExhausted, fmt.Errorf(
+			"the work was begun %d times (max_deliver %d); the last attempt did not finish (its process stopped)", c.Record.Attempts-1, g.maxDeliver)))
 		return false
 	case c.Status != dedupe.StatusTakenOver:
 		return true
@@ -404,6 +434,11 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 	for _, t := range held {
 		token := t.token.Load()
 		switch {
+		case t.lost.Load() && !t.effected:
+			// Taken over while it worked: the new holder answers for the
+			// intent; this message waits to see it done.
+			g.stale()
+			t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
 		case t.effected:
 			res := dedupe.Result{DownstreamID: string(t.res.Body), ModelRef: t.modelRef}
 			if g.step != nil && len(t.body)+len(res.DownstreamID)+len(res.ModelRef) <= g.maxResult {
@@ -417,19 +452,24 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 		case !t.decided:
 			g.release(ctx, t)
 			t.decide(nak(t.keyRef(), 0, errors.New("the work did not finish")))
-			t.v.token = token
+			t.v.token, t.v.attempts = token, t.claim.Record.Attempts
 		case t.v.kind == settleDead:
 			g.giveUp(ctx, t, t.v)
+		case t.v.kind == settleNak && t.v.waits:
 		case t.v.kind == settleNak:
 			g.release(ctx, t)
-			t.v.token = token
+			t.v.token, t.v.attempts = token, t.claim.Record.Attempts
 		}
 	}
 	if len(commits) == 0 {
 		return
 	}
+	spans := g.spans(done, "oncegate.ledger.commit", trace.SpanKindClient)
 	for i, err := range dedupe.CommitAll(ctx, g.ledger, commits) {
 		t := done[i]
+		if spans != nil {
+			endSpan(spans[i], err)
+		}
 		switch {
 		case errors.Is(err, dedupe.ErrStaleToken):
 			// Another worker took the work over and commits it; the effect
@@ -442,7 +482,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 			// collapses (a one-shot dispatch reports its outcome unknown).
 			g.release(ctx, t)
 			t.decide(nak(t.keyRef(), 0, fmt.Errorf("ledger commit: %w", err)))
-			t.v.token = commits[i].Token
+			t.v.token, t.v.attempts = commits[i].Token, t.claim.Record.Attempts
 		default:
 			t.committed = true
 			g.done(t)
@@ -473,7 +513,7 @@ func (g *gate) giveUp(ctx context.Context, t *Trigger, v verdict) {
 		// committed, or failed, or takes it over.
 		g.stale()
 		g.c.log.Info("gave up on work another worker has taken over; it answers for the intent", "pipeline", g.pipeline, "key", t.key.String(), "err", v.err)
-		t.decide(nak(t.keyRef(), g.lease, fmt.Errorf("another worker took the work over: %w", errOr(v.err))))
+		t.decide(wait(t.keyRef(), g.lease, fmt.Errorf("another worker took the work over: %w", errOr(v.err))))
 		return
 	case err != nil:
 		g.c.log.Warn("recording a failure in the ledger failed", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
@@ -486,7 +526,9 @@ func (g *gate) model(next Handler) Handler {
 	return func(ctx context.Context, ts []*Trigger) {
 		each(ts, func(t *Trigger) {
 			t0 := time.Now()
-			ans, err := g.step.run(ctx, t.intent, t.msg.Data())
+			sp := t.child(g, "chat "+g.step.model, trace.SpanKindClient)
+			ans, err := g.step.run(trace.ContextWithSpan(ctx, sp), t.intent, t.msg.Data())
+			traceModel(sp, g.step.model, ans, err)
 			g.n.modelCalls.Add(1)
 			g.c.obs.Step(g.pipeline, g.step.cfg.Name, time.Since(t0))
 			if err != nil {
@@ -532,13 +574,18 @@ func (g *gate) effect(ctx context.Context, ts []*Trigger) {
 			// message must still come back. Its next delivery finds the
 			// work committed, or takes it over again.
 			g.stale()
-			t.decide(nak(t.keyRef(), g.lease, errLeaseLost))
+			t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
 			continue
 		}
 		live = append(live, t)
 	}
 	eff := func(t *Trigger) sink.Effect {
-		return sink.Effect{Key: t.intent.String(), Pipeline: g.pipeline, Step: g.stepName, Body: t.body}
+		e := sink.Effect{Key: t.intent.String(), Pipeline: g.pipeline, Step: g.stepName, Body: t.body}
+		if t.span != nil {
+			t.esp = t.child(g, "oncegate.effect", trace.SpanKindProducer)
+			e.Header = injectTrace(t.esp, e.Header)
+		}
+		return e
 	}
 	if g.js != nil {
 		for _, t := range live {
@@ -599,6 +646,10 @@ func (g *gate) effectOutcome(t *Trigger, res sink.Result, err error, took time.D
 	}
 	name := g.sinkName
 	g.c.obs.Effect(g.pipeline, name, outcome, took)
+	if t.esp != nil {
+		t.esp.SetAttributes(attrSink.String(name), attrOutcome.String(outcome))
+		endSpan(t.esp, err)
+	}
 }
 
 // done counts an effect performed and settled.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -51,6 +52,10 @@ type Trigger struct {
 
 	v       verdict
 	decided bool
+
+	tctx context.Context // carries span; nil when tracing is off
+	span trace.Span      // the trigger's root span (trace.go); nil when off
+	esp  trace.Span      // the effect's span, from send to outcome
 }
 
 func newTrigger(m jetstream.Msg) *Trigger {
@@ -136,6 +141,13 @@ type verdict struct {
 	key    *dedupe.Key
 	reply  []byte // the stored result, for HeaderReply
 	token  uint64 // the lease the work held, for a nak after a claim
+	// attempts is how many times the work has been claimed, this claim
+	// included, for a nak after a claim: the last one is dead-lettered.
+	attempts uint32
+	// waits marks a nak of a message that waits on work another holds (a
+	// duplicate of held work, or work taken over from it): it is not
+	// failing, and is never dead-lettered as exhausted.
+	waits bool
 }
 
 type settleKind uint8
@@ -162,6 +174,15 @@ func ack(k *dedupe.Key, reply []byte) verdict { return verdict{kind: settleAck, 
 
 func nak(k *dedupe.Key, delay time.Duration, err error) verdict {
 	return verdict{kind: settleNak, key: k, delay: delay, err: err}
+}
+
+// wait is the verdict on a message whose intent another message's work
+// holds: it comes back after delay, to find the work committed, failed, or
+// abandoned (then it takes the work over). It is never acked while the work
+// is held: the holder's message may be a stale delivery whose message was
+// acked already, and then this one is all that carries the intent.
+func wait(k *dedupe.Key, delay time.Duration, err error) verdict {
+	return verdict{kind: settleNak, key: k, delay: delay, err: err, waits: true}
 }
 
 func dead(k *dedupe.Key, r Reason, err error) verdict {

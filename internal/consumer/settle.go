@@ -41,7 +41,7 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 	if v.kind != settleAck { // the common case skips parsing the metadata
 		deliveries = t.deliveries()
 	}
-	if v.kind == settleNak && s.maxDeliver > 0 && deliveries >= uint64(s.maxDeliver) {
+	if v.kind == settleNak && s.exhausted(v, deliveries) {
 		err := fmt.Errorf("gave up after %d deliveries: %w", deliveries, errOr(v.err))
 		if v.token != 0 && v.key != nil && s.ledger != nil {
 			// Mark the work failed, so that a later duplicate does not
@@ -94,6 +94,21 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 		_ = m.TermWithReason(string(v.reason))
 		s.c.obs.Settled(s.pipeline, "term")
 	}
+}
+
+// exhausted reports whether a nak is the last try, to be dead-lettered
+// instead. Where work is claimed in the ledger, the tries are the intent's
+// claims (whichever message made them); a message that only waits on work
+// another holds is never exhausted. Without a ledger, the tries are the
+// message's deliveries.
+func (s *settler) exhausted(v verdict, deliveries uint64) bool {
+	switch {
+	case s.maxDeliver <= 0 || v.waits:
+		return false
+	case v.token != 0:
+		return v.attempts >= uint32(s.maxDeliver)
+	}
+	return deliveries >= uint64(s.maxDeliver)
 }
 
 // reply publishes a trigger's stored result to the subject its

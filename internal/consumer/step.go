@@ -39,6 +39,10 @@ type answer struct {
 	Model    string
 	Cache    string // hit, shared, miss or bypass
 	cacheKey string
+
+	// InputTokens and OutputTokens are the usage the answer reports (the
+	// first call's, for an answer from the cache).
+	InputTokens, OutputTokens int
 }
 
 // stepError is a step failure; a permanent one dead-letters the trigger.
@@ -148,8 +152,9 @@ func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte) (answer, e
 	}
 	return answer{
 		Text: resp.Choices[0].Message.Content, Model: resp.Model,
-		Cache:    resp.Header().Get(llmcache.HeaderCache),
-		cacheKey: resp.Header().Get(llmcache.HeaderCacheKey),
+		Cache:       resp.Header().Get(llmcache.HeaderCache),
+		cacheKey:    resp.Header().Get(llmcache.HeaderCacheKey),
+		InputTokens: resp.Usage.PromptTokens, OutputTokens: resp.Usage.CompletionTokens,
 	}, nil
 }
 

@@ -354,7 +354,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.answer(w, sm, start, OutcomeBadRequest, http.StatusBadRequest, err.Error())
 		return
 	}
-	stored, dups, err := s.publish(r.Context(), src, ts)
+	stored, dups, err := s.publish(r.Context(), src, ts, traceHeaders(r.Header))
 	if err != nil {
 		s.log.Warn("webhook not stored: answering 503", "source", src.cfg.Name, "err", err)
 		s.unavailable(w, sm, start, OutcomeUnavailable, "the trigger could not be stored; retry later")
@@ -393,7 +393,7 @@ func (s *Server) verify(src *source, h http.Header, body []byte) error {
 // was in the stream already counts as stored (its PubAck says
 // duplicate). It returns the first error: the caller answers 503, and the
 // provider's retry re-publishes them all under the same ids.
-func (s *Server) publish(ctx context.Context, src *source, ts []trigger) (stored, dups int, err error) {
+func (s *Server) publish(ctx context.Context, src *source, ts []trigger, trace map[string]string) (stored, dups int, err error) {
 	if !s.nc.IsConnected() {
 		// Publishing now would sit in the reconnect buffer and might be
 		// stored after we answered 503; better to refuse it outright.
@@ -409,6 +409,9 @@ func (s *Server) publish(ctx context.Context, src *source, ts []trigger) (stored
 		h[HeaderDelivery] = []string{t.delivery}
 		if t.event != "" {
 			h[HeaderEvent] = []string{t.event}
+		}
+		for k, v := range trace {
+			h[k] = []string{v}
 		}
 		ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: src.cfg.Subject, Header: h, Data: t.body})
 		if err != nil {
@@ -551,4 +554,30 @@ func one(id, from, event string, body []byte) ([]trigger, error) {
 		event = ""
 	}
 	return []trigger{{delivery: id, event: event, body: body}}, nil
+}
+
+// traceHeaderNames are the W3C trace context headers the ingress carries
+// from a request onto its triggers, so the consumer's trace of a trigger
+// continues the provider's (or a proxy's) trace.
+var traceHeaderNames = [...]string{"traceparent", "tracestate"}
+
+// maxTraceHeader bounds a carried trace header (W3C allows tracestate 512
+// bytes); a longer one is dropped, not cut.
+const maxTraceHeader = 512
+
+// traceHeaders returns the trace context headers of h worth carrying, or
+// nil.
+func traceHeaders(h http.Header) map[string]string {
+	var m map[string]string
+	for _, k := range traceHeaderNames {
+		v := h.Get(k)
+		if v == "" || len(v) > maxTraceHeader {
+			continue
+		}
+		if m == nil {
+			m = make(map[string]string, len(traceHeaderNames))
+		}
+		m[k] = v
+	}
+	return m
 }

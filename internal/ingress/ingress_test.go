@@ -662,3 +662,29 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestTraceContextCarried: the W3C trace context of a webhook request goes
+// onto its triggers, so the consumer's trace continues it; an oversized
+// tracestate is dropped, not cut.
+func TestTraceContextCarried(t *testing.T) {
+	e := newEnv(t, nil)
+	body := fixture(t, "alertmanager-group.json")
+	h := e.sign("alertmanager", body, "", "")
+	h.Set("Traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	h.Set("Tracestate", strings.Repeat("x", 513))
+	if status, _, answer := e.post("alertmanager", h, body); status != http.StatusOK {
+		t.Fatalf("POST = %d %q; want 200", status, answer)
+	}
+	msgs := e.messages()
+	if len(msgs) != 2 {
+		t.Fatalf("stream has %d triggers; want 2", len(msgs))
+	}
+	for i, m := range msgs {
+		if got := m.Header.Get("traceparent"); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+			t.Errorf("trigger %d traceparent = %q", i, got)
+		}
+		if got := m.Header.Get("tracestate"); got != "" {
+			t.Errorf("trigger %d carries a %d-byte tracestate", i, len(got))
+		}
+	}
+}
