@@ -306,9 +306,11 @@ func TestGateWindowPipeline(t *testing.T) {
 	if got := len(f.streamMsgs("ONCEGATE_EFFECTS", "effects.webhooks")); got != 50 {
 		t.Errorf("%d webhooks forwarded; want 50", got)
 	}
+	// A repeat that came while its key was at work was published too, and
+	// dropped by the effect stream; the others stopped at the window.
 	st := f.stats("webhooks")
-	if st.Effects != 50 || st.DuplicatesWindow != int64(published-50) || st.DuplicatesLedger != 0 {
-		t.Errorf("stats %+v; want 50 effects and %d duplicates at the window", st, published-50)
+	if st.Effects-st.DuplicatesStream != 50 || st.DuplicatesWindow+st.DuplicatesStream != int64(published-50) || st.DuplicatesLedger != 0 {
+		t.Errorf("stats %+v; want 50 effects and %d duplicates at the window or the stream", st, published-50)
 	}
 }
 

@@ -176,16 +176,19 @@ func (g *gate) windowKey(t *Trigger) uint64 {
 // windowStage drops the triggers whose key the window has seen.
 func (g *gate) windowStage(next Handler) Handler {
 	if g.windowOnly {
+		// The window alone decides: it remembers a key once its effect is
+		// out (Add after the effect, not SeenOrAdd before it). A key still
+		// at work is not yet a duplicate: acking on its word would trust a
+		// delivery that may have stalled past its ack wait and whose message
+		// the server delivered again (and this stage may be about to ack
+		// that redelivery). Two triggers of one key at work at once both
+		// publish, under one Nats-Msg-Id: the effect stream keeps one.
 		return func(ctx context.Context, ts []*Trigger) {
-			// One SeenOrAddBatch for the batch: its lookups' cache misses
-			// overlap. In order, so a key twice in the batch is new once.
 			keys := make([]uint64, len(ts))
+			seen := make([]bool, len(ts))
 			for i, t := range ts {
 				keys[i] = g.windowKey(t)
-			}
-			seen := make([]bool, len(ts))
-			g.window.SeenOrAddBatch(keys, seen)
-			for i, t := range ts {
+				seen[i] = g.window.Contains(keys[i])
 				g.traceWindow(t, seen[i])
 				switch {
 				case seen[i]:
@@ -197,15 +200,12 @@ func (g *gate) windowStage(next Handler) Handler {
 			}
 			pass(ctx, next, ts)
 			for i, t := range ts {
-				switch {
-				case seen[i]:
-				case t.effected:
+				if !seen[i] && t.effected {
+					g.window.Add(keys[i])
 					g.done(t)
 					if !t.decided {
 						t.decide(ack(t.keyRef(), nil))
 					}
-				default:
-					g.window.Remove(keys[i]) // not done: a redelivery must pass
 				}
 			}
 		}

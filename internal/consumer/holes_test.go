@@ -24,6 +24,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/natstest"
+	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -531,4 +532,68 @@ func setupOnly(t *testing.T) (jetstream.JetStream, *config.Config, func() error)
 		}
 		return c.Setup(context.Background())
 	}
+}
+
+// stallFirst is a sink whose first call stalls until release says so, and
+// then fails as a retryable error; the others go to the real sink.
+type stallFirst struct {
+	sink.Sink
+	once    sync.Once
+	release func() bool
+}
+
+func (s *stallFirst) Deliver(ctx context.Context, e sink.Effect) (sink.Result, error) {
+	first := false
+	s.once.Do(func() { first = true })
+	if !first {
+		return s.Sink.Deliver(ctx, e)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.release() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return sink.Result{}, fmt.Errorf("%w: stalled and failed", sink.ErrRetryable)
+}
+
+// TestGateWindowStaleDelivery (hole 8): on a gate-window pipeline, a
+// delivery stalls at its effect past its ack wait, and the server delivers
+// the trigger again. The window once said the redelivery was a duplicate
+// (the key was added before the effect) and acked it; then the stalled
+// effect failed, and its nak went to a message already acked: the trigger
+// was lost. The window now learns a key once its effect is out.
+func TestGateWindowStaleDelivery(t *testing.T) {
+	var f *fixture
+	st := &stallFirst{release: func() bool { return f.stats("webhooks").Deliveries >= 2 }}
+	f = start(t, func(c *config.Config) {
+		for i := range c.Pipelines {
+			if c.Pipelines[i].Name == "webhooks" {
+				c.Pipelines[i].Mode = config.ModeGateWindow
+				c.Pipelines[i].AckWait = time.Second
+				c.Pipelines[i].Concurrency = 2
+			}
+		}
+	}, standin.Options{}, func(o *consumer.Options) {
+		js, err := jetstream.New(o.Conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := sink.NewJetStream(js, sink.JetStreamOptions{Subject: "effects.webhooks"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Sink = out
+		o.Sinks = map[string]sink.Sink{"webhooks": st}
+	})
+	f.publish("triggers.webhooks", []byte(`{"event":"invoice.paid","invoice":{"id":"in_1"}}`))
+	waitFor(t, 15*time.Second, "the effect of the redelivery", func() bool {
+		return f.subjectCount("ONCEGATE_EFFECTS", "effects.webhooks") == 1
+	}, f)
+	waitFor(t, 15*time.Second, "the trigger acked", func() bool {
+		info, err := f.js.Consumer(context.Background(), "ONCEGATE", consumer.Durable("webhooks"))
+		if err != nil {
+			return false
+		}
+		ci, err := info.Info(context.Background())
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
+	}, f)
 }
