@@ -597,3 +597,107 @@ func TestGateWindowStaleDelivery(t *testing.T) {
 		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
 	}, f)
 }
+
+// stallBegin is a ledger whose first Begin for the message at stream
+// sequence seq stalls until release says so.
+type stallBegin struct {
+	dedupe.Ledger
+	ref     string
+	once    sync.Once
+	release func() bool
+}
+
+func (l *stallBegin) Begin(ctx context.Context, key dedupe.Key, opts dedupe.BeginOptions) (dedupe.Claim, error) {
+	if strings.HasSuffix(opts.Owner, l.ref) {
+		first := false
+		l.once.Do(func() { first = true })
+		deadline := time.Now().Add(15 * time.Second)
+		for first && !l.release() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return l.Ledger.Begin(ctx, key, opts)
+}
+
+// stallCalls is a sink whose first calls each stall until their release
+// says so, and then fail as retryable; the calls after them go through.
+type stallCalls struct {
+	sink.Sink
+	mu       sync.Mutex
+	calls    int
+	releases []func() bool
+	returned atomic.Int32
+}
+
+func (s *stallCalls) Deliver(ctx context.Context, e sink.Effect) (sink.Result, error) {
+	s.mu.Lock()
+	n := s.calls
+	s.calls++
+	s.mu.Unlock()
+	if n >= len(s.releases) {
+		return s.Sink.Deliver(ctx, e)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !s.releases[n]() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.returned.Add(1)
+	return sink.Result{}, fmt.Errorf("%w: stalled and failed", sink.ErrRetryable)
+}
+
+// TestStaleHolderLosesNothing (hole 9): a duplicate was acked because
+// another message's work held its intent; but that holder can be a stale
+// delivery, stalled before its claim past its ack wait, whose message the
+// server delivered again and another worker acked. Here: A's work holds
+// the intent and fails; B's first delivery, stalled until then, takes the
+// work over, while B's redelivery was acked as a duplicate of A's work;
+// A's redelivery is acked as a duplicate of B's work; B's work fails, and
+// its nak goes to a message acked already. No message carried the intent
+// any more. A duplicate of held work now waits instead, and the intent is
+// done once.
+func TestStaleHolderLosesNothing(t *testing.T) {
+	var f *fixture
+	held := func(n int64) func() bool {
+		return func() bool { s := f.stats("webhooks"); return s.Held+s.DuplicatesLedger >= n }
+	}
+	out := &stallCalls{releases: []func() bool{held(1), held(2)}}
+	var led *stallBegin
+	f = start(t, func(c *config.Config) {
+		for i := range c.Pipelines {
+			c.Pipelines[i].AckWait = time.Second
+			c.Pipelines[i].Concurrency = 4
+		}
+	}, standin.Options{}, func(o *consumer.Options) {
+		js, err := jetstream.New(o.Conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js2, err := sink.NewJetStream(js, sink.JetStreamOptions{Subject: "effects.webhooks"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Sink = js2
+		o.Sinks = map[string]sink.Sink{"webhooks": out}
+		// B (the second message) stalls before its claim until A's work
+		// has failed: by then the server has delivered B again.
+		led = &stallBegin{Ledger: o.Ledger, ref: "#ONCEGATE:2", release: func() bool { return out.returned.Load() >= 1 }}
+		o.Ledger = led
+	})
+	f.publish("triggers.webhooks", []byte(`{"event":"invoice.paid","invoice":{"id":"in_1"},"delivery_id":"a"}`))
+	waitFor(t, 10*time.Second, "A's work at the sink", func() bool { return f.stats("webhooks").Deliveries >= 1 }, f)
+	f.publish("triggers.webhooks", []byte(`{"event":"invoice.paid","invoice":{"id":"in_1"},"delivery_id":"b"}`))
+	waitFor(t, 30*time.Second, "the intent's effect", func() bool {
+		return f.subjectCount("ONCEGATE_EFFECTS", "effects.webhooks") == 1
+	}, f)
+	waitFor(t, 30*time.Second, "both triggers acked", func() bool {
+		cons, err := f.js.Consumer(context.Background(), "ONCEGATE", consumer.Durable("webhooks"))
+		if err != nil {
+			return false
+		}
+		ci, err := cons.Info(context.Background())
+		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
+	}, f)
+	if n := f.subjectCount("ONCEGATE_EFFECTS", "effects.webhooks"); n != 1 {
+		t.Errorf("%d effects; want 1", n)
+	}
+}
