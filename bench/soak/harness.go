@@ -438,6 +438,9 @@ nats:
 ledger:
   store: kv
   lease: %[3]s
+  # The clock jumps (-clock-jumps) put a replica's ledger clock this far
+  # ahead: the redo-past-the-window guard must allow for it.
+  max_clock_skew: %[13]s
   kv: {replicas: %[9]d}
 llm:
   base_url: %[4]s
@@ -499,7 +502,7 @@ pipelines:
 
 // renderConfig fills consumerConfig in.
 func renderConfig(o options, dataDir, natsURL, modelURL, payURL, shotURL string) string {
-	return fmt.Sprintf(consumerConfig, dataDir, natsURL, o.lease, modelURL, o.ackWait, o.maxDeliver, payURL, shotURL, max(1, o.cluster), o.hooksMaxDel, duplicateWindow(o), o.logLevel)
+	return fmt.Sprintf(consumerConfig, dataDir, natsURL, o.lease, modelURL, o.ackWait, o.maxDeliver, payURL, shotURL, max(1, o.cluster), o.hooksMaxDel, duplicateWindow(o), o.logLevel, 2*o.lease)
 }
 
 // duplicateWindow covers every pipeline's redelivery horizon: each

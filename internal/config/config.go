@@ -136,6 +136,14 @@ type Ledger struct {
 	// payload: MismatchAccept (the default: count it, dedupe it) or
 	// MismatchReject (fail the trigger).
 	Mismatch string `yaml:"mismatch"`
+	// MaxClockSkew is how far apart the clocks of the processes sharing
+	// the ledger may be. Fencing does not depend on clocks, but one guard
+	// does: work taken over from a holder that began it longer ago than
+	// the effect target's duplicate window is not redone (the redo would
+	// not be dropped), and the age of that work is the taker's clock minus
+	// the first holder's. A claim within MaxClockSkew of the window counts
+	// as past it. The default is 1s.
+	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
 }
 
 // Options returns the ledger options this configuration asks for.

@@ -15,6 +15,7 @@ const (
 	DefaultConnectTimeout    = 5 * time.Second
 	DefaultRetention         = 7 * 24 * time.Hour
 	DefaultLease             = 30 * time.Second
+	DefaultMaxClockSkew      = time.Second
 	DefaultKVBucket          = "oncegate-ledger"
 	DefaultAPIKeyEnv         = "OPENAI_API_KEY"
 	DefaultModel             = "gpt-4o-mini"
@@ -143,6 +144,7 @@ func (c *Config) applyDefaults() {
 	setDefault(c, "ledger.store", &l.Store, StoreBadger)
 	setDefault(c, "ledger.retention", &l.Retention, DefaultRetention)
 	setDefault(c, "ledger.lease", &l.Lease, DefaultLease)
+	setDefault(c, "ledger.max_clock_skew", &l.MaxClockSkew, DefaultMaxClockSkew)
 	setDefault(c, "ledger.kv.bucket", &l.KV.Bucket, DefaultKVBucket)
 	setDefault(c, "ledger.kv.replicas", &l.KV.Replicas, 1)
 	setDefault(c, "ledger.mismatch", &l.Mismatch, MismatchAccept)

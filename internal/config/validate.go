@@ -144,6 +144,9 @@ func (v *validator) ledger() {
 	v.oneOf("ledger.store", l.Store, StoreBadger, StoreKV)
 	v.positive("ledger.retention", l.Retention)
 	v.positive("ledger.lease", l.Lease)
+	if l.MaxClockSkew < 0 {
+		v.add("ledger.max_clock_skew", invalid("must not be negative, got %s", formatDuration(l.MaxClockSkew)))
+	}
 	if l.Lease > 0 && l.Retention > 0 && l.Lease >= l.Retention {
 		v.add("ledger.lease", invalid("lease %s must be shorter than retention %s", formatDuration(l.Lease), formatDuration(l.Retention)))
 	}

@@ -349,10 +349,10 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 	// only while the target still drops a repeat of the key.
 	if g.dedupeWindow > 0 {
 		now := c.Lease.Until.Add(-g.lease) // on the ledger's clock, as Created is
-		if age := now.Sub(c.Record.Created); age >= g.dedupeWindow {
+		if age := now.Sub(c.Record.Created); age+g.c.cfg.Ledger.MaxClockSkew >= g.dedupeWindow {
 			g.giveUp(ctx, t, dead(t.keyRef(), ReasonUnknownOutcome, fmt.Errorf(
-				"the work was begun %s ago and its holder stopped: it may have performed the effect, and a redo past the target's duplicate window (%s) would not be dropped",
-				age.Round(time.Millisecond), g.dedupeWindow)))
+				"the work was begun %s ago (clocks apart by up to %s) and its holder stopped: it may have performed the effect, and a redo past the target's duplicate window (%s) would not be dropped",
+				age.Round(time.Millisecond), g.c.cfg.Ledger.MaxClockSkew, g.dedupeWindow)))
 			return false
 		}
 	}
