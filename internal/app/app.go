@@ -123,7 +123,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 	}
 
 	// Metrics.
-	a.Metrics = ops.NewMetrics(ops.MetricsOptions{LLMStats: a.llmStats, WindowStats: a.windowStats})
+	a.Metrics = ops.NewMetrics(ops.MetricsOptions{LLMStats: a.llmStats, WindowStats: a.windowStats, Ready: a.ready})
 	for _, p := range cfg.Pipelines {
 		a.Metrics.AddPipeline(p.Name)
 		a.Metrics.AddSink(p.Name, p.Effect.Sink)
