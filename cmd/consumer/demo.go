@@ -23,6 +23,7 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
@@ -155,7 +156,9 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		return err
 	}
 
-	nc, err := nats.Connect(a.Embedded.ClientURL(), nats.Name("oncegate-demo-publisher"))
+	// With the same authentication as the consumer: the embedded server
+	// requires it when ONCEGATE_NATS_TOKEN (say) is set.
+	nc, err := natsrun.Connect(ctx, cfg.NATS, a.Embedded.ClientURL(), "oncegate-demo-publisher", log)
 	if err != nil {
 		cancel()
 		return err

@@ -150,7 +150,10 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 	// NATS.
 	url := cfg.NATS.URL
 	if url == "" {
-		e, err := natsrun.StartEmbedded(cfg.NATS.Embedded, cfg.DataDir, o.Logger.With("component", "nats-server"))
+		// The embedded server requires what the consumer authenticates
+		// with (nats.token_file or ONCEGATE_NATS_TOKEN, an nkey seed, a
+		// user), if anything: see natsrun.StartEmbeddedAuth.
+		e, err := natsrun.StartEmbeddedAuth(cfg.NATS, cfg.DataDir, o.Logger.With("component", "nats-server"), nil)
 		if errors.Is(err, natsrun.ErrStoreInUse) {
 			return nil, fmt.Errorf("%w: data directory %s is used by another Oncegate process. One process owns a data directory "+
 				"(its embedded NATS store and its Badger ledger); to run several replicas, join one NATS deployment (nats.url) "+
@@ -166,7 +169,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 			return e.Shutdown(ctx)
 		})
 		url = e.ClientURL()
-		o.Logger.Info("embedded NATS server", "url", url, "store", e.StoreDir())
+		o.Logger.Info("embedded NATS server", "url", url, "store", e.StoreDir(), "auth", e.Auth())
 	}
 	nc, err := connect(ctx, cfg, url, a.Embedded == nil, o.Logger.With("component", "nats"))
 	if err != nil {

@@ -96,6 +96,7 @@ func (x *explainer) process() {
 		x.row("nats", "embedded server with JetStream on "+x.d("nats.embedded.listen", n.Embedded.Listen, n.Embedded.Listen),
 			"store "+x.d("nats.embedded.store_dir", n.Embedded.StoreDir, n.Embedded.StoreDir),
 			"fsync "+x.d("nats.embedded.sync_interval", n.Embedded.SyncInterval, syncText(n.Embedded.SyncInterval)))
+		x.row("", "clients must present: "+natsAuth(n))
 	} else {
 		urls := strings.Split(n.URL, ",")
 		for i, u := range urls {
