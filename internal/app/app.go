@@ -288,13 +288,16 @@ func (a *App) openLedger(ctx context.Context, clock dedupe.Clock) (dedupe.Ledger
 		return l, nil
 	default:
 		dir := cfg.BadgerDir()
-		db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{})
+		if _, err := EncryptionKey(cfg); err != nil {
+			return nil, err
+		}
+		db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
 		if err != nil {
 			if errors.Is(err, dedupe.ErrLocked) {
 				return nil, fmt.Errorf("%w: %s is held by another Oncegate process. A Badger ledger serves one process; "+
 					"to run several replicas on one durable consumer, set ledger.store: kv (the JetStream KV ledger): %w", ErrLedgerInUse, dir, err)
 			}
-			return nil, err
+			return nil, keyError(cfg, "ledger", dir, err)
 		}
 		a.closers = append(a.closers, db.Close)
 		l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: lo})

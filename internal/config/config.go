@@ -32,6 +32,9 @@ type Config struct {
 	Stream    Stream     `yaml:"stream"`
 	Pipelines []Pipeline `yaml:"pipelines"`
 	Ingress   Ingress    `yaml:"ingress"`
+	// Encryption configures encryption at rest of the Badger stores; see
+	// encryption.go. The default is none.
+	Encryption Encryption `yaml:"encryption"`
 
 	// meta records where each value came from: a line of the file, an
 	// environment variable, or nowhere (a default). Nil for a Config built

@@ -90,6 +90,9 @@ func orNone(s, none string) string {
 func (x *explainer) process() {
 	c := x.c
 	x.row("data_dir", x.d("data_dir", c.DataDir, c.DataDir))
+	if k := c.Encryption.KeyFile; k != "" {
+		x.row("encryption", "Badger ledger and cache encrypted at rest with the key in "+x.d("encryption.key_file", k, k))
+	}
 
 	n := &c.NATS
 	if n.URL == "" {

@@ -48,6 +48,7 @@ func (c *Config) Validate() error {
 	v.retention()
 	v.horizons()
 	v.ingress()
+	v.encryption()
 	return c.fieldErrors(v.issues)
 }
 
