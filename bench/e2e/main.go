@@ -216,7 +216,8 @@ func run() error {
 	}
 
 	var results []result
-	for _, c := range cells {
+	start := time.Now()
+	for i, c := range cells {
 		n := o.n
 		if c.mode == modeFull {
 			n = o.fullN
@@ -225,6 +226,10 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("%s at %d%% duplicates: %w", c.mode, c.dup, err)
 		}
+		// Progress on stderr, so that a long run is never silent for
+		// more than a cell and the table on stdout stays clean.
+		fmt.Fprintf(os.Stderr, "e2e: %5.1fs  cell %d of %d done: %s at %d%% duplicates, %d triggers\n",
+			time.Since(start).Seconds(), i+1, len(cells), c.mode, c.dup, n)
 		r.rep = c.rep
 		results = append(results, r)
 	}

@@ -160,7 +160,10 @@ func (h *harness) runCtx(ctx context.Context) error {
 	h.schedule = newSchedule(rng, o)
 	h.printPlan()
 
-	if err := h.build(ctx); err != nil {
+	slow := whileSlow("building nats-server and consumer")
+	err := h.build(ctx)
+	slow()
+	if err != nil {
 		return err
 	}
 	if err := h.startServices(); err != nil {
@@ -178,7 +181,10 @@ func (h *harness) runCtx(ctx context.Context) error {
 		return fmt.Errorf("stream %s: %w", hooksStream, err)
 	}
 	t := time.Now()
-	if err := h.startReplicas(ctx); err != nil {
+	slow = whileSlow("starting the consumer replicas")
+	err = h.startReplicas(ctx)
+	slow()
+	if err != nil {
 		return err
 	}
 	fmt.Printf("soak: nats at %s, %d consumer replicas consuming (%.1fs)\n", h.natsURL(), len(h.replicas), time.Since(t).Seconds())
@@ -193,7 +199,7 @@ func (h *harness) runCtx(ctx context.Context) error {
 	h.bg.Go(func() { pubDone <- h.pub.run(ctx, h.t0) })
 	faultsDone := make(chan struct{})
 	h.bg.Go(func() { h.inject(ctx, h.t0, h.schedule); close(faultsDone) })
-	tick := time.NewTicker(10 * time.Second)
+	tick := time.NewTicker(progressEvery)
 	defer tick.Stop()
 	var pubErr error
 	for pubDone != nil || faultsDone != nil {
@@ -230,10 +236,14 @@ func (h *harness) runCtx(ctx context.Context) error {
 	for _, r := range h.replicas {
 		wg.Go(r.stop)
 	}
+	slow = whileSlow("draining the replicas")
 	wg.Wait()
+	slow()
 	fmt.Printf("soak: replicas drained with SIGTERM (%.1fs); checking\n", time.Since(t).Seconds())
 
+	slow = whileSlow("checking every intent")
 	rep, err := h.check(ctx)
+	slow()
 	if err != nil {
 		return fmt.Errorf("checking: %w", err)
 	}
@@ -292,6 +302,32 @@ func (h *harness) printPlan() {
 			fmt.Println("  schedule:", f)
 		}
 	}
+}
+
+// progressEvery is how often the soak prints a progress line while it
+// injects faults and while it waits for the triggers to settle.
+const progressEvery = 5 * time.Second
+
+// whileSlow prints a line naming what the harness is doing every
+// progressEvery until the returned function is called, so that no step
+// of a long run is silent for longer.
+func whileSlow(what string) (done func()) {
+	start := time.Now()
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				fmt.Printf("  %s... %.0fs\n", what, time.Since(start).Seconds())
+			}
+		}
+	}()
+	return func() { close(stop); <-stopped }
 }
 
 func (h *harness) printProgress(ctx context.Context) {
@@ -584,8 +620,12 @@ func (h *harness) settle(ctx context.Context) (bool, string) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return false, why
 		}
-		if time.Since(lastPrint) >= 10*time.Second {
-			fmt.Printf("  settling: %s\n", why)
+		if time.Since(lastPrint) >= progressEvery {
+			state := why
+			if ok {
+				state = fmt.Sprintf("everything settled; confirming (%d of 6 checks)", streak)
+			}
+			fmt.Printf("  %5.0fs  settling: %s\n", time.Since(h.t0).Seconds(), state)
 			lastPrint = time.Now()
 		}
 		sleepCtx(ctx, 500*time.Millisecond)

@@ -23,6 +23,7 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
@@ -72,6 +73,11 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		return usageError{errors.New("demo: -model-errors, -model-429 and -effect-errors are shares from 0 to 1")}
 	}
 	start := time.Now()
+	// Every line goes through prog, which adds a progress line whenever
+	// the run has been quiet for a few seconds.
+	prog := startDemoProgress(stdout, demoQuiet)
+	defer prog.Stop()
+	stdout = prog
 	dir, err := os.MkdirTemp("", "oncegate-demo-")
 	if err != nil {
 		return err
@@ -155,7 +161,9 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		return err
 	}
 
-	nc, err := nats.Connect(a.Embedded.ClientURL(), nats.Name("oncegate-demo-publisher"))
+	// With the same authentication as the consumer: the embedded server
+	// requires it when ONCEGATE_NATS_TOKEN (say) is set.
+	nc, err := natsrun.Connect(ctx, cfg.NATS, a.Embedded.ClientURL(), "oncegate-demo-publisher", log)
 	if err != nil {
 		cancel()
 		return err
@@ -168,13 +176,17 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	pub := newPublisher(ctx, js, w)
 	msgs := buildDemo(rng, *alerts, *hooks, w)
 	half := len(msgs) / 2
+	prog.total.Store(int64(len(msgs)))
+	prog.setPhase("publishing")
 	for i, m := range msgs[:half] {
 		if err := pub.send(m); err != nil {
 			cancel()
 			return err
 		}
+		prog.published.Add(1)
 		pace(i)
 	}
+	prog.setPhase("restarting the consumer")
 	// A restart half-way: the new process's window is empty, so the
 	// ledger has to catch what the window caught before.
 	cancel()
@@ -190,12 +202,15 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		cancel()
 		<-done
 	}()
+	prog.setPhase("publishing")
 	for i, m := range msgs[half:] {
 		if err := pub.send(m); err != nil {
 			return err
 		}
+		prog.published.Add(1)
 		pace(i)
 	}
+	prog.setPhase("sending webhooks through the ingress")
 	fmt.Fprintf(stdout, "published %d triggers (%d dropped at ingest by the stream's Nats-Msg-Id window); consumer restarted once half-way\n",
 		w.published, w.ingestDups)
 	// Part of the traffic arrives as webhooks, signed as the providers
@@ -207,11 +222,13 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	// Done when no pipeline's durable consumer has a message pending or
 	// unacknowledged: the server's view, which counts redeliveries right.
 	deadline := time.Now().Add(*timeout)
+	prog.setPhase("settling")
 	for {
 		left, err := outstanding(ctx, js, cfg.Stream.Name, cfg.Pipelines)
 		if err != nil {
 			return err
 		}
+		prog.unsettled.Store(int64(left))
 		if left == 0 {
 			break
 		}
@@ -225,6 +242,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		}
 	}
 	stats = append(stats, a.Consumer.Stats())
+	prog.setPhase("counting the effects")
 	return demoReport(ctx, stdout, a, js, w, stats, effectFaults.Load(), time.Since(start))
 }
 

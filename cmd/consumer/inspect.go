@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/dirlock"
 	"github.com/oncegate/oncegate/internal/natsrun"
@@ -163,7 +164,7 @@ func openLedger(ctx context.Context, cfg *config.Config) (dedupe.Ledger, func(),
 	if err := haveData(cfg.BadgerDir()); err != nil {
 		return nil, nil, err
 	}
-	db, err := dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{})
+	db, err := dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
 	if err != nil {
 		if errors.Is(err, dedupe.ErrLocked) {
 			return nil, nil, fmt.Errorf("inspect: %s is held by a running consumer; stop it first, or read its /metrics", cfg.BadgerDir())
@@ -218,7 +219,11 @@ func inspectCache(w io.Writer, cfg *config.Config) error {
 	if err := haveData(cfg.DataDir); err != nil {
 		return err
 	}
-	c, err := llmcache.Open(dir, llmcache.Options{})
+	key, err := app.EncryptionKey(cfg)
+	if err != nil {
+		return err
+	}
+	c, err := llmcache.OpenEncrypted(dir, key, llmcache.Options{})
 	if err != nil {
 		if dirlock.Held(dir) {
 			return fmt.Errorf("inspect: %s is held by a running consumer; stop it first, or read its /metrics (oncegate_llm_*)", dir)

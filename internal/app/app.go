@@ -128,7 +128,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 	}
 
 	// Metrics.
-	a.Metrics = ops.NewMetrics(ops.MetricsOptions{LLMStats: a.llmStats, WindowStats: a.windowStats})
+	a.Metrics = ops.NewMetrics(ops.MetricsOptions{LLMStats: a.llmStats, WindowStats: a.windowStats, Ready: a.ready})
 	for _, p := range cfg.Pipelines {
 		a.Metrics.AddPipeline(p.Name)
 		a.Metrics.AddSink(p.Name, p.Effect.Sink)
@@ -155,7 +155,10 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 	// NATS.
 	url := cfg.NATS.URL
 	if url == "" {
-		e, err := natsrun.StartEmbedded(cfg.NATS.Embedded, cfg.DataDir, o.Logger.With("component", "nats-server"))
+		// The embedded server requires what the consumer authenticates
+		// with (nats.token_file or ONCEGATE_NATS_TOKEN, an nkey seed, a
+		// user), if anything: see natsrun.StartEmbeddedAuth.
+		e, err := natsrun.StartEmbeddedAuth(cfg.NATS, cfg.DataDir, o.Logger.With("component", "nats-server"), nil)
 		if errors.Is(err, natsrun.ErrStoreInUse) {
 			return nil, fmt.Errorf("%w: data directory %s is used by another Oncegate process. One process owns a data directory "+
 				"(its embedded NATS store and its Badger ledger); to run several replicas, join one NATS deployment (nats.url) "+
@@ -171,7 +174,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 			return e.Shutdown(ctx)
 		})
 		url = e.ClientURL()
-		o.Logger.Info("embedded NATS server", "url", url, "store", e.StoreDir())
+		o.Logger.Info("embedded NATS server", "url", url, "store", e.StoreDir(), "auth", e.Auth())
 	}
 	nc, err := connect(ctx, cfg, url, a.Embedded == nil, o.Logger.With("component", "nats"))
 	if err != nil {
@@ -295,13 +298,16 @@ func (a *App) openLedger(ctx context.Context, clock dedupe.Clock) (dedupe.Ledger
 		return l, nil
 	default:
 		dir := cfg.BadgerDir()
-		db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{})
+		if _, err := EncryptionKey(cfg); err != nil {
+			return nil, err
+		}
+		db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
 		if err != nil {
 			if errors.Is(err, dedupe.ErrLocked) {
 				return nil, fmt.Errorf("%w: %s is held by another Oncegate process. A Badger ledger serves one process; "+
 					"to run several replicas on one durable consumer, set ledger.store: kv (the JetStream KV ledger): %w", ErrLedgerInUse, dir, err)
 			}
-			return nil, err
+			return nil, keyError(cfg, "ledger", dir, err)
 		}
 		a.closers = append(a.closers, db.Close)
 		l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: lo})

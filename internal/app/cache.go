@@ -32,7 +32,13 @@ func cacheEndpoint(cfg *config.Config) string {
 func (a *App) openCache(ctx context.Context, o llmcache.Options) (*llmcache.Cache, error) {
 	cfg := a.Config
 	if cfg.LLM.Cache.Store != config.StoreKV {
-		return llmcache.Open(filepath.Join(cfg.DataDir, "llm-cache"), o)
+		key, err := EncryptionKey(cfg)
+		if err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(cfg.DataDir, "llm-cache")
+		c, err := llmcache.OpenEncrypted(dir, key, o)
+		return c, keyError(cfg, "LLM cache", dir, err)
 	}
 	kv := cfg.LLM.Cache.KV
 	st, err := jsstore.New(ctx, a.JS, jsstore.Options{

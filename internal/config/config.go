@@ -33,6 +33,9 @@ type Config struct {
 	Pipelines []Pipeline `yaml:"pipelines"`
 	Ingress   Ingress    `yaml:"ingress"`
 	Tracing   Tracing    `yaml:"tracing"`
+	// Encryption configures encryption at rest of the Badger stores; see
+	// encryption.go. The default is none.
+	Encryption Encryption `yaml:"encryption"`
 
 	// meta records where each value came from: a line of the file, an
 	// environment variable, or nowhere (a default). Nil for a Config built
@@ -49,6 +52,10 @@ func (c *Config) BadgerDir() string { return filepath.Join(c.DataDir, "badger") 
 // Secrets are never read from the file: a password or token is read from a
 // file named here, or from the environment variable ONCEGATE_NATS_PASSWORD
 // or ONCEGATE_NATS_TOKEN. A "password" or "token" key is an error.
+//
+// With the embedded server (URL empty), NKeySeedFile, User or the token
+// are what the server requires of every client, the consumer included;
+// CredsFile and TLS need a deployment (see embedded_auth.go).
 type NATS struct {
 	// URL is the server to connect to: one URL, or several separated by
 	// commas ("nats://a:4222,nats://b:4222"). It must not carry a user or

@@ -90,12 +90,16 @@ func orNone(s, none string) string {
 func (x *explainer) process() {
 	c := x.c
 	x.row("data_dir", x.d("data_dir", c.DataDir, c.DataDir))
+	if k := c.Encryption.KeyFile; k != "" {
+		x.row("encryption", "Badger ledger and cache encrypted at rest with the key in "+x.d("encryption.key_file", k, k))
+	}
 
 	n := &c.NATS
 	if n.URL == "" {
 		x.row("nats", "embedded server with JetStream on "+x.d("nats.embedded.listen", n.Embedded.Listen, n.Embedded.Listen),
 			"store "+x.d("nats.embedded.store_dir", n.Embedded.StoreDir, n.Embedded.StoreDir),
 			"fsync "+x.d("nats.embedded.sync_interval", n.Embedded.SyncInterval, syncText(n.Embedded.SyncInterval)))
+		x.row("", "clients must present: "+natsAuth(n))
 	} else {
 		urls := strings.Split(n.URL, ",")
 		for i, u := range urls {

@@ -49,6 +49,7 @@ func (c *Config) Validate() error {
 	v.horizons()
 	v.ingress()
 	v.tracing()
+	v.encryption()
 	return c.fieldErrors(v.issues)
 }
 
@@ -105,20 +106,12 @@ func (v *validator) nats() {
 		if s := n.Embedded.SyncInterval; s != SyncAlways && s <= 0 {
 			v.add("nats.embedded.sync_interval", invalid("must be positive or \"always\", got %s", formatDuration(time.Duration(s))))
 		}
-		for _, f := range []struct{ path, val string }{
-			{"nats.creds_file", n.CredsFile}, {"nats.nkey_seed_file", n.NKeySeedFile}, {"nats.user", n.User},
-			{"nats.password_file", n.PasswordFile}, {"nats.token_file", n.TokenFile},
-			{"nats.tls.ca_file", n.TLS.CAFile}, {"nats.tls.cert_file", n.TLS.CertFile}, {"nats.tls.key_file", n.TLS.KeyFile},
-		} {
-			if f.val != "" {
-				v.add(f.path, invalid("only used with nats.url: the embedded server runs on loopback without authentication"))
+		v.embeddedAuth()
+	} else {
+		for u := range strings.SplitSeq(n.URL, ",") {
+			if err := checkURL(strings.TrimSpace(u), "nats", "tls", "ws", "wss"); err != nil {
+				v.add("nats.url", err)
 			}
-		}
-		return
-	}
-	for u := range strings.SplitSeq(n.URL, ",") {
-		if err := checkURL(strings.TrimSpace(u), "nats", "tls", "ws", "wss"); err != nil {
-			v.add("nats.url", err)
 		}
 	}
 	if n.CredsFile != "" && n.NKeySeedFile != "" {

@@ -33,6 +33,7 @@ type Embedded struct {
 	srv      *server.Server
 	lock     *os.File
 	storeDir string
+	auth     string // how clients authenticate, for logs: "none", "token", ...
 
 	once sync.Once
 	done chan struct{} // closed when the server has shut down and the lock is released
@@ -69,6 +70,12 @@ type Embedded struct {
 // JetStream's recovery of the store, is not itself bounded: a large store
 // takes as long as it takes.
 func StartEmbedded(cfg config.Embedded, dataDir string, logger *slog.Logger) (*Embedded, error) {
+	return startEmbedded(cfg, dataDir, logger, nil)
+}
+
+// startEmbedded is StartEmbedded with auth, if not nil, setting the
+// server's authentication.
+func startEmbedded(cfg config.Embedded, dataDir string, logger *slog.Logger, auth *serverAuth) (*Embedded, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -92,6 +99,7 @@ func StartEmbedded(cfg config.Embedded, dataDir string, logger *slog.Logger) (*E
 		StoreDir:   storeDir,
 		NoSigs:     true,
 	}
+	auth.apply(o)
 	switch s := cfg.SyncInterval; {
 	case s == config.SyncAlways:
 		o.SyncAlways = true
@@ -142,7 +150,7 @@ func StartEmbedded(cfg config.Embedded, dataDir string, logger *slog.Logger) (*E
 		unlock()
 		return nil, &NotReadyError{Listen: listen, Timeout: readyTimeout, Reason: reason}
 	}
-	return &Embedded{srv: srv, lock: lock, storeDir: storeDir, done: make(chan struct{})}, nil
+	return &Embedded{srv: srv, lock: lock, storeDir: storeDir, auth: auth.String(), done: make(chan struct{})}, nil
 }
 
 // loopbackHostPort splits a listen address into the server's Host and

@@ -136,6 +136,11 @@ type MetricsOptions struct {
 	// Rows with the same pipeline are summed. The default (nil) exposes
 	// no oncegate_window_* metrics.
 	WindowStats func() []WindowStats
+	// Ready reports the process's readiness, as /readyz does: nil when
+	// ready. It is called on every scrape. When set, oncegate_ready is 1
+	// while it returns nil and 0 otherwise, so that an alert can watch
+	// readiness. The default (nil) exposes no oncegate_ready.
+	Ready func() error
 }
 
 // Metrics holds Oncegate's Prometheus collectors on a registry of its own,
@@ -221,6 +226,17 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	}
 	if opts.WindowStats != nil {
 		m.reg.MustRegister(newWindowCollector(opts.WindowStats))
+	}
+	if ready := opts.Ready; ready != nil {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "ready",
+			Help: "1 while the process is ready (what /readyz answers 200 for), else 0.",
+		}, func() float64 {
+			if ready() != nil {
+				return 0
+			}
+			return 1
+		}))
 	}
 	return m
 }

@@ -1,10 +1,12 @@
 package ops_test
 
 import (
+	"errors"
 	"math"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -528,5 +530,30 @@ func TestLLMSeriesBeforeFirstCall(t *testing.T) {
 	}
 	if got := f.value(t, "oncegate_llm_requests_total", labels{"pipeline": "alerts", "step": "triage", "result": "miss"}); got != 0 {
 		t.Errorf("misses = %v; want 0", got)
+	}
+}
+
+// TestReadyGauge: oncegate_ready follows the readiness function on every
+// scrape.
+func TestReadyGauge(t *testing.T) {
+	var notReady atomic.Bool
+	m := ops.NewMetrics(ops.MetricsOptions{Ready: func() error {
+		if notReady.Load() {
+			return errors.New("not connected")
+		}
+		return nil
+	}})
+	base := startServer(t, m, nil, discardLogger())
+	for _, tt := range []struct {
+		notReady bool
+		want     float64
+	}{{false, 1}, {true, 0}, {false, 1}} {
+		notReady.Store(tt.notReady)
+		if got := scrape(t, base).value(t, "oncegate_ready", labels{}); got != tt.want {
+			t.Errorf("oncegate_ready with not ready %v = %v; want %v", tt.notReady, got, tt.want)
+		}
+	}
+	if _, ok := scrape(t, startServer(t, ops.NewMetrics(ops.MetricsOptions{}), nil, discardLogger()))["oncegate_ready"]; ok {
+		t.Errorf("oncegate_ready exposed without a Ready function")
 	}
 }

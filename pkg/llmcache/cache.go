@@ -31,6 +31,11 @@ var ErrStoreUnavailable = errors.New("llmcache: shared store unavailable")
 // options that cannot work.
 var ErrInvalidOptions = errors.New("llmcache: invalid options")
 
+// ErrEncryptionKey is wrapped by OpenEncrypted's error when the directory
+// was written with another encryption key than the one given, or with
+// none, or with one when none is given.
+var ErrEncryptionKey = errors.New("llmcache: encryption key does not match the cache's")
+
 // Options configures a [Cache]. The zero value means the defaults.
 type Options struct {
 	// Namespace is the namespace of requests whose context carries no
@@ -194,6 +199,16 @@ type Cache struct {
 // write need not be synced at all (a lost answer is asked again), and an
 // answer is often a hundred times the size of a ledger record.
 func Open(dir string, opts Options) (*Cache, error) {
+	return OpenEncrypted(dir, nil, opts)
+}
+
+// OpenEncrypted is [Open] with the database encrypted at rest (tables,
+// value log and write-ahead log) with key, an AES key of 16, 24 or 32
+// bytes; a nil key is Open. A key of another length is ErrInvalidOptions.
+// A directory written with another key, or with none, and a directory
+// written with a key opened without one, fail with an error wrapping
+// [ErrEncryptionKey] (and Badger's own).
+func OpenEncrypted(dir string, key []byte, opts Options) (*Cache, error) {
 	bo := badger.DefaultOptions(dir).
 		WithSyncWrites(false).
 		WithChecksumVerificationMode(options.OnTableAndBlockRead).
@@ -203,7 +218,16 @@ func Open(dir string, opts Options) (*Cache, error) {
 		WithValueThreshold(512).
 		WithCompression(options.None).
 		WithLogger(nil)
+	if key != nil {
+		if n := len(key); n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("%w: encryption key is %d bytes; want 16, 24 or 32", ErrInvalidOptions, n)
+		}
+		bo = bo.WithEncryptionKey(key).WithIndexCacheSize(16 << 20)
+	}
 	db, err := badger.Open(bo)
+	if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
+		return nil, fmt.Errorf("%w: %s was written with another key, or none: %w", ErrEncryptionKey, dir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("llmcache: opening badger in %s: %w", dir, err)
 	}

@@ -1,0 +1,45 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestEncryptionKeyFile: encryption.key_file is a key of the file and of
+// the environment, is explained, and is refused when there is no Badger
+// store to encrypt.
+func TestEncryptionKeyFile(t *testing.T) {
+	example, err := os.ReadFile("../../examples/oncegate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseEnv(append(slices.Clip(example), "encryption:\n  key_file: /run/secrets/oncegate.key\n"...), "test.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Encryption.KeyFile != "/run/secrets/oncegate.key" {
+		t.Errorf("key_file = %q", c.Encryption.KeyFile)
+	}
+	var x strings.Builder
+	if err := c.Explain(&x); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(x.String(), "encrypted at rest with the key in /run/secrets/oncegate.key") {
+		t.Errorf("Explain does not mention the key file:\n%s", x.String())
+	}
+	c, err = ParseEnv(example, "example.yaml", []string{"ONCEGATE_ENCRYPTION_KEY_FILE=/k"})
+	if err != nil || c.Encryption.KeyFile != "/k" {
+		t.Errorf("ONCEGATE_ENCRYPTION_KEY_FILE: key_file = %q, %v", c.Encryption.KeyFile, err)
+	}
+	if _, err := ParseEnv(append(slices.Clip(example), "encryption:\n  key: abc\n"...), "typo.yaml", nil); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("encryption.key: error = %v; want ErrUnknownKey", err)
+	}
+	c = Default()
+	c.NATS.URL = "nats://nats.internal:4222"
+	c.Ledger.Store, c.LLM.Cache.Store = StoreKV, StoreKV
+	c.Encryption.KeyFile = "/k"
+	findError(t, c.Validate(), "encryption.key_file", ErrInvalid)
+}
