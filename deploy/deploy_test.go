@@ -377,7 +377,7 @@ func TestDashboard(t *testing.T) {
 	}
 	for _, want := range []string{
 		"oncegate_build_info", "oncegate_ready", "oncegate_duplicates_total", "oncegate_effects_total",
-		"oncegate_effect_seconds_bucket", "oncegate_dead_letters_total", "oncegate_pending_leases",
+		"oncegate_effect_seconds_bucket", "oncegate_settle_seconds_bucket", "oncegate_dead_letters_total", "oncegate_pending_leases",
 		"oncegate_acks_total", "oncegate_llm_cost_spent_usd_total", "oncegate_llm_tokens_spent_total",
 		"oncegate_step_seconds_bucket", "oncegate_llm_upstream_errors_total",
 	} {

@@ -51,3 +51,5 @@ func (o observer) InFlight(p string, delta int) { o.m.AddInflight(p, delta) }
 func (o observer) Leases(p string, delta int) { o.m.AddPendingLeases(p, delta) }
 
 func (o observer) ReplyRefused(p string) { o.m.ReplyRefused(p) }
+
+func (o observer) SettleTime(p, verdict string, took time.Duration) { o.m.SettleTime(p, verdict, took) }

@@ -30,6 +30,9 @@ type Observer interface {
 	Step(pipeline, step string, took time.Duration)
 	DeadLetter(pipeline string, r Reason)
 	Settled(pipeline, kind string) // ack, nak, term, in_progress
+	// SettleTime reports how long a trigger took from the gate taking it
+	// to its verdict (ack, nak or dead) carried out.
+	SettleTime(pipeline, verdict string, took time.Duration)
 	InFlight(pipeline string, delta int)
 	// Leases counts the ledger leases the pipeline holds: +1 when a claim
 	// is taken (new or taken over), -1 once it is committed, released or
@@ -237,6 +240,7 @@ func (nopObserver) Settled(string, string)                       {}
 func (nopObserver) InFlight(string, int)                         {}
 func (nopObserver) Leases(string, int)                           {}
 func (nopObserver) ReplyRefused(string)                          {}
+func (nopObserver) SettleTime(string, string, time.Duration)     {}
 
 // WindowStats is one pipeline's duplicate window, as Window.Stats sees it.
 type WindowStats struct {

@@ -90,6 +90,7 @@ func (g *gate) build(wait Middleware) {
 
 // run takes a batch of messages through the gate and settles each.
 func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
+	t0 := time.Now()
 	ts := make([]*Trigger, len(msgs))
 	for i, m := range msgs {
 		ts[i] = newTrigger(m)
@@ -120,6 +121,9 @@ func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		sp.End()
 		t.traceEnd()
+		if g.n != nil {
+			g.c.obs.SettleTime(g.pipeline, t.v.kind.String(), time.Since(t0))
+		}
 	}
 }
 

@@ -44,6 +44,7 @@ func (*leaseObserver) DeadLetter(string, consumer.Reason)           {}
 func (*leaseObserver) Settled(string, string)                       {}
 func (*leaseObserver) InFlight(string, int)                         {}
 func (*leaseObserver) ReplyRefused(string)                          {}
+func (*leaseObserver) SettleTime(string, string, time.Duration)     {}
 
 // TestLeasesAreCounted: the pending-leases gauge counts a claim from the
 // moment it is taken until its commit, on the one-by-one path (alerts,

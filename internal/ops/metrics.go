@@ -161,6 +161,7 @@ type Metrics struct {
 	stepTime     *prometheus.HistogramVec // pipeline, step
 	deadLetters  *prometheus.CounterVec   // pipeline, reason
 	acks         *prometheus.CounterVec   // pipeline, kind
+	settleTime   *prometheus.HistogramVec // pipeline, verdict
 	pendingLease *prometheus.GaugeVec     // pipeline
 	inflight     *prometheus.GaugeVec     // pipeline
 	replyRefused *prometheus.CounterVec   // pipeline
@@ -200,6 +201,8 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			"Triggers sent to the dead-letter subject, by reason.", "pipeline", "reason"),
 		acks: counter("acks_total",
 			"JetStream acknowledgements sent, by kind (ack, nak, term, in_progress).", "pipeline", "kind"),
+		settleTime: histogram("settle_seconds",
+			"Time from the gate taking a trigger to its ack, nak or dead letter, by verdict (ack, nak, dead).", stepBuckets, "pipeline", "verdict"),
 		pendingLease: gauge("pending_leases",
 			"Ledger leases this process holds: taken, and not yet committed, released or failed.", "pipeline"),
 		inflight: gauge("inflight",
@@ -219,7 +222,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.triggers, m.duplicates, m.claims, m.effects, m.effectTime, m.stepTime,
-		m.deadLetters, m.acks, m.pendingLease, m.inflight, m.replyRefused,
+		m.deadLetters, m.acks, m.settleTime, m.pendingLease, m.inflight, m.replyRefused,
 	)
 	if opts.LLMStats != nil {
 		m.reg.MustRegister(newLLMCollector(opts.LLMStats, m.knownSteps))
@@ -269,6 +272,9 @@ func (m *Metrics) AddPipeline(name string) {
 	}
 	for _, a := range acks {
 		m.acks.WithLabelValues(name, string(a))
+	}
+	for _, v := range verdicts {
+		m.settleTime.WithLabelValues(name, v)
 	}
 	m.pendingLease.WithLabelValues(name)
 	m.inflight.WithLabelValues(name)
@@ -376,6 +382,18 @@ func (m *Metrics) Ack(pipeline string, k Ack) {
 		return
 	}
 	m.acks.WithLabelValues(pipeline, label(k, acks)).Inc()
+}
+
+// verdicts are the labels of oncegate_settle_seconds.
+var verdicts = []string{"ack", "nak", "dead"}
+
+// SettleTime records how long the gate took over a trigger, from taking it
+// to its verdict carried out.
+func (m *Metrics) SettleTime(pipeline, verdict string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.settleTime.WithLabelValues(pipeline, verdict).Observe(took.Seconds())
 }
 
 // AddPendingLeases adds delta to the number of the pipeline's ledger leases
