@@ -49,8 +49,9 @@ type gate struct {
 	dedupeWindow time.Duration
 	maxResult    int
 
-	set *settler
-	h   Handler
+	set     *settler
+	h       Handler
+	flights flights // the work this process holds
 }
 
 // build composes the gate's stages.
@@ -244,7 +245,7 @@ func (g *gate) claimStage(next Handler) Handler {
 				Owner: g.owner + refs[i], Fingerprint: t.fp, Lease: g.lease, Volatile: g.volatile,
 			}}
 		}
-		var held []*Trigger
+		var held, waiting []*Trigger
 		spans := g.spans(ts, "oncegate.ledger.claim", trace.SpanKindClient)
 		for i, r := range dedupe.BeginAll(ctx, g.ledger, reqs) {
 			t := ts[i]
@@ -264,22 +265,74 @@ func (g *gate) claimStage(next Handler) Handler {
 			}
 			t.claim = r.Claim
 			g.c.obs.Claim(g.pipeline, r.Claim.Status)
+			if r.Claim.Status == dedupe.StatusHeld {
+				waiting = append(waiting, t)
+				continue
+			}
 			if g.claimed(ctx, t, refs[i]) {
 				held = append(held, t)
 			}
 		}
-		if len(held) == 0 {
+		// The work this process holds is in flight: a duplicate of it here
+		// waits for it in the process rather than coming back later.
+		g.flights.start(held)
+		var local []*Trigger
+		for _, t := range waiting {
+			if g.d == nil {
+				if f := g.flights.get(t.key); f != nil {
+					t.flight = f
+					local = append(local, t)
+					continue
+				}
+			}
+			g.claimed(ctx, t, "#"+t.ref())
+		}
+		if len(held) > 0 {
+			// The leases of held are ours until they are committed,
+			// released or failed.
+			g.c.obs.Leases(g.pipeline, len(held))
+			hctx, stop := g.hold(ctx, held)
+			next(hctx, held)
+			stop()
+			g.finish(ctx, held)
+			g.flights.end(held)
+			g.c.obs.Leases(g.pipeline, -len(held))
+		}
+		for _, t := range local {
+			g.awaitLocal(ctx, t)
+		}
+	}
+}
+
+// maxLocalWait bounds how long a duplicate waits in the process for the
+// local work that holds its intent (a worker waits with it): work on the
+// gate's paths ends in milliseconds; past this, a model step's, say, the
+// duplicate comes back later instead.
+const maxLocalWait = 2 * time.Second
+
+// awaitLocal decides a trigger whose intent is held by work in this
+// process: once that work is over, a duplicate if it committed, else it
+// waits on the intent as any duplicate of held work does.
+func (g *gate) awaitLocal(ctx context.Context, t *Trigger) {
+	f := t.flight
+	tm := time.NewTimer(min(t.claim.RetryAfter, maxLocalWait))
+	defer tm.Stop()
+	select {
+	case <-f.done:
+	case <-tm.C:
+	case <-ctx.Done():
+	}
+	select {
+	case <-f.done:
+		if f.committed {
+			t.committed = true // the window remembers it
+			g.duplicate(GuardLedger)
+			t.decide(ack(t.keyRef(), f.response))
 			return
 		}
-		// The leases of held are ours until they are committed, released
-		// or failed.
-		g.c.obs.Leases(g.pipeline, len(held))
-		defer g.c.obs.Leases(g.pipeline, -len(held))
-		hctx, stop := g.hold(ctx, held)
-		next(hctx, held)
-		stop()
-		g.finish(ctx, held)
+	default:
 	}
+	g.claimed(ctx, t, "#"+t.ref())
 }
 
 // claimed decides a trigger by its claim's status, and reports whether the
@@ -686,5 +739,59 @@ func (g *gate) duplicate(gd Guard) {
 func (g *gate) stale() {
 	if g.n != nil {
 		g.n.stale.Add(1)
+	}
+}
+
+// flight is work on an intent this process holds.
+type flight struct {
+	done      chan struct{} // closed when the work is over
+	committed bool          // set before done is closed
+	response  []byte        // the committed result's response, for replies
+}
+
+// flights are the intents a gate's work holds in this process, by ledger
+// key.
+type flights struct {
+	mu sync.Mutex
+	m  map[dedupe.Key]*flight
+}
+
+// start records the work of held as in flight.
+func (fs *flights) start(held []*Trigger) {
+	if len(held) == 0 {
+		return
+	}
+	fs.mu.Lock()
+	if fs.m == nil {
+		fs.m = make(map[dedupe.Key]*flight)
+	}
+	for _, t := range held {
+		fs.m[t.key] = &flight{done: make(chan struct{})}
+	}
+	fs.mu.Unlock()
+}
+
+// get returns the flight of key, or nil.
+func (fs *flights) get(key dedupe.Key) *flight {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.m[key]
+}
+
+// end records the work of held as over, committed or not.
+func (fs *flights) end(held []*Trigger) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for _, t := range held {
+		f := fs.m[t.key]
+		if f == nil {
+			continue
+		}
+		delete(fs.m, t.key)
+		f.committed = t.committed
+		if t.committed && t.v.kind == settleAck {
+			f.response = t.v.reply
+		}
+		close(f.done)
 	}
 }

@@ -53,6 +53,8 @@ type Trigger struct {
 	v       verdict
 	decided bool
 
+	flight *flight // the work in this process that holds the intent, for a duplicate of it
+
 	tctx context.Context // carries span; nil when tracing is off
 	span trace.Span      // the trigger's root span (trace.go); nil when off
 	esp  trace.Span      // the effect's span, from send to outcome
