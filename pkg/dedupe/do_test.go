@@ -9,15 +9,16 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 func doLedger(t *testing.T) dedupe.Ledger {
 	t.Helper()
-	db, err := dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{})
+	db, err := badgerledger.Open(t.TempDir(), badgerledger.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	l, err := badgerledger.New(db, badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
+	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
 // Two deliveries of one alert, retried by the provider with a new delivery id
@@ -56,7 +58,7 @@ func ExampleKeySpec_volatile() {
 
 // A Window drops repeats of a key seen within its TTL.
 func ExampleWindow() {
-	w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: 100_000, TTL: time.Minute})
+	w, err := window.New(window.Options{Capacity: 100_000, TTL: time.Minute})
 	if err != nil {
 		panic(err)
 	}
@@ -78,9 +80,9 @@ func ExampleWindow() {
 // Do runs a side effect once per key: the retry gets the stored result,
 // and the effect is not repeated.
 func ExampleDo() {
-	db, _ := dedupe.OpenBadger("", dedupe.OpenBadgerOptions{InMemory: true})
+	db, _ := badgerledger.Open("", badgerledger.OpenOptions{InMemory: true})
 	defer db.Close()
-	ledger, _ := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	ledger, _ := badgerledger.New(db, badgerledger.Options{})
 	defer ledger.Close()
 	keyer, _ := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "billing", Step: "charge", Fields: []string{"/invoice"}})
 	charges := 0

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package dedupe
+package window
 
 // allocTable returns a zeroed table of nb buckets on the Go heap.
 func allocTable(nb uint64) (table []bucket, release func()) {

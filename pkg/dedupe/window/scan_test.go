@@ -1,4 +1,4 @@
-package dedupe
+package window
 
 import (
 	"encoding/binary"
@@ -74,8 +74,8 @@ func checkScan(t *testing.T, w *Window, k, t0 uint64, rnd []byte) {
 // their words split the bits differently.
 func scanTestWindows(t testing.TB) []*Window {
 	var ws []*Window
-	for _, c := range []int{MinWindowCapacity, 1 << 24} {
-		w, err := NewWindow(WindowOptions{Capacity: c, TTL: time.Minute, Clock: newFakeClock()})
+	for _, c := range []int{MinCapacity, 1 << 24} {
+		w, err := New(Options{Capacity: c, TTL: time.Minute, Clock: newFakeClock()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package dedupe
+package badgerledger
 
 import (
 	"bytes"
@@ -16,7 +16,13 @@ import (
 	"github.com/dgraph-io/badger/v4/options"
 
 	"github.com/oncegate/oncegate/internal/dirlock"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/internal/ledgerproto"
 )
+
+// ErrLocked is wrapped by the error of Open when another process holds the
+// directory: a Badger ledger serves one process.
+var ErrLocked = errors.New("badgerledger: the ledger directory is in use by another process")
 
 // badgerPrefix starts every ledger key in a shared Badger DB.
 const badgerPrefix = "dedupe/ledger/"
@@ -25,7 +31,7 @@ const badgerPrefix = "dedupe/ledger/"
 // conflict to a concurrent one on the same key.
 const maxConflictRetries = 32
 
-// BadgerLedger is a Ledger in a Badger database: the embedded default, for
+// Ledger is a [dedupe.Ledger] in a Badger database: the embedded default, for
 // one process that owns the database directory.
 //
 // # Concurrency
@@ -36,7 +42,7 @@ const maxConflictRetries = 32
 // wrote, so a commit or renewal takes its claim from memory instead of
 // reading it back, and keeps volatile claims (BeginOptions.Volatile) in
 // memory only. All of it rests on the process owning the directory: every
-// BadgerLedger on one *badger.DB shares the locks and the memory, and
+// Ledger on one *badger.DB shares the locks and the memory, and
 // nothing else may write the ledger's keys in it.
 //
 // # Durability
@@ -46,7 +52,7 @@ const maxConflictRetries = 32
 // in memory (about 64K claims): after a crash its key is new again. If the DB was
 // opened with SyncWrites, Badger fsyncs each batch of transactions;
 // otherwise the ledger calls DB.Sync after those writes (unless
-// BadgerLedgerOptions.NoSync is set), coalescing the syncs of concurrent
+// Options.NoSync is set), coalescing the syncs of concurrent
 // callers into one (group commit). Either way a record that a call
 // reported written survives a process crash and a power loss, as far as
 // the disk honours fsync. Extend is not synced: after a crash its holder is
@@ -60,44 +66,44 @@ const maxConflictRetries = 32
 // expired record as absent, and Badger drops it at compaction. Leases are
 // kept in the record, never in Badger's TTL, and compared with the ledger's
 // Clock.
-type BadgerLedger struct {
+type Ledger struct {
 	db     *badger.DB
-	opts   LedgerOptions
+	opts   dedupe.LedgerOptions
 	syncer *groupSync // nil when no explicit sync is needed
 	st     *inproc    // the key locks and remembered claims of db (see inproc)
 	closed atomic.Bool
 }
 
-// BadgerLedgerOptions configures a BadgerLedger.
-type BadgerLedgerOptions struct {
-	LedgerOptions
+// Options configures a Ledger.
+type Options struct {
+	dedupe.LedgerOptions
 	// NoSync skips the fsync after the claim and the commit when the DB does
 	// not sync every write itself. Records then survive a process crash but
 	// not a power loss. The default is false.
 	NoSync bool
 }
 
-// NewBadgerLedger returns a ledger that keeps its records in db, under keys
+// New returns a ledger that keeps its records in db, under keys
 // that start with "dedupe/ledger/". The caller owns db: it closes it after
 // the ledger, and runs its value-log garbage collection.
-func NewBadgerLedger(db *badger.DB, opts BadgerLedgerOptions) (*BadgerLedger, error) {
+func New(db *badger.DB, opts Options) (*Ledger, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil badger DB", ErrInvalidLedger)
+		return nil, fmt.Errorf("%w: nil badger DB", dedupe.ErrInvalidLedger)
 	}
-	if err := opts.Normalize(); err != nil {
+	if err := ledgerproto.Normalize(&opts.LedgerOptions); err != nil {
 		return nil, err
 	}
-	l := &BadgerLedger{db: db, opts: opts.LedgerOptions, st: acquireInproc(db)}
+	l := &Ledger{db: db, opts: opts.LedgerOptions, st: acquireInproc(db)}
 	if !opts.NoSync && !db.Opts().SyncWrites && !db.Opts().InMemory {
 		l.syncer = newGroupSync(db.Sync)
 	}
 	return l, nil
 }
 
-// OpenBadgerOptions configures OpenBadger.
-type OpenBadgerOptions struct {
+// OpenOptions configures Open.
+type OpenOptions struct {
 	// SyncWrites makes Badger fsync every write. Without it the ledger syncs
-	// explicitly at the points that need it (see BadgerLedger). The default
+	// explicitly at the points that need it (see Ledger). The default
 	// is false.
 	SyncWrites bool
 	// EncryptionKeyFile, if set, names a file holding a 16, 24 or 32-byte
@@ -108,12 +114,12 @@ type OpenBadgerOptions struct {
 	InMemory bool
 }
 
-// OpenBadger opens (creating if needed) a Badger database in dir with the
+// Open opens (creating if needed) a Badger database in dir with the
 // settings the ledger relies on: checksums verified on every table and block
 // read, so a flipped bit is an error and not a wrong answer; Badger's own
 // logging off (errors reach callers as errors); and optional encryption. A
 // directory another process holds open fails with Badger's lock error.
-func OpenBadger(dir string, o OpenBadgerOptions) (*badger.DB, error) {
+func Open(dir string, o OpenOptions) (*badger.DB, error) {
 	bo := badger.DefaultOptions(dir).
 		WithSyncWrites(o.SyncWrites).
 		WithChecksumVerificationMode(options.OnTableAndBlockRead).
@@ -125,10 +131,10 @@ func OpenBadger(dir string, o OpenBadgerOptions) (*badger.DB, error) {
 	if o.EncryptionKeyFile != "" {
 		key, err := os.ReadFile(o.EncryptionKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("dedupe: reading encryption key: %w", err)
+			return nil, fmt.Errorf("badgerledger: reading encryption key: %w", err)
 		}
 		if n := len(key); n != 16 && n != 24 && n != 32 {
-			return nil, fmt.Errorf("%w: encryption key in %s is %d bytes; want 16, 24 or 32", ErrInvalidLedger, o.EncryptionKeyFile, n)
+			return nil, fmt.Errorf("%w: encryption key in %s is %d bytes; want 16, 24 or 32", dedupe.ErrInvalidLedger, o.EncryptionKeyFile, n)
 		}
 		bo = bo.WithEncryptionKey(key).WithIndexCacheSize(64 << 20)
 	}
@@ -138,44 +144,44 @@ func OpenBadger(dir string, o OpenBadgerOptions) (*badger.DB, error) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, dir, err)
 		}
 		if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
-			return nil, fmt.Errorf("dedupe: %s was written with another encryption key (or none): %w", dir, err)
+			return nil, fmt.Errorf("badgerledger: %s was written with another encryption key (or none): %w", dir, err)
 		}
-		return nil, fmt.Errorf("dedupe: opening badger in %s: %w", dir, err)
+		return nil, fmt.Errorf("badgerledger: opening badger in %s: %w", dir, err)
 	}
 	return db, nil
 }
 
-func badgerKey(k Key) []byte {
+func badgerKey(k dedupe.Key) []byte {
 	b := make([]byte, 0, len(badgerPrefix)+len(k))
 	return append(append(b, badgerPrefix...), k[:]...)
 }
 
 // read returns the live record of k in txn, or nil.
-func (l *BadgerLedger) read(txn *badger.Txn, k Key, now time.Time) (*Record, error) {
+func (l *Ledger) read(txn *badger.Txn, k dedupe.Key, now time.Time) (*dedupe.Record, error) {
 	item, err := txn.Get(badgerKey(k))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("dedupe: reading %v: %w", k, err)
+		return nil, fmt.Errorf("badgerledger: reading %v: %w", k, err)
 	}
-	var rec Record
+	var rec dedupe.Record
 	err = item.Value(func(v []byte) error {
 		var err error
-		rec, err = decodeRecord(k, v)
+		rec, err = ledgerproto.Decode(k, v)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return live(&rec, now), nil
+	return ledgerproto.Live(&rec, now), nil
 }
 
-func (l *BadgerLedger) write(txn *badger.Txn, rec *Record) error {
+func (l *Ledger) write(txn *badger.Txn, rec *dedupe.Record) error {
 	// Badger's TTL only collects the garbage; expiry as the ledger sees it
 	// is rec.Expires, on the ledger's clock. The margin keeps a record
 	// readable for as long as that clock can run behind the system's.
-	e := badger.NewEntry(badgerKey(rec.Key), appendRecord(nil, rec)).WithTTL(l.opts.Retention + time.Hour)
+	e := badger.NewEntry(badgerKey(rec.Key), ledgerproto.Append(nil, rec)).WithTTL(l.opts.Retention + time.Hour)
 	return txn.SetEntry(e)
 }
 
@@ -186,16 +192,16 @@ func (l *BadgerLedger) write(txn *badger.Txn, rec *Record) error {
 // read-write transaction that writes the next one. A transaction that loses
 // a conflict all the same is retried. A pending record is kept in memory
 // instead of written if vol says so and there is room (see inproc).
-func (l *BadgerLedger) update(ctx context.Context, key Key, vol volatility, fn func(cur *Record, now time.Time) (next *Record, durable bool, err error)) error {
+func (l *Ledger) update(ctx context.Context, key dedupe.Key, vol volatility, fn func(cur *dedupe.Record, now time.Time) (next *dedupe.Record, durable bool, err error)) error {
 	if l.closed.Load() {
-		return ErrClosed
+		return dedupe.ErrClosed
 	}
-	unlock, err := l.st.lock(ctx, []Key{key})
+	unlock, err := l.st.lock(ctx, []dedupe.Key{key})
 	if err != nil {
 		return err
 	}
 	var wrote, kept bool
-	var written *Record
+	var written *dedupe.Record
 	for range maxConflictRetries {
 		if err = ctx.Err(); err != nil {
 			break
@@ -233,15 +239,15 @@ func (l *BadgerLedger) update(ctx context.Context, key Key, vol volatility, fn f
 	if err != nil {
 		switch {
 		case errors.Is(err, badger.ErrDBClosed):
-			return fmt.Errorf("%w: %w", ErrClosed, err)
+			return fmt.Errorf("%w: %w", dedupe.ErrClosed, err)
 		case errors.Is(err, badger.ErrConflict):
-			return fmt.Errorf("dedupe: key %v: lost %d transaction conflicts in a row: %w", key, maxConflictRetries, err)
+			return fmt.Errorf("badgerledger: key %v: lost %d transaction conflicts in a row: %w", key, maxConflictRetries, err)
 		}
 		return err
 	}
 	if wrote && l.syncer != nil {
 		if err := l.syncer.Sync(); err != nil {
-			return fmt.Errorf("dedupe: syncing ledger: %w", err)
+			return fmt.Errorf("badgerledger: syncing ledger: %w", err)
 		}
 	}
 	return nil
@@ -249,17 +255,17 @@ func (l *BadgerLedger) update(ctx context.Context, key Key, vol volatility, fn f
 
 // testHookRemembered, when set by a test, runs after a write took a key's
 // record from memory, before its transaction writes the key.
-var testHookRemembered func(Key)
+var testHookRemembered func(dedupe.Key)
 
 // current returns key's live record, or nil, and whether it is volatile:
 // the one the process remembers, if it does, and otherwise the one txn
 // reads. The caller holds key's lock.
-func (l *BadgerLedger) current(txn *badger.Txn, key Key, now time.Time) (*Record, bool, error) {
+func (l *Ledger) current(txn *badger.Txn, key dedupe.Key, now time.Time) (*dedupe.Record, bool, error) {
 	if rec, volatile, ok := l.st.claim(key); ok {
 		if testHookRemembered != nil {
 			testHookRemembered(key)
 		}
-		return live(&rec, now), volatile, nil
+		return ledgerproto.Live(&rec, now), volatile, nil
 	}
 	cur, err := l.read(txn, key, now)
 	return cur, false, err
@@ -277,24 +283,24 @@ const (
 // keep reports whether next, key's next record, is to be kept in memory
 // instead of written: it is pending, volatile is asked for, and there is
 // room. The caller holds key's lock.
-func (l *BadgerLedger) keep(key Key, next *Record, volatile bool) bool {
-	return volatile && next.State == StatePending && l.st.room(key)
+func (l *Ledger) keep(key dedupe.Key, next *dedupe.Record, volatile bool) bool {
+	return volatile && next.State == dedupe.StatePending && l.st.room(key)
 }
 
-// Begin implements Ledger.
-func (l *BadgerLedger) Begin(ctx context.Context, key Key, opts BeginOptions) (Claim, error) {
-	if err := validBegin(opts); err != nil {
-		return Claim{}, err
+// Begin implements [dedupe.Ledger].
+func (l *Ledger) Begin(ctx context.Context, key dedupe.Key, opts dedupe.BeginOptions) (dedupe.Claim, error) {
+	if err := ledgerproto.ValidBegin(opts); err != nil {
+		return dedupe.Claim{}, err
 	}
-	var c Claim
+	var c dedupe.Claim
 	vol := durableClaim
 	if opts.Volatile {
 		vol = volatileClaim
 	}
-	err := l.update(ctx, key, vol, func(cur *Record, now time.Time) (*Record, bool, error) {
+	err := l.update(ctx, key, vol, func(cur *dedupe.Record, now time.Time) (*dedupe.Record, bool, error) {
 		var write bool
 		var err error
-		c, write, err = l.opts.Decide(key, cur, opts, now)
+		c, write, err = ledgerproto.Decide(&l.opts, key, cur, opts, now)
 		if err != nil || !write {
 			return nil, false, err
 		}
@@ -303,42 +309,42 @@ func (l *BadgerLedger) Begin(ctx context.Context, key Key, opts BeginOptions) (C
 	return c, err
 }
 
-// Extend implements Ledger.
-func (l *BadgerLedger) Extend(ctx context.Context, key Key, token uint64, d time.Duration) (Lease, error) {
-	var lease Lease
-	err := l.update(ctx, key, sameClaim, func(cur *Record, now time.Time) (*Record, bool, error) {
-		rec, ls, err := l.opts.Extended(key, cur, token, d, now)
+// Extend implements [dedupe.Ledger].
+func (l *Ledger) Extend(ctx context.Context, key dedupe.Key, token uint64, d time.Duration) (dedupe.Lease, error) {
+	var lease dedupe.Lease
+	err := l.update(ctx, key, sameClaim, func(cur *dedupe.Record, now time.Time) (*dedupe.Record, bool, error) {
+		rec, ls, err := ledgerproto.Extended(&l.opts, key, cur, token, d, now)
 		lease = ls
 		return &rec, false, err
 	})
 	return lease, err
 }
 
-// Commit implements Ledger.
-func (l *BadgerLedger) Commit(ctx context.Context, key Key, token uint64, result Result) error {
-	return l.update(ctx, key, durableClaim, func(cur *Record, now time.Time) (*Record, bool, error) {
-		rec, err := l.opts.Committed(key, cur, token, result, now)
+// Commit implements [dedupe.Ledger].
+func (l *Ledger) Commit(ctx context.Context, key dedupe.Key, token uint64, result dedupe.Result) error {
+	return l.update(ctx, key, durableClaim, func(cur *dedupe.Record, now time.Time) (*dedupe.Record, bool, error) {
+		rec, err := ledgerproto.Committed(&l.opts, key, cur, token, result, now)
 		return &rec, true, err
 	})
 }
 
-// Fail implements Ledger.
-func (l *BadgerLedger) Fail(ctx context.Context, key Key, token uint64, reason string) error {
-	return l.update(ctx, key, durableClaim, func(cur *Record, now time.Time) (*Record, bool, error) {
-		rec, err := l.opts.Failed(key, cur, token, reason, now)
+// Fail implements [dedupe.Ledger].
+func (l *Ledger) Fail(ctx context.Context, key dedupe.Key, token uint64, reason string) error {
+	return l.update(ctx, key, durableClaim, func(cur *dedupe.Record, now time.Time) (*dedupe.Record, bool, error) {
+		rec, err := ledgerproto.Failed(&l.opts, key, cur, token, reason, now)
 		return &rec, true, err
 	})
 }
 
-// Get implements Ledger.
-func (l *BadgerLedger) Get(ctx context.Context, key Key) (Record, error) {
+// Get implements [dedupe.Ledger].
+func (l *Ledger) Get(ctx context.Context, key dedupe.Key) (dedupe.Record, error) {
 	if l.closed.Load() {
-		return Record{}, ErrClosed
+		return dedupe.Record{}, dedupe.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return Record{}, err
+		return dedupe.Record{}, err
 	}
-	var rec *Record
+	var rec *dedupe.Record
 	err := l.db.View(func(txn *badger.Txn) error {
 		// Without key's lock the record remembered and the one in the DB
 		// may be a write apart; either is a state key was in.
@@ -348,24 +354,24 @@ func (l *BadgerLedger) Get(ctx context.Context, key Key) (Record, error) {
 	})
 	if err != nil {
 		if errors.Is(err, badger.ErrDBClosed) {
-			return Record{}, fmt.Errorf("%w: %w", ErrClosed, err)
+			return dedupe.Record{}, fmt.Errorf("%w: %w", dedupe.ErrClosed, err)
 		}
-		return Record{}, err
+		return dedupe.Record{}, err
 	}
 	if rec == nil {
-		return Record{}, fmt.Errorf("%w: %v", ErrNotFound, key)
+		return dedupe.Record{}, fmt.Errorf("%w: %v", dedupe.ErrNotFound, key)
 	}
 	return *rec, nil
 }
 
-// Pending implements Ledger. It reads a consistent snapshot of the DB, in
+// Pending implements [dedupe.Ledger]. It reads a consistent snapshot of the DB, in
 // key order, in which the volatile claims the process keeps take the place
 // of the DB's records of their keys; then it yields the volatile claims of
 // keys the DB does not hold.
-func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
-	return func(yield func(Record, error) bool) {
+func (l *Ledger) Pending(ctx context.Context) iter.Seq2[dedupe.Record, error] {
+	return func(yield func(dedupe.Record, error) bool) {
 		if l.closed.Load() {
-			yield(Record{}, ErrClosed)
+			yield(dedupe.Record{}, dedupe.ErrClosed)
 			return
 		}
 		now := l.opts.Clock.Now()
@@ -378,12 +384,12 @@ func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				var k Key
+				var k dedupe.Key
 				copy(k[:], it.Item().Key()[len(badgerPrefix):])
-				var rec Record
+				var rec dedupe.Record
 				if v, ok := volatiles[k]; ok {
 					delete(volatiles, k)
-					if live(&v, now) != nil && !yield(v, nil) {
+					if ledgerproto.Live(&v, now) != nil && !yield(v, nil) {
 						stopped = true
 						return nil
 					}
@@ -391,17 +397,17 @@ func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
 				}
 				err := it.Item().Value(func(v []byte) error {
 					var err error
-					rec, err = decodeRecord(k, v)
+					rec, err = ledgerproto.Decode(k, v)
 					return err
 				})
 				if err != nil {
-					if !yield(Record{}, err) {
+					if !yield(dedupe.Record{}, err) {
 						stopped = true
 						return nil
 					}
 					continue
 				}
-				if live(&rec, now) == nil || rec.State != StatePending {
+				if ledgerproto.Live(&rec, now) == nil || rec.State != dedupe.StatePending {
 					continue
 				}
 				if !yield(rec, nil) {
@@ -415,21 +421,21 @@ func (l *BadgerLedger) Pending(ctx context.Context) iter.Seq2[Record, error] {
 			return
 		}
 		if err != nil {
-			yield(Record{}, err)
+			yield(dedupe.Record{}, err)
 			return
 		}
-		for _, k := range slices.SortedFunc(maps.Keys(volatiles), func(a, b Key) int { return bytes.Compare(a[:], b[:]) }) {
-			if v := volatiles[k]; live(&v, now) != nil && !yield(v, nil) {
+		for _, k := range slices.SortedFunc(maps.Keys(volatiles), func(a, b dedupe.Key) int { return bytes.Compare(a[:], b[:]) }) {
+			if v := volatiles[k]; ledgerproto.Live(&v, now) != nil && !yield(v, nil) {
 				return
 			}
 		}
 	}
 }
 
-// Close implements Ledger. It does not close the DB. When the last ledger
+// Close implements [dedupe.Ledger]. It does not close the DB. When the last ledger
 // on the DB closes, the volatile claims the process kept go with it, as in
 // a crash.
-func (l *BadgerLedger) Close() error {
+func (l *Ledger) Close() error {
 	if !l.closed.Swap(true) {
 		releaseInproc(l.db)
 	}
@@ -443,7 +449,7 @@ func (l *BadgerLedger) Close() error {
 // reading it. A key the batch holds more than once sees the record its
 // previous request left. A pending record is kept in memory instead of
 // written, as in update, if volatile(i) is set.
-func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, volatile func(i int) bool, fn func(i int, cur *Record, now time.Time) (next *Record, err error)) []error {
+func (l *Ledger) updateBatch(ctx context.Context, keys []dedupe.Key, volatile func(i int) bool, fn func(i int, cur *dedupe.Record, now time.Time) (next *dedupe.Record, err error)) []error {
 	errs := make([]error, len(keys))
 	fail := func(err error) []error {
 		for i := range errs {
@@ -452,7 +458,7 @@ func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, volatile fun
 		return errs
 	}
 	if l.closed.Load() {
-		return fail(ErrClosed)
+		return fail(dedupe.ErrClosed)
 	}
 	// Keys in order: the locks are taken in that order, and each lookup
 	// then walks much the same path down Badger's skiplists as the one
@@ -462,7 +468,7 @@ func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, volatile fun
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return bytes.Compare(keys[a][:], keys[b][:]) })
-	distinct := make([]Key, 0, len(keys))
+	distinct := make([]dedupe.Key, 0, len(keys))
 	for j, i := range order {
 		if j == 0 || keys[order[j-1]] != keys[i] {
 			distinct = append(distinct, keys[i])
@@ -472,7 +478,7 @@ func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, volatile fun
 	if err != nil {
 		return fail(err)
 	}
-	b := batchWrite{written: make([]*Record, len(keys)), kept: make([]bool, len(keys)), errs: errs}
+	b := batchWrite{written: make([]*dedupe.Record, len(keys)), kept: make([]bool, len(keys)), errs: errs}
 	wrote, err := l.updateBatchLocked(ctx, keys, order, volatile, &b, fn)
 	if err != nil {
 		for _, k := range distinct {
@@ -493,7 +499,7 @@ func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, volatile fun
 	}
 	if wrote && l.syncer != nil {
 		if err := l.syncer.Sync(); err != nil {
-			return fail(fmt.Errorf("dedupe: syncing ledger: %w", err))
+			return fail(fmt.Errorf("badgerledger: syncing ledger: %w", err))
 		}
 	}
 	return errs
@@ -502,7 +508,7 @@ func (l *BadgerLedger) updateBatch(ctx context.Context, keys []Key, volatile fun
 // batchWrite is what updateBatchLocked did with each key of a batch: the
 // record it wrote or kept in memory (kept), or fn's error.
 type batchWrite struct {
-	written []*Record
+	written []*dedupe.Record
 	kept    []bool
 	errs    []error
 }
@@ -511,8 +517,8 @@ type batchWrite struct {
 // with their locks held. It fills b and returns whether it wrote anything
 // to the DB or why the whole transaction failed. A batch too large for one
 // Badger transaction is split in halves.
-func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order []int, volatile func(i int) bool, b *batchWrite,
-	fn func(i int, cur *Record, now time.Time) (next *Record, err error)) (bool, error) {
+func (l *Ledger) updateBatchLocked(ctx context.Context, keys []dedupe.Key, order []int, volatile func(i int) bool, b *batchWrite,
+	fn func(i int, cur *dedupe.Record, now time.Time) (next *dedupe.Record, err error)) (bool, error) {
 	var err error
 	wrote := false
 	for range maxConflictRetries {
@@ -523,15 +529,15 @@ func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order 
 		err = l.db.Update(func(txn *badger.Txn) error {
 			now := l.opts.Clock.Now()
 			var (
-				prev    *Record // the record the previous request on the key left
-				prevErr error   // or why it could not read one
+				prev    *dedupe.Record // the record the previous request on the key left
+				prevErr error          // or why it could not read one
 			)
 			for j, i := range order {
 				k := keys[i]
 				b.written[i], b.kept[i] = nil, false
-				var cur *Record
+				var cur *dedupe.Record
 				if j > 0 && keys[order[j-1]] == k {
-					cur, b.errs[i] = live(prev, now), prevErr
+					cur, b.errs[i] = ledgerproto.Live(prev, now), prevErr
 				} else {
 					cur, _, b.errs[i] = l.current(txn, k, now)
 				}
@@ -587,7 +593,7 @@ func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order 
 		}
 		return wrote, nil
 	case errors.Is(err, badger.ErrDBClosed):
-		err = fmt.Errorf("%w: %w", ErrClosed, err)
+		err = fmt.Errorf("%w: %w", dedupe.ErrClosed, err)
 	}
 	// Nothing of this transaction was written.
 	for _, i := range order {
@@ -597,19 +603,19 @@ func (l *BadgerLedger) updateBatchLocked(ctx context.Context, keys []Key, order 
 }
 
 // BeginBatch claims every key of reqs in one transaction and one sync. See
-// [Batcher] and [BeginAll].
-func (l *BadgerLedger) BeginBatch(ctx context.Context, reqs []BeginRequest) []BeginResult {
-	out := make([]BeginResult, len(reqs))
-	keys := make([]Key, len(reqs))
+// [dedupe.Batcher] and [dedupe.BeginAll].
+func (l *Ledger) BeginBatch(ctx context.Context, reqs []dedupe.BeginRequest) []dedupe.BeginResult {
+	out := make([]dedupe.BeginResult, len(reqs))
+	keys := make([]dedupe.Key, len(reqs))
 	for i, r := range reqs {
 		keys[i] = r.Key
 	}
 	volatile := func(i int) bool { return reqs[i].Options.Volatile }
-	errs := l.updateBatch(ctx, keys, volatile, func(i int, cur *Record, now time.Time) (*Record, error) {
-		if err := validBegin(reqs[i].Options); err != nil {
+	errs := l.updateBatch(ctx, keys, volatile, func(i int, cur *dedupe.Record, now time.Time) (*dedupe.Record, error) {
+		if err := ledgerproto.ValidBegin(reqs[i].Options); err != nil {
 			return nil, err
 		}
-		c, write, err := l.opts.Decide(reqs[i].Key, cur, reqs[i].Options, now)
+		c, write, err := ledgerproto.Decide(&l.opts, reqs[i].Key, cur, reqs[i].Options, now)
 		out[i].Claim = c
 		if err != nil || !write {
 			return nil, err
@@ -618,23 +624,23 @@ func (l *BadgerLedger) BeginBatch(ctx context.Context, reqs []BeginRequest) []Be
 	})
 	for i, err := range errs {
 		if err != nil {
-			out[i] = BeginResult{Err: err}
+			out[i] = dedupe.BeginResult{Err: err}
 		}
 	}
 	return out
 }
 
 // CommitBatch commits every request in one transaction and one sync. See
-// [Batcher] and [CommitAll].
-func (l *BadgerLedger) CommitBatch(ctx context.Context, reqs []CommitRequest) []error {
-	keys := make([]Key, len(reqs))
+// [dedupe.Batcher] and [dedupe.CommitAll].
+func (l *Ledger) CommitBatch(ctx context.Context, reqs []dedupe.CommitRequest) []error {
+	keys := make([]dedupe.Key, len(reqs))
 	for i, r := range reqs {
 		keys[i] = r.Key
 	}
 	// Each key was claimed by this process, which remembers the claim it
 	// wrote: no need to read it back.
-	return l.updateBatch(ctx, keys, func(int) bool { return false }, func(i int, cur *Record, now time.Time) (*Record, error) {
-		rec, err := l.opts.Committed(reqs[i].Key, cur, reqs[i].Token, reqs[i].Result, now)
+	return l.updateBatch(ctx, keys, func(int) bool { return false }, func(i int, cur *dedupe.Record, now time.Time) (*dedupe.Record, error) {
+		rec, err := ledgerproto.Committed(&l.opts, reqs[i].Key, cur, reqs[i].Token, reqs[i].Result, now)
 		if err != nil {
 			return nil, err
 		}
@@ -642,4 +648,4 @@ func (l *BadgerLedger) CommitBatch(ctx context.Context, reqs []CommitRequest) []
 	})
 }
 
-var _ Batcher = (*BadgerLedger)(nil)
+var _ dedupe.Batcher = (*Ledger)(nil)

@@ -1,4 +1,4 @@
-package dedupe
+package badgerledger
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // TestRememberedClaimIsLocked stages the interleaving the key locks exist
@@ -22,27 +23,27 @@ func TestRememberedClaimIsLocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	l, err := NewBadgerLedger(db, BadgerLedgerOptions{LedgerOptions: LedgerOptions{Clock: clock}})
+	l, err := New(db, Options{LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	k := Key{7, 7}
-	a := l.BeginBatch(ctx, []BeginRequest{{Key: k, Options: BeginOptions{Owner: "a", Lease: time.Second}}})[0]
-	if a.Err != nil || a.Claim.Status != StatusNew {
+	k := dedupe.Key{7, 7}
+	a := l.BeginBatch(ctx, []dedupe.BeginRequest{{Key: k, Options: dedupe.BeginOptions{Owner: "a", Lease: time.Second}}})[0]
+	if a.Err != nil || a.Claim.Status != dedupe.StatusNew {
 		t.Fatalf("claim: %v, %v", a.Claim.Status, a.Err)
 	}
 	clock.Advance(2 * time.Second) // a's lease runs out: a takeover may come
 
 	type begun struct {
-		c   Claim
+		c   dedupe.Claim
 		err error
 	}
 	takeover := make(chan begun, 1)
-	testHookRemembered = func(Key) {
+	testHookRemembered = func(dedupe.Key) {
 		testHookRemembered = nil
 		go func() {
-			c, err := l.Begin(ctx, k, BeginOptions{Owner: "b", Lease: time.Second})
+			c, err := l.Begin(ctx, k, dedupe.BeginOptions{Owner: "b", Lease: time.Second})
 			takeover <- begun{c, err}
 		}()
 		// With the lock, the takeover waits for this commit: give it the
@@ -54,12 +55,12 @@ func TestRememberedClaimIsLocked(t *testing.T) {
 		}
 	}
 	defer func() { testHookRemembered = nil }()
-	err = l.CommitBatch(ctx, []CommitRequest{{Key: k, Token: a.Claim.Lease.Token}})[0]
+	err = l.CommitBatch(ctx, []dedupe.CommitRequest{{Key: k, Token: a.Claim.Lease.Token}})[0]
 	b := <-takeover
 	switch {
 	case b.err != nil:
 		t.Fatalf("takeover: %v", b.err)
-	case err == nil && b.c.Status != StatusCommitted:
+	case err == nil && b.c.Status != dedupe.StatusCommitted:
 		t.Errorf("the commit of a went through, and the takeover got %v (token %d): the commit was not fenced", b.c.Status, b.c.Lease.Token)
 	case err != nil:
 		t.Errorf("commit: %v; the takeover got %v", err, b.c.Status)

@@ -1,6 +1,6 @@
 //go:build linux
 
-package dedupe
+package window
 
 import (
 	"syscall"

@@ -1,5 +1,5 @@
 //go:build race
 
-package dedupe
+package window
 
 const raceEnabled = true

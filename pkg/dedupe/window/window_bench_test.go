@@ -1,4 +1,4 @@
-package dedupe_test
+package window_test
 
 import (
 	"flag"
@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/bench/window/altset"
-	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
-// The window benchmarks run dedupe.Window side by side with the sets a user
+// The window benchmarks run window.Window side by side with the sets a user
 // would write instead (package altset) on altset's workload: a steady state
 // of a given number of live keys, a share of the operations repeating one of
 // them, no expiry during the run. altset.Workload documents the model and the
@@ -44,7 +44,7 @@ func benchLives(b *testing.B) []int {
 // benchImpls returns the window and its alternatives.
 func benchImpls() []altset.Impl {
 	window := altset.Impl{Name: "window", New: func(capacity int, ttl time.Duration) (altset.Set, error) {
-		w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: capacity, TTL: ttl})
+		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl})
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +119,7 @@ func benchSteady(b *testing.B, impl altset.Impl, live int, dup float64) {
 	lane := &lanes[0]
 	var evicted uint64
 	drop := func() {
-		if w, ok := s.(*dedupe.Window); ok {
+		if w, ok := s.(*window.Window); ok {
 			evicted += w.Stats().Evictions
 		}
 		altset.Close(s)

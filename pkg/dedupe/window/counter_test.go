@@ -1,4 +1,4 @@
-package dedupe
+package window
 
 import (
 	"sync"
@@ -61,7 +61,7 @@ func TestMonoNanos(t *testing.T) {
 // unit is about 1ms, so the window reads the counter where it can.
 func TestWindowDefaultClock(t *testing.T) {
 	const ttl = 64 * time.Millisecond
-	w, err := NewWindow(WindowOptions{TTL: ttl})
+	w, err := New(Options{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,10 +134,10 @@ func TestCounterBroken(t *testing.T) {
 	}
 }
 
-// TestNoCounter checks that WindowOptions.NoCounter keeps a window on the
+// TestNoCounter checks that Options.NoCounter keeps a window on the
 // monotonic clock, whatever the machine offers.
 func TestNoCounter(t *testing.T) {
-	w, err := NewWindow(WindowOptions{TTL: time.Minute, NoCounter: true})
+	w, err := New(Options{TTL: time.Minute, NoCounter: true})
 	if err != nil {
 		t.Fatal(err)
 	}

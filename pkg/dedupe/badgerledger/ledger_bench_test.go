@@ -1,9 +1,10 @@
-package dedupe_test
+package badgerledger_test
 
 import (
 	"testing"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/dedupe/dedupetest"
 )
 
@@ -13,21 +14,21 @@ import (
 func BenchmarkBadgerLedger(b *testing.B) {
 	for _, mode := range []struct {
 		name string
-		open dedupe.OpenBadgerOptions
-		opts dedupe.BadgerLedgerOptions
+		open badgerledger.OpenOptions
+		opts badgerledger.Options
 	}{
-		{"sync=writes", dedupe.OpenBadgerOptions{SyncWrites: true}, dedupe.BadgerLedgerOptions{}},
-		{"sync=explicit", dedupe.OpenBadgerOptions{}, dedupe.BadgerLedgerOptions{}},
-		{"sync=none", dedupe.OpenBadgerOptions{}, dedupe.BadgerLedgerOptions{NoSync: true}},
+		{"sync=writes", badgerledger.OpenOptions{SyncWrites: true}, badgerledger.Options{}},
+		{"sync=explicit", badgerledger.OpenOptions{}, badgerledger.Options{}},
+		{"sync=none", badgerledger.OpenOptions{}, badgerledger.Options{NoSync: true}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			dedupetest.Benchmark(b, func(b *testing.B) dedupe.Ledger {
-				db, err := dedupe.OpenBadger(b.TempDir(), mode.open)
+				db, err := badgerledger.Open(b.TempDir(), mode.open)
 				if err != nil {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { db.Close() })
-				l, err := dedupe.NewBadgerLedger(db, mode.opts)
+				l, err := badgerledger.New(db, mode.opts)
 				if err != nil {
 					b.Fatal(err)
 				}

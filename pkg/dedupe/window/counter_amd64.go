@@ -1,6 +1,6 @@
 //go:build amd64 && linux && !purego
 
-package dedupe
+package window
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package dedupe
+package badgerledger
 
 import (
 	"context"
@@ -7,16 +7,18 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/internal/ledgerproto"
 )
 
 // openVolatileTest opens a ledger on a Badger directory, on clock.
-func openVolatileTest(t *testing.T, dir string, clock Clock) (*badger.DB, *BadgerLedger) {
+func openVolatileTest(t *testing.T, dir string, clock dedupe.Clock) (*badger.DB, *Ledger) {
 	t.Helper()
-	db, err := OpenBadger(dir, OpenBadgerOptions{})
+	db, err := Open(dir, OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewBadgerLedger(db, BadgerLedgerOptions{LedgerOptions: LedgerOptions{Clock: clock}})
+	l, err := New(db, Options{LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
 	if err != nil {
 		db.Close()
 		t.Fatal(err)
@@ -26,7 +28,7 @@ func openVolatileTest(t *testing.T, dir string, clock Clock) (*badger.DB, *Badge
 
 // volatileTest opens a ledger on a fresh directory, on a fake clock, and
 // closes both when the test ends.
-func volatileTest(t *testing.T) (*fakeClock, *badger.DB, *BadgerLedger) {
+func volatileTest(t *testing.T) (*fakeClock, *badger.DB, *Ledger) {
 	t.Helper()
 	clock := newFakeClock()
 	clock.Set(time.Unix(1e9, 0))
@@ -37,9 +39,9 @@ func volatileTest(t *testing.T) (*fakeClock, *badger.DB, *BadgerLedger) {
 }
 
 // inDB returns the state of k's record in db, or 0 if db holds none.
-func inDB(t *testing.T, db *badger.DB, k Key) State {
+func inDB(t *testing.T, db *badger.DB, k dedupe.Key) dedupe.State {
 	t.Helper()
-	var st State
+	var st dedupe.State
 	err := db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(badgerKey(k))
 		if errors.Is(err, badger.ErrKeyNotFound) {
@@ -49,7 +51,7 @@ func inDB(t *testing.T, db *badger.DB, k Key) State {
 			return err
 		}
 		return item.Value(func(v []byte) error {
-			rec, err := decodeRecord(k, v)
+			rec, err := ledgerproto.Decode(k, v)
 			st = rec.State
 			return err
 		})
@@ -60,7 +62,7 @@ func inDB(t *testing.T, db *badger.DB, k Key) State {
 	return st
 }
 
-func mustBegin(t *testing.T, l *BadgerLedger, k Key, opts BeginOptions, want Status) Claim {
+func mustBegin(t *testing.T, l *Ledger, k dedupe.Key, opts dedupe.BeginOptions, want dedupe.Status) dedupe.Claim {
 	t.Helper()
 	c, err := l.Begin(context.Background(), k, opts)
 	if err != nil || c.Status != want {
@@ -79,12 +81,12 @@ func TestVolatileClaim(t *testing.T) {
 	clock.Set(time.Unix(1e9, 0))
 	dir := t.TempDir()
 	db, l := openVolatileTest(t, dir, clock)
-	vol := BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}
-	done, open := Key{1}, Key{2}
+	vol := dedupe.BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}
+	done, open := dedupe.Key{1}, dedupe.Key{2}
 
-	a := mustBegin(t, l, done, vol, StatusNew)
-	mustBegin(t, l, open, vol, StatusNew)
-	mustBegin(t, l, done, BeginOptions{Owner: "b", Lease: time.Minute}, StatusHeld)
+	a := mustBegin(t, l, done, vol, dedupe.StatusNew)
+	mustBegin(t, l, open, vol, dedupe.StatusNew)
+	mustBegin(t, l, done, dedupe.BeginOptions{Owner: "b", Lease: time.Minute}, dedupe.StatusHeld)
 	if _, err := l.Extend(ctx, done, a.Lease.Token, 2*time.Minute); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
@@ -94,13 +96,13 @@ func TestVolatileClaim(t *testing.T) {
 	if _, err := l.Extend(canceled, done, a.Lease.Token, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Extend with a canceled context: %v", err)
 	}
-	for _, k := range []Key{done, open} {
+	for _, k := range []dedupe.Key{done, open} {
 		if st := inDB(t, db, k); st != 0 {
 			t.Fatalf("a volatile claim of %v is in the DB, %v", k, st)
 		}
 	}
 	rec, err := l.Get(ctx, done)
-	if err != nil || rec.State != StatePending || rec.Token != a.Lease.Token || !rec.LeaseUntil.Equal(clock.Now().Add(2*time.Minute)) {
+	if err != nil || rec.State != dedupe.StatePending || rec.Token != a.Lease.Token || !rec.LeaseUntil.Equal(clock.Now().Add(2*time.Minute)) {
 		t.Fatalf("Get = %+v, %v; want the renewed claim", rec, err)
 	}
 	n := 0
@@ -116,13 +118,13 @@ func TestVolatileClaim(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("Pending listed %d claims, want 2", n)
 	}
-	if err := l.Commit(ctx, done, a.Lease.Token+1, Result{}); !errors.Is(err, ErrStaleToken) {
+	if err := l.Commit(ctx, done, a.Lease.Token+1, dedupe.Result{}); !errors.Is(err, dedupe.ErrStaleToken) {
 		t.Fatalf("Commit with a wrong token: %v", err)
 	}
-	if err := l.Commit(ctx, done, a.Lease.Token, Result{DownstreamID: "d"}); err != nil {
+	if err := l.Commit(ctx, done, a.Lease.Token, dedupe.Result{DownstreamID: "d"}); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
-	if st := inDB(t, db, done); st != StateCommitted {
+	if st := inDB(t, db, done); st != dedupe.StateCommitted {
 		t.Fatalf("after Commit the DB holds %v", st)
 	}
 
@@ -134,11 +136,11 @@ func TestVolatileClaim(t *testing.T) {
 	db, l = openVolatileTest(t, dir, clock)
 	defer db.Close()
 	defer l.Close()
-	c := mustBegin(t, l, done, vol, StatusCommitted)
+	c := mustBegin(t, l, done, vol, dedupe.StatusCommitted)
 	if c.Record.Result.DownstreamID != "d" {
 		t.Fatalf("committed result %+v", c.Record.Result)
 	}
-	if c := mustBegin(t, l, open, vol, StatusNew); c.Lease.Token != 1 {
+	if c := mustBegin(t, l, open, vol, dedupe.StatusNew); c.Lease.Token != 1 {
 		t.Fatalf("token %d", c.Lease.Token)
 	}
 }
@@ -148,20 +150,20 @@ func TestVolatileClaim(t *testing.T) {
 func TestVolatileClaimTakenOver(t *testing.T) {
 	ctx := context.Background()
 	clock, db, l := volatileTest(t)
-	k := Key{3}
-	a := mustBegin(t, l, k, BeginOptions{Owner: "a", Lease: time.Second, Volatile: true}, StatusNew)
+	k := dedupe.Key{3}
+	a := mustBegin(t, l, k, dedupe.BeginOptions{Owner: "a", Lease: time.Second, Volatile: true}, dedupe.StatusNew)
 	clock.Advance(2 * time.Second)
-	b := mustBegin(t, l, k, BeginOptions{Owner: "b", Lease: time.Second}, StatusTakenOver)
+	b := mustBegin(t, l, k, dedupe.BeginOptions{Owner: "b", Lease: time.Second}, dedupe.StatusTakenOver)
 	if b.Lease.Token != a.Lease.Token+1 {
 		t.Fatalf("takeover token %d after %d", b.Lease.Token, a.Lease.Token)
 	}
-	if st := inDB(t, db, k); st != StatePending {
+	if st := inDB(t, db, k); st != dedupe.StatePending {
 		t.Fatalf("the durable takeover is not in the DB: %v", st)
 	}
-	if err := l.Commit(ctx, k, a.Lease.Token, Result{}); !errors.Is(err, ErrStaleToken) {
+	if err := l.Commit(ctx, k, a.Lease.Token, dedupe.Result{}); !errors.Is(err, dedupe.ErrStaleToken) {
 		t.Fatalf("the volatile holder's commit after the takeover: %v", err)
 	}
-	if err := l.Commit(ctx, k, b.Lease.Token, Result{}); err != nil {
+	if err := l.Commit(ctx, k, b.Lease.Token, dedupe.Result{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -175,26 +177,26 @@ func TestVolatileClaimBound(t *testing.T) {
 	_, db, l := volatileTest(t)
 
 	const n = 512
-	keys := make([]Key, n)
-	reqs := make([]BeginRequest, n)
+	keys := make([]dedupe.Key, n)
+	reqs := make([]dedupe.BeginRequest, n)
 	for i := range keys {
-		keys[i] = Key{byte(i), byte(i >> 8), 9}
-		reqs[i] = BeginRequest{Key: keys[i], Options: BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}}
+		keys[i] = dedupe.Key{byte(i), byte(i >> 8), 9}
+		reqs[i] = dedupe.BeginRequest{Key: keys[i], Options: dedupe.BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}}
 	}
 	// Half one by one, half in a batch.
 	tokens := make([]uint64, n)
 	for i := range n / 2 {
-		tokens[i] = mustBegin(t, l, keys[i], reqs[i].Options, StatusNew).Lease.Token
+		tokens[i] = mustBegin(t, l, keys[i], reqs[i].Options, dedupe.StatusNew).Lease.Token
 	}
 	for i, r := range l.BeginBatch(ctx, reqs[n/2:]) {
-		if r.Err != nil || r.Claim.Status != StatusNew {
+		if r.Err != nil || r.Claim.Status != dedupe.StatusNew {
 			t.Fatalf("BeginBatch: %v, %v", r.Claim.Status, r.Err)
 		}
 		tokens[n/2+i] = r.Claim.Lease.Token
 	}
 	written := 0
 	for _, k := range keys {
-		if inDB(t, db, k) == StatePending {
+		if inDB(t, db, k) == dedupe.StatePending {
 			written++
 		}
 	}
@@ -203,11 +205,11 @@ func TestVolatileClaimBound(t *testing.T) {
 		t.Fatalf("%d claims kept in memory and %d written, of %d; the bound is %d", kept, written, n, inprocShards*inprocClaims)
 	}
 	for _, k := range keys {
-		mustBegin(t, l, k, BeginOptions{Owner: "b", Lease: time.Minute}, StatusHeld)
+		mustBegin(t, l, k, dedupe.BeginOptions{Owner: "b", Lease: time.Minute}, dedupe.StatusHeld)
 	}
-	commits := make([]CommitRequest, n)
+	commits := make([]dedupe.CommitRequest, n)
 	for i, k := range keys {
-		commits[i] = CommitRequest{Key: k, Token: tokens[i]}
+		commits[i] = dedupe.CommitRequest{Key: k, Token: tokens[i]}
 	}
 	for _, err := range l.CommitBatch(ctx, commits) {
 		if err != nil {
@@ -215,7 +217,7 @@ func TestVolatileClaimBound(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		if st := inDB(t, db, k); st != StateCommitted {
+		if st := inDB(t, db, k); st != dedupe.StateCommitted {
 			t.Fatalf("%v: %v after commit", k, st)
 		}
 	}
@@ -229,10 +231,10 @@ func TestVolatileClaimBound(t *testing.T) {
 // which is in no transaction.
 func TestVolatileBatchRepeatsKey(t *testing.T) {
 	_, _, l := volatileTest(t)
-	k := Key{4}
-	o := BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}
-	rs := l.BeginBatch(context.Background(), []BeginRequest{{Key: Key{5}, Options: o}, {Key: k, Options: o}, {Key: k, Options: o}})
-	if rs[1].Err != nil || rs[1].Claim.Status != StatusNew || rs[2].Err != nil || rs[2].Claim.Status != StatusHeld {
+	k := dedupe.Key{4}
+	o := dedupe.BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}
+	rs := l.BeginBatch(context.Background(), []dedupe.BeginRequest{{Key: dedupe.Key{5}, Options: o}, {Key: k, Options: o}, {Key: k, Options: o}})
+	if rs[1].Err != nil || rs[1].Claim.Status != dedupe.StatusNew || rs[2].Err != nil || rs[2].Claim.Status != dedupe.StatusHeld {
 		t.Fatalf("the two claims of one key in a batch: %v (%v), %v (%v); want new, held",
 			rs[1].Claim.Status, rs[1].Err, rs[2].Claim.Status, rs[2].Err)
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package dedupe_test
+package badgerledger_test
 
 import (
 	"bufio"
@@ -10,14 +10,14 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 // TestOpenBadgerLocked: a directory another process holds is refused with
 // ErrLocked. The holder is a child process, as it would be in production.
 func TestOpenBadgerLocked(t *testing.T) {
 	if os.Getenv("ONCEGATE_HOLD_BADGER") != "" {
-		db, err := dedupe.OpenBadger(os.Getenv("ONCEGATE_HOLD_BADGER"), dedupe.OpenBadgerOptions{})
+		db, err := badgerledger.Open(os.Getenv("ONCEGATE_HOLD_BADGER"), badgerledger.OpenOptions{})
 		if err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
@@ -46,12 +46,12 @@ func TestOpenBadgerLocked(t *testing.T) {
 	if err != nil || line != "holding\n" {
 		t.Fatalf("child: %q, %v", line, err)
 	}
-	db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{})
+	db, err := badgerledger.Open(dir, badgerledger.OpenOptions{})
 	if err == nil {
 		db.Close()
 		t.Fatal("OpenBadger opened a directory another process holds")
 	}
-	if !errors.Is(err, dedupe.ErrLocked) {
+	if !errors.Is(err, badgerledger.ErrLocked) {
 		t.Errorf("OpenBadger = %v; want ErrLocked", err)
 	}
 }

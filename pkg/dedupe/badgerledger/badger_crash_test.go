@@ -1,4 +1,4 @@
-package dedupe_test
+package badgerledger_test
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
+	"github.com/oncegate/oncegate/pkg/dedupe/internal/ledgerproto"
 )
 
 // The crash test runs a child process (this test binary, re-executed) that
@@ -59,12 +61,12 @@ func TestBadgerCrashChild(t *testing.T) {
 		t.Skip("run by TestBadgerCrash")
 	}
 	start, _ := strconv.Atoi(os.Getenv(crashStartEnv))
-	db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{SyncWrites: os.Getenv(crashSyncEnv) == "1"})
+	db, err := badgerledger.Open(dir, badgerledger.OpenOptions{SyncWrites: os.Getenv(crashSyncEnv) == "1"})
 	if err != nil {
 		fmt.Println("open:", err)
 		os.Exit(2)
 	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	l, err := badgerledger.New(db, badgerledger.Options{})
 	if err != nil {
 		fmt.Println("ledger:", err)
 		os.Exit(2)
@@ -179,12 +181,12 @@ func TestBadgerCrash(t *testing.T) {
 // every stored record.
 func verifyCrashDir(t *testing.T, dir string, committed map[int]bool) {
 	t.Helper()
-	db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{})
+	db, err := badgerledger.Open(dir, badgerledger.OpenOptions{})
 	if err != nil {
 		t.Fatalf("reopen after kill: %v", err)
 	}
 	defer db.Close()
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	l, err := badgerledger.New(db, badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +212,7 @@ func verifyCrashDir(t *testing.T, dir string, committed map[int]bool) {
 			if err != nil {
 				return err
 			}
-			if _, err := dedupe.UnmarshalRecord(k, v); err != nil {
+			if _, err := ledgerproto.Decode(k, v); err != nil {
 				return err
 			}
 		}
@@ -225,11 +227,11 @@ func verifyCrashDir(t *testing.T, dir string, committed map[int]bool) {
 // store failures, and that nothing already committed is lost by them.
 func TestBadgerLedgerBadInput(t *testing.T) {
 	dir := t.TempDir()
-	db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{})
+	db, err := badgerledger.Open(dir, badgerledger.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: dedupe.LedgerOptions{MaxResultBytes: 100}})
+	l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: dedupe.LedgerOptions{MaxResultBytes: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +257,7 @@ func TestBadgerLedgerBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rol, _ := dedupe.NewBadgerLedger(ro, dedupe.BadgerLedgerOptions{})
+	rol, _ := badgerledger.New(ro, badgerledger.Options{})
 	if _, err := rol.Begin(ctx, crashKey(2), dedupe.BeginOptions{Lease: time.Minute}); !errors.Is(err, badger.ErrReadOnlyTxn) {
 		t.Errorf("Begin on a read-only store: error = %v; want it to wrap badger.ErrReadOnlyTxn", err)
 	}
@@ -270,7 +272,7 @@ func TestBadgerLedgerBadInput(t *testing.T) {
 	}
 
 	// A corrupt record is an error, not a wrong answer.
-	db, err = dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{})
+	db, err = badgerledger.Open(dir, badgerledger.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +289,7 @@ func TestBadgerLedgerBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _ = dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	l, _ = badgerledger.New(db, badgerledger.Options{})
 	if _, err := l.Get(ctx, k); !errors.Is(err, dedupe.ErrCorruptRecord) {
 		t.Errorf("Get of a flipped record: error = %v; want ErrCorruptRecord", err)
 	}
@@ -303,11 +305,11 @@ func TestBadgerEncryption(t *testing.T) {
 	os.WriteFile(keyFile, bytes.Repeat([]byte{7}, 32), 0o600)
 	os.WriteFile(other, bytes.Repeat([]byte{8}, 32), 0o600)
 	data := dir + "/db"
-	db, err := dedupe.OpenBadger(data, dedupe.OpenBadgerOptions{EncryptionKeyFile: keyFile})
+	db, err := badgerledger.Open(data, badgerledger.OpenOptions{EncryptionKeyFile: keyFile})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _ := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	l, _ := badgerledger.New(db, badgerledger.Options{})
 	ctx := context.Background()
 	c, err := l.Begin(ctx, crashKey(1), dedupe.BeginOptions{Lease: time.Minute})
 	if err != nil {
@@ -321,22 +323,22 @@ func TestBadgerEncryption(t *testing.T) {
 		name string
 		file string
 	}{{"wrong key", other}, {"no key", ""}} {
-		if db, err := dedupe.OpenBadger(data, dedupe.OpenBadgerOptions{EncryptionKeyFile: tt.file}); err == nil {
+		if db, err := badgerledger.Open(data, badgerledger.OpenOptions{EncryptionKeyFile: tt.file}); err == nil {
 			db.Close()
 			t.Errorf("OpenBadger with %s succeeded; want it to fail closed", tt.name)
 		}
 	}
-	db, err = dedupe.OpenBadger(data, dedupe.OpenBadgerOptions{EncryptionKeyFile: keyFile})
+	db, err = badgerledger.Open(data, badgerledger.OpenOptions{EncryptionKeyFile: keyFile})
 	if err != nil {
 		t.Fatalf("reopen with the right key: %v", err)
 	}
 	defer db.Close()
-	l, _ = dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	l, _ = badgerledger.New(db, badgerledger.Options{})
 	if rec, err := l.Get(ctx, crashKey(1)); err != nil || rec.Result.DownstreamID != "secret-ticket-id" {
 		t.Errorf("Get after reopen = %+v, %v", rec, err)
 	}
 	if short := dir + "/short"; os.WriteFile(short, []byte("tooshort"), 0o600) == nil {
-		if _, err := dedupe.OpenBadger(dir+"/db2", dedupe.OpenBadgerOptions{EncryptionKeyFile: short}); !errors.Is(err, dedupe.ErrInvalidLedger) {
+		if _, err := badgerledger.Open(dir+"/db2", badgerledger.OpenOptions{EncryptionKeyFile: short}); !errors.Is(err, dedupe.ErrInvalidLedger) {
 			t.Errorf("OpenBadger with an 8-byte key: error = %v; want ErrInvalidLedger", err)
 		}
 	}

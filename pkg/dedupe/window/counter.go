@@ -1,4 +1,4 @@
-package dedupe
+package window
 
 import (
 	"math/bits"

@@ -1,4 +1,4 @@
-package dedupe
+package window
 
 import (
 	"errors"
@@ -22,9 +22,9 @@ func (c *fakeClock) Elapsed(since time.Time) time.Duration { return c.Now().Sub(
 
 func newTestWindow(t testing.TB, capacity int, ttl time.Duration, c Clock) *Window {
 	t.Helper()
-	w, err := NewWindow(WindowOptions{Capacity: capacity, TTL: ttl, Clock: c})
+	w, err := New(Options{Capacity: capacity, TTL: ttl, Clock: c})
 	if err != nil {
-		t.Fatalf("NewWindow: %v", err)
+		t.Fatalf("New: %v", err)
 	}
 	return w
 }
@@ -32,33 +32,33 @@ func newTestWindow(t testing.TB, capacity int, ttl time.Duration, c Clock) *Wind
 func TestWindowOptions(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		opts WindowOptions
+		opts Options
 		ok   bool
 	}{
-		{"zero means defaults", WindowOptions{}, true},
-		{"negative capacity", WindowOptions{Capacity: -1}, false},
-		{"negative ttl", WindowOptions{TTL: -time.Second}, false},
-		{"ttl below 64ns", WindowOptions{TTL: 10}, false},
-		{"tiny capacity rounds up", WindowOptions{Capacity: 1, TTL: time.Second}, true},
+		{"zero means defaults", Options{}, true},
+		{"negative capacity", Options{Capacity: -1}, false},
+		{"negative ttl", Options{TTL: -time.Second}, false},
+		{"ttl below 64ns", Options{TTL: 10}, false},
+		{"tiny capacity rounds up", Options{Capacity: 1, TTL: time.Second}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			w, err := NewWindow(tt.opts)
+			w, err := New(tt.opts)
 			if tt.ok != (err == nil) {
-				t.Fatalf("NewWindow(%+v) error = %v; want ok=%v", tt.opts, err, tt.ok)
+				t.Fatalf("New(%+v) error = %v; want ok=%v", tt.opts, err, tt.ok)
 			}
-			if err != nil && !errors.Is(err, ErrInvalidWindow) {
-				t.Errorf("NewWindow(%+v) error = %v; want it to wrap ErrInvalidWindow", tt.opts, err)
+			if err != nil && !errors.Is(err, ErrInvalidOptions) {
+				t.Errorf("New(%+v) error = %v; want it to wrap ErrInvalidOptions", tt.opts, err)
 			}
-			if err == nil && w.Capacity() < max(tt.opts.Capacity, MinWindowCapacity) {
-				t.Errorf("Capacity() = %d; want >= %d", w.Capacity(), max(tt.opts.Capacity, MinWindowCapacity))
+			if err == nil && w.Capacity() < max(tt.opts.Capacity, MinCapacity) {
+				t.Errorf("Capacity() = %d; want >= %d", w.Capacity(), max(tt.opts.Capacity, MinCapacity))
 			}
 		})
 	}
 	w := newTestWindow(t, 0, 0, nil)
-	if got, want := w.Capacity(), DefaultWindowCapacity; got != want {
+	if got, want := w.Capacity(), DefaultCapacity; got != want {
 		t.Errorf("default Capacity() = %d; want %d", got, want)
 	}
-	if got, want := w.TTL(), DefaultWindowTTL; got < want || got > want+want/16 {
+	if got, want := w.TTL(), DefaultTTL; got < want || got > want+want/16 {
 		t.Errorf("default TTL() = %v; want within [%v, %v]", got, want, want+want/16)
 	}
 	if got := w.Bytes() / w.Capacity(); got != 16 {
@@ -196,7 +196,7 @@ func TestWindowSweep(t *testing.T) {
 // TestWindowCapacity fills the window to its capacity with random keys and
 // checks that none is lost.
 func TestWindowCapacity(t *testing.T) {
-	capacities := []int{MinWindowCapacity, 1 << 20}
+	capacities := []int{MinCapacity, 1 << 20}
 	if raceEnabled || testing.Short() {
 		capacities = capacities[:1]
 	}
@@ -228,7 +228,7 @@ func TestWindowCapacity(t *testing.T) {
 // what is evicted is old: the most recent quarter of the keys all survive.
 func TestWindowOverCapacity(t *testing.T) {
 	c := newFakeClock()
-	w := newTestWindow(t, MinWindowCapacity, time.Hour, c)
+	w := newTestWindow(t, MinCapacity, time.Hour, c)
 	n := 2 * w.Capacity()
 	keys := make([]uint64, n)
 	for i := range keys {
@@ -289,7 +289,7 @@ func TestWindowRaceOneKey(t *testing.T) {
 // the keys expired: in each round every key is new to exactly one caller.
 func TestWindowRaceManyKeys(t *testing.T) {
 	c := newFakeClock()
-	w := newTestWindow(t, MinWindowCapacity, time.Second, c)
+	w := newTestWindow(t, MinCapacity, time.Second, c)
 	goroutines := 8 * runtime.GOMAXPROCS(0)
 	keys := make([]uint64, w.Capacity()/2)
 	for i := range keys {
@@ -334,7 +334,7 @@ func TestWindowRaceManyKeys(t *testing.T) {
 // wall clock, so that a slow run (-race) sees the same amount of expiry.
 func TestWindowRaceWithRemove(t *testing.T) {
 	c := newFakeClock()
-	w := newTestWindow(t, MinWindowCapacity, time.Millisecond, c)
+	w := newTestWindow(t, MinCapacity, time.Millisecond, c)
 	var workers sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		workers.Add(1)
@@ -388,7 +388,7 @@ func TestWindowNoAllocs(t *testing.T) {
 // sharing their buckets come and go, so that racing adds see different free
 // slots and claim different ones: the case the rival check exists for.
 func TestWindowRaceWithChurn(t *testing.T) {
-	w := newTestWindow(t, MinWindowCapacity, time.Hour, nil)
+	w := newTestWindow(t, MinCapacity, time.Hour, nil)
 	fillers := make([]uint64, w.Capacity()/2)
 	for i := range fillers {
 		fillers[i] = rand.Uint64()

@@ -1,6 +1,6 @@
 //go:build !amd64 || purego
 
-package dedupe
+package window
 
 // useAVX2 is false: scan runs scanGeneric.
 var useAVX2 = false

@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package dedupe
+package window
 
 import "golang.org/x/sys/cpu"
 

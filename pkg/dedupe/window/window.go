@@ -1,4 +1,4 @@
-package dedupe
+package window
 
 import (
 	"errors"
@@ -11,31 +11,32 @@ import (
 
 // Window defaults.
 const (
-	// DefaultWindowCapacity is the number of live keys a Window holds when
-	// WindowOptions.Capacity is zero.
-	DefaultWindowCapacity = 1 << 20
-	// DefaultWindowTTL is how long a key stays in a Window when
-	// WindowOptions.TTL is zero.
-	DefaultWindowTTL = 10 * time.Minute
+	// DefaultCapacity is the number of live keys a Window holds when
+	// Options.Capacity is zero.
+	DefaultCapacity = 1 << 20
+	// DefaultTTL is how long a key stays in a Window when
+	// Options.TTL is zero.
+	DefaultTTL = 10 * time.Minute
 )
 
-// ErrInvalidWindow is wrapped by the error NewWindow returns for options it
+// ErrInvalidOptions is wrapped by the error New returns for options it
 // cannot honour.
-var ErrInvalidWindow = errors.New("dedupe: invalid window options")
+var ErrInvalidOptions = errors.New("window: invalid options")
 
-// Clock tells the time. The window and the ledger read time only through a
-// Clock, so tests can move it. Now must be monotonic: it never goes back.
+// Clock tells the time. A Window reads time only through a
+// Clock (or its own default clock), so tests can move it. Now must be
+// monotonic: it never goes back.
 type Clock interface {
 	Now() time.Time
 }
 
-// WindowOptions configures a Window. The zero value means the defaults.
-type WindowOptions struct {
+// Options configures a Window. The zero value means the defaults.
+type Options struct {
 	// Capacity is the number of live keys the window holds without losing
 	// any. It is rounded up to a multiple of 4, and to at least
-	// MinWindowCapacity. The table takes 16 bytes per key of capacity. Past
+	// MinCapacity. The table takes 16 bytes per key of capacity. Past
 	// it, adding a key evicts the oldest key among the ones it competes
-	// with. The default is DefaultWindowCapacity.
+	// with. The default is DefaultCapacity.
 	//
 	// On Linux a table of 2 MiB or more is mapped apart from the Go heap,
 	// on transparent huge pages where the system allows them (lookups land
@@ -48,7 +49,7 @@ type WindowOptions struct {
 	// TTL is how long a key is remembered after it was added: at least TTL and
 	// at most TTL plus TTL/16 (time is kept in units of 1/32 to 1/64 of the
 	// TTL), plus 50µs with the counter clock (see Clock). The default is
-	// DefaultWindowTTL. TTL must be at least 64ns.
+	// DefaultTTL. TTL must be at least 64ns.
 	TTL time.Duration
 
 	// Clock supplies the time. The default is the process's monotonic clock.
@@ -69,9 +70,9 @@ type WindowOptions struct {
 	NoCounter bool
 }
 
-// MinWindowCapacity is the smallest capacity a Window rounds up to: 1 MiB of
+// MinCapacity is the smallest capacity a Window rounds up to: 1 MiB of
 // table. Below it the bits a slot spends on its timestamp would be too few.
-const MinWindowCapacity = minBuckets * keysPerBucket
+const MinCapacity = minBuckets * keysPerBucket
 
 const (
 	slotsPerBucket = 8                  // one 64-byte cache line of uint64 slots
@@ -160,8 +161,8 @@ type paddedCounter struct {
 	_ [56]byte
 }
 
-// WindowStats is a snapshot of a Window's counters.
-type WindowStats struct {
+// Stats is a snapshot of a Window's counters.
+type Stats struct {
 	Capacity  int    // keys the window holds without eviction
 	Bytes     int    // memory held by the table
 	Live      int    // keys currently live (counted by scanning the table)
@@ -170,23 +171,23 @@ type WindowStats struct {
 	Expired   uint64 // slots reclaimed after their key expired
 }
 
-// NewWindow returns a Window with the given options.
-func NewWindow(opts WindowOptions) (*Window, error) {
+// New returns a Window with the given options.
+func New(opts Options) (*Window, error) {
 	if opts.Capacity < 0 {
-		return nil, fmt.Errorf("%w: capacity %d is negative", ErrInvalidWindow, opts.Capacity)
+		return nil, fmt.Errorf("%w: capacity %d is negative", ErrInvalidOptions, opts.Capacity)
 	}
 	if opts.TTL < 0 || (opts.TTL > 0 && opts.TTL < 64) {
-		return nil, fmt.Errorf("%w: ttl %v must be at least 64ns", ErrInvalidWindow, opts.TTL)
+		return nil, fmt.Errorf("%w: ttl %v must be at least 64ns", ErrInvalidOptions, opts.TTL)
 	}
 	if opts.Capacity == 0 {
-		opts.Capacity = DefaultWindowCapacity
+		opts.Capacity = DefaultCapacity
 	}
 	if opts.TTL == 0 {
-		opts.TTL = DefaultWindowTTL
+		opts.TTL = DefaultTTL
 	}
 	nb := max(uint64(minBuckets), (uint64(opts.Capacity)+keysPerBucket-1)/keysPerBucket)
 	if nb >= 1<<maxBucketBits {
-		return nil, fmt.Errorf("%w: capacity %d is too large", ErrInvalidWindow, opts.Capacity)
+		return nil, fmt.Errorf("%w: capacity %d is too large", ErrInvalidOptions, opts.Capacity)
 	}
 	// bbits is how many bits of a key the bucket index stands for: a slot
 	// stores the other 64-bbits.
@@ -249,8 +250,8 @@ func (w *Window) Capacity() int { return int(w.nb * keysPerBucket) }
 func (w *Window) Bytes() int { return int(w.nb * slotsPerBucket * 8) }
 
 // ClockSource names the clock the window reads: "counter" (the CPU's
-// time-stamp counter, see WindowOptions.Clock), "monotonic" (the process's
-// monotonic clock) or "option" (WindowOptions.Clock).
+// time-stamp counter, see Options.Clock), "monotonic" (the process's
+// monotonic clock) or "option" (Options.Clock).
 func (w *Window) ClockSource() string {
 	switch {
 	case w.clock != nil:
@@ -469,7 +470,7 @@ func (w *Window) insert(k uint64, refresh bool) bool {
 	t := w.now()
 	l := w.locate(k)
 	seen := w.insertAt(t, l, refresh)
-	runtime.KeepAlive(w) // see NewWindow: the table lives as long as w
+	runtime.KeepAlive(w) // see New: the table lives as long as w
 	return seen
 }
 
@@ -762,9 +763,9 @@ func (w *Window) Remove(k uint64) bool {
 // Stats returns the window's counters. It counts live keys by scanning the
 // table, which takes time in proportion to Bytes: call it from a metrics
 // scrape, not per operation.
-func (w *Window) Stats() WindowStats {
+func (w *Window) Stats() Stats {
 	t := w.now()
-	st := WindowStats{Capacity: w.Capacity(), Bytes: w.Bytes()}
+	st := Stats{Capacity: w.Capacity(), Bytes: w.Bytes()}
 	for i := range w.buckets {
 		b := &w.buckets[i]
 		for j := range b {

@@ -1,10 +1,12 @@
-package dedupe
+package ledgerproto
 
 import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"time"
+
+	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // The record encoding, shared by every store:
@@ -27,17 +29,8 @@ func appendTime(b []byte, t time.Time) []byte {
 	return binary.AppendVarint(b, t.UnixNano())
 }
 
-// MarshalBinary returns the encoding of r that ledger stores keep. It
-// implements encoding.BinaryMarshaler.
-func (r *Record) MarshalBinary() ([]byte, error) { return appendRecord(nil, r), nil }
-
-// UnmarshalRecord decodes the record of key from b, the output of
-// MarshalBinary. The record does not alias b. A record that fails its
-// checksum or does not parse returns an error wrapping ErrCorruptRecord.
-func UnmarshalRecord(key Key, b []byte) (Record, error) { return decodeRecord(key, b) }
-
-// appendRecord appends the encoding of r to b.
-func appendRecord(b []byte, r *Record) []byte {
+// Append appends the encoding of r to b.
+func Append(b []byte, r *dedupe.Record) []byte {
 	start := len(b)
 	b = append(b, recordVersion, byte(r.State))
 	b = append(b, r.Fingerprint[:]...)
@@ -96,23 +89,25 @@ func (r *recordReader) bytes() []byte {
 
 func (r *recordReader) fail(what string) {
 	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", ErrCorruptRecord, what)
+		r.err = fmt.Errorf("%w: %s", dedupe.ErrCorruptRecord, what)
 	}
 }
 
-// decodeRecord decodes a record of key. The record does not alias b.
-func decodeRecord(key Key, b []byte) (Record, error) {
+// Decode decodes the record of key from b, the output of Append. The
+// record does not alias b. A record that fails its checksum or does not
+// parse returns an error wrapping dedupe.ErrCorruptRecord.
+func Decode(key dedupe.Key, b []byte) (dedupe.Record, error) {
 	if len(b) < 2+16+4 {
-		return Record{}, fmt.Errorf("%w: key %v: %d bytes", ErrCorruptRecord, key, len(b))
+		return dedupe.Record{}, fmt.Errorf("%w: key %v: %d bytes", dedupe.ErrCorruptRecord, key, len(b))
 	}
 	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
-		return Record{}, fmt.Errorf("%w: key %v: checksum mismatch", ErrCorruptRecord, key)
+		return dedupe.Record{}, fmt.Errorf("%w: key %v: checksum mismatch", dedupe.ErrCorruptRecord, key)
 	}
 	if body[0] != recordVersion {
-		return Record{}, fmt.Errorf("%w: key %v: unknown version %d", ErrCorruptRecord, key, body[0])
+		return dedupe.Record{}, fmt.Errorf("%w: key %v: unknown version %d", dedupe.ErrCorruptRecord, key, body[0])
 	}
-	rec := Record{Key: key, State: State(body[1])}
+	rec := dedupe.Record{Key: key, State: dedupe.State(body[1])}
 	copy(rec.Fingerprint[:], body[2:18])
 	r := recordReader{b: body[18:]}
 	rec.Token = r.uvarint()
@@ -129,11 +124,16 @@ func decodeRecord(key Key, b []byte) (Record, error) {
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailing bytes")
 	}
-	if r.err == nil && (rec.State < StatePending || rec.State > StateFailed) {
+	if r.err == nil && (rec.State < dedupe.StatePending || rec.State > dedupe.StateFailed) {
 		r.fail("unknown state")
 	}
 	if r.err != nil {
-		return Record{}, fmt.Errorf("key %v: %w", key, r.err)
+		return dedupe.Record{}, fmt.Errorf("key %v: %w", key, r.err)
 	}
 	return rec, nil
+}
+
+func appendString[T string | []byte](b []byte, s T) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }

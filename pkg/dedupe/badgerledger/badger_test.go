@@ -1,21 +1,22 @@
-package dedupe_test
+package badgerledger_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/dedupe/dedupetest"
 )
 
-func newBadgerLedger(t *testing.T, opts dedupe.LedgerOptions, open dedupe.OpenBadgerOptions) *dedupe.BadgerLedger {
+func newBadgerLedger(t *testing.T, opts dedupe.LedgerOptions, open badgerledger.OpenOptions) *badgerledger.Ledger {
 	t.Helper()
-	db, err := dedupe.OpenBadger(t.TempDir(), open)
+	db, err := badgerledger.Open(t.TempDir(), open)
 	if err != nil {
 		t.Fatalf("OpenBadger: %v", err)
 	}
 	t.Cleanup(func() { db.Close() })
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: opts})
+	l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: opts})
 	if err != nil {
 		t.Fatalf("NewBadgerLedger: %v", err)
 	}
@@ -25,10 +26,10 @@ func newBadgerLedger(t *testing.T, opts dedupe.LedgerOptions, open dedupe.OpenBa
 func TestBadgerLedgerConformance(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		open dedupe.OpenBadgerOptions
+		open badgerledger.OpenOptions
 	}{
-		{"explicit-sync", dedupe.OpenBadgerOptions{}},
-		{"sync-writes", dedupe.OpenBadgerOptions{SyncWrites: true}},
+		{"explicit-sync", badgerledger.OpenOptions{}},
+		{"sync-writes", badgerledger.OpenOptions{SyncWrites: true}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dedupetest.Run(t, func(t *testing.T, opts dedupe.LedgerOptions) dedupe.Ledger {
@@ -41,19 +42,19 @@ func TestBadgerLedgerConformance(t *testing.T) {
 	// writing instead of reading it back.
 	t.Run("batched", func(t *testing.T) {
 		dedupetest.Run(t, func(t *testing.T, opts dedupe.LedgerOptions) dedupe.Ledger {
-			return batchedLedger{newBadgerLedger(t, opts, dedupe.OpenBadgerOptions{})}
+			return batchedLedger{newBadgerLedger(t, opts, badgerledger.OpenOptions{})}
 		})
 	})
 	// And with every claim volatile, kept in memory: within the process a
 	// ledger must not behave any differently for it.
 	t.Run("volatile", func(t *testing.T) {
 		dedupetest.Run(t, func(t *testing.T, opts dedupe.LedgerOptions) dedupe.Ledger {
-			return volatileLedger{newBadgerLedger(t, opts, dedupe.OpenBadgerOptions{})}
+			return volatileLedger{newBadgerLedger(t, opts, badgerledger.OpenOptions{})}
 		})
 	})
 	t.Run("batched-volatile", func(t *testing.T) {
 		dedupetest.Run(t, func(t *testing.T, opts dedupe.LedgerOptions) dedupe.Ledger {
-			return volatileLedger{batchedLedger{newBadgerLedger(t, opts, dedupe.OpenBadgerOptions{})}}
+			return volatileLedger{batchedLedger{newBadgerLedger(t, opts, badgerledger.OpenOptions{})}}
 		})
 	})
 }
@@ -67,7 +68,7 @@ func (l volatileLedger) Begin(ctx context.Context, k dedupe.Key, o dedupe.BeginO
 }
 
 // batchedLedger sends Begin and Commit through BeginBatch and CommitBatch.
-type batchedLedger struct{ *dedupe.BadgerLedger }
+type batchedLedger struct{ *badgerledger.Ledger }
 
 func (l batchedLedger) Begin(ctx context.Context, k dedupe.Key, o dedupe.BeginOptions) (dedupe.Claim, error) {
 	r := l.BeginBatch(ctx, []dedupe.BeginRequest{{Key: k, Options: o}})[0]

@@ -1,4 +1,4 @@
-package dedupe
+package badgerledger
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // One process owns a Badger directory, so every write of a ledger record
@@ -44,36 +45,36 @@ var inprocClaims = 1024
 
 // memo is a pending record the process remembers.
 type memo struct {
-	rec      Record
+	rec      dedupe.Record
 	volatile bool // rec is not in the DB
 }
 
 type inprocShard struct {
 	mu     sync.Mutex
-	held   map[Key]chan struct{} // closed when the key's lock is released
-	claims map[Key]memo
+	held   map[dedupe.Key]chan struct{} // closed when the key's lock is released
+	claims map[dedupe.Key]memo
 	_      [64]byte
 }
 
 func newInproc() *inproc {
 	s := &inproc{}
 	for i := range s.shards {
-		s.shards[i].held = make(map[Key]chan struct{})
-		s.shards[i].claims = make(map[Key]memo)
+		s.shards[i].held = make(map[dedupe.Key]chan struct{})
+		s.shards[i].claims = make(map[dedupe.Key]memo)
 	}
 	return s
 }
 
 // shard returns the shard of k. Keys are hashes, so any 8 bytes of them
 // spread evenly.
-func (s *inproc) shard(k Key) *inprocShard {
+func (s *inproc) shard(k dedupe.Key) *inprocShard {
 	return &s.shards[binary.LittleEndian.Uint64(k[:8])%inprocShards]
 }
 
 // lock takes the locks of keys, which must be sorted and distinct (the order
 // every caller takes them in, so no two callers wait on each other in a
 // circle), and returns the function that releases them.
-func (s *inproc) lock(ctx context.Context, keys []Key) (unlock func(), err error) {
+func (s *inproc) lock(ctx context.Context, keys []dedupe.Key) (unlock func(), err error) {
 	taken := 0
 	unlock = func() {
 		for _, k := range keys[:taken] {
@@ -111,7 +112,7 @@ func (s *inproc) lock(ctx context.Context, keys []Key) (unlock func(), err error
 // claim returns the pending record of k this process wrote or kept last, if
 // it remembers it, and whether that record is volatile. Under k's lock it is
 // k's record.
-func (s *inproc) claim(k Key) (rec Record, volatile, ok bool) {
+func (s *inproc) claim(k dedupe.Key) (rec dedupe.Record, volatile, ok bool) {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	m, ok := sh.claims[k]
@@ -123,7 +124,7 @@ func (s *inproc) claim(k Key) (rec Record, volatile, ok bool) {
 // already, or its shard is under the bound. The caller holds k's lock; other
 // keys may take the room meanwhile, so the bound is soft by the number of
 // writes in flight.
-func (s *inproc) room(k Key) bool {
+func (s *inproc) room(k dedupe.Key) bool {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	_, ok := sh.claims[k]
@@ -134,11 +135,11 @@ func (s *inproc) room(k Key) bool {
 
 // wrote records rec as k's record, after the transaction that wrote it
 // committed or, volatile, instead of writing it. The caller holds k's lock.
-func (s *inproc) wrote(k Key, rec *Record, volatile bool) {
+func (s *inproc) wrote(k dedupe.Key, rec *dedupe.Record, volatile bool) {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if rec.State != StatePending {
+	if rec.State != dedupe.StatePending {
 		delete(sh.claims, k)
 		return
 	}
@@ -150,7 +151,7 @@ func (s *inproc) wrote(k Key, rec *Record, volatile bool) {
 // forget drops a durable record s remembers of k: a transaction on k failed,
 // and k's record is whatever the DB holds. A volatile claim stays: the
 // failed transaction did not change it. The caller holds k's lock.
-func (s *inproc) forget(k Key) {
+func (s *inproc) forget(k dedupe.Key) {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	if m, ok := sh.claims[k]; ok && !m.volatile {
@@ -160,8 +161,8 @@ func (s *inproc) forget(k Key) {
 }
 
 // volatiles returns the volatile claims s keeps.
-func (s *inproc) volatiles() map[Key]Record {
-	out := make(map[Key]Record)
+func (s *inproc) volatiles() map[dedupe.Key]dedupe.Record {
+	out := make(map[dedupe.Key]dedupe.Record)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
