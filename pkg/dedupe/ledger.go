@@ -142,6 +142,7 @@ func (s Status) String() string {
 
 // Claim is the result of Begin.
 type Claim struct {
+	// Status is Begin's verdict.
 	Status Status
 	// Lease is the caller's lease, for StatusNew and StatusTakenOver.
 	Lease Lease
@@ -157,8 +158,8 @@ type Claim struct {
 
 // Lease is a claim's fencing token and deadline.
 type Lease struct {
-	Token uint64
-	Until time.Time
+	Token uint64    // the fencing token Commit, Fail and Extend must present
+	Until time.Time // when the lease runs out without Extend
 }
 
 // State is where a record stands.
@@ -187,8 +188,8 @@ func (s State) String() string {
 
 // Record is what the ledger stores for one key.
 type Record struct {
-	Key   Key
-	State State
+	Key   Key   // the intent's key
+	State State // where the work stands
 	// Owner is the worker that holds or last held the lease.
 	Owner string
 	// Token is the current fencing token. It only grows.

@@ -76,6 +76,8 @@ type Ledger struct {
 
 // Options configures a Ledger.
 type Options struct {
+	// LedgerOptions are the store-independent settings: Retention,
+	// MaxResultBytes, Mismatch and Clock.
 	dedupe.LedgerOptions
 	// NoSync skips the fsync after the claim and the commit when the DB does
 	// not sync every write itself. Records then survive a process crash but

@@ -27,6 +27,7 @@ var ErrInvalidOptions = errors.New("window: invalid options")
 // Clock (or its own default clock), so tests can move it. Now must be
 // monotonic: it never goes back.
 type Clock interface {
+	// Now returns the current time.
 	Now() time.Time
 }
 

@@ -149,6 +149,7 @@ func CheckToken(key dedupe.Key, cur *dedupe.Record, token uint64) error {
 	return nil
 }
 
+// ValidBegin checks the options of a Begin before anything is read.
 func ValidBegin(opts dedupe.BeginOptions) error {
 	if opts.Lease <= 0 {
 		return fmt.Errorf("%w: lease %v must be positive", dedupe.ErrInvalidLedger, opts.Lease)
