@@ -3,11 +3,9 @@ package dedupe_test
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
-	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
 // Two deliveries of one alert, retried by the provider with a new delivery id
@@ -54,27 +52,6 @@ func ExampleKeySpec_volatile() {
 	// Output:
 	// same key: true
 	// same payload: false
-}
-
-// A Window drops repeats of a key seen within its TTL.
-func ExampleWindow() {
-	w, err := window.New(window.Options{Capacity: 100_000, TTL: time.Minute})
-	if err != nil {
-		panic(err)
-	}
-	for _, k := range []uint64{7, 9, 7, 7, 11} {
-		if w.SeenOrAdd(k) {
-			fmt.Println(k, "duplicate")
-			continue
-		}
-		fmt.Println(k, "new")
-	}
-	// Output:
-	// 7 new
-	// 9 new
-	// 7 duplicate
-	// 7 duplicate
-	// 11 new
 }
 
 // Do runs a side effect once per key: the retry gets the stored result,
