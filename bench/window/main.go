@@ -322,6 +322,11 @@ func runBlock(ctx context.Context, cfg config, impl altset.Impl, live int, res *
 							return acc, fmt.Errorf("a round of %d×%d operations does not fit a new set", procs, len(lanes[0].Keys))
 						}
 					}
+					for g := range lanes {
+						if len(seenBuf[g]) < len(lanes[g].Keys) {
+							seenBuf[g] = make([]bool, len(lanes[g].Keys)) // batch sets seen[i] for every key
+						}
+					}
 					runtime.ReadMemStats(&m0)
 					t := time.Now()
 					var wg sync.WaitGroup
