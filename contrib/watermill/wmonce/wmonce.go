@@ -34,6 +34,11 @@
 //     router nacks); one marked [dedupe.Permanent] records the work as
 //     given up, and later deliveries of the key are acked and dropped.
 //
+// The produced messages are stored in the ledger record, so they must fit
+// its MaxResultBytes (64 KiB by default): a commit that does not fit fails
+// after the handler ran, and the message is retried as a taken-over key. A
+// handler whose output is larger should publish it itself, keyed.
+//
 // Use a ledger that survives the process (package badgerledger for one
 // process, jskv for several): a crash after the commit and before the ack
 // then redelivers a message whose work is done, and the handler does not
