@@ -75,6 +75,7 @@ import (
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 // Modes, as -only names them.
@@ -636,13 +637,13 @@ func (b *bench) startNoSync(ctx context.Context, cfg *config.Config) (*consumer.
 	closers = append(closers, nc.Close)
 	var led dedupe.Ledger
 	if cfg.Pipelines[0].Mode != config.ModeGateWindow {
-		db, err := dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{})
+		db, err := badgerledger.Open(cfg.BadgerDir(), badgerledger.OpenOptions{})
 		if err != nil {
 			closeAll()
 			return nil, nil, err
 		}
 		closers = append(closers, func() { _ = db.Close() })
-		l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: cfg.Ledger.Options(), NoSync: true})
+		l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: cfg.Ledger.Options(), NoSync: true})
 		if err != nil {
 			closeAll()
 			return nil, nil, err

@@ -32,6 +32,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
 )
 
@@ -98,22 +99,22 @@ func run() error {
 		}
 		for _, b := range []struct {
 			name   string
-			open   dedupe.OpenBadgerOptions
+			open   badgerledger.OpenOptions
 			noSync bool
 		}{
-			{"badger-syncwrites", dedupe.OpenBadgerOptions{SyncWrites: true}, false},
-			{"badger-explicit", dedupe.OpenBadgerOptions{}, false},
-			{"badger-nosync", dedupe.OpenBadgerOptions{}, true},
+			{"badger-syncwrites", badgerledger.OpenOptions{SyncWrites: true}, false},
+			{"badger-explicit", badgerledger.OpenOptions{}, false},
+			{"badger-nosync", badgerledger.OpenOptions{}, true},
 		} {
 			if !selected(b.name) {
 				continue
 			}
 			n++
-			db, err := dedupe.OpenBadger(fmt.Sprintf("%s/badger%d", tmp, n), b.open)
+			db, err := badgerledger.Open(fmt.Sprintf("%s/badger%d", tmp, n), b.open)
 			if err != nil {
 				return err
 			}
-			l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{NoSync: b.noSync})
+			l, err := badgerledger.New(db, badgerledger.Options{NoSync: b.noSync})
 			if err != nil {
 				return err
 			}

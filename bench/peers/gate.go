@@ -27,7 +27,7 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/natsrun"
-	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
 // gateRun is one measured system: a pass over the triggers, then a restart
@@ -208,7 +208,7 @@ func (b *gateBench) oncegate(ctx context.Context, payloads, again [][]byte) (gat
 	}
 	// Memory per key: the window's table per key of capacity (fixed, off
 	// the Go heap), and the ledger's bytes on disk per intent.
-	wnd, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: p.Window.Capacity, TTL: time.Minute})
+	wnd, err := window.New(window.Options{Capacity: p.Window.Capacity, TTL: time.Minute})
 	if err != nil {
 		return r, err
 	}

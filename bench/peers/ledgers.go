@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 // A pairer runs one claim+commit of a fresh key, or (batch > 1) of batch
@@ -98,11 +99,11 @@ func (p *ledgerPairer) pair(ctx context.Context, keys []dedupe.Key) error {
 func (p *ledgerPairer) close() { p.closeFn() }
 
 func openBadgerPairer(dir string) (pairer, error) {
-	db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{})
+	db, err := badgerledger.Open(dir, badgerledger.OpenOptions{})
 	if err != nil {
 		return nil, err
 	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	l, err := badgerledger.New(db, badgerledger.Options{})
 	if err != nil {
 		db.Close()
 		return nil, err

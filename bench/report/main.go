@@ -59,7 +59,7 @@ var benches = []bench{
 	{"e2e", "End to end: triggers per second against the raw loop", ".", []string{"run", "./bench/e2e", "-n", "2000", "-full-n", "500", "-reps", "1"},
 		"Oncegate's pipelines against the consume-publish-ack loop a user would write (bench/e2e)."},
 	{"window", "The window against the sets a user would write, long-running", ".", []string{"run", "./bench/window", "-long", "-reps", "3", "-dur", "300ms"},
-		"dedupe.Window at a steady state with expiry, beside a two-generation xsync set (bench/window -long)."},
+		"window.Window at a steady state with expiry, beside a two-generation xsync set (bench/window -long)."},
 	{"llmcache", "The LLM cache", ".", []string{"run", "./bench/llmcache", "-dur", "400ms", "-workers", "4"},
 		"The LLM response cache (bench/llmcache)."},
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/oncegate/oncegate/bench/window/altset"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
 // Clock modes of -long.
@@ -139,7 +140,7 @@ Clock modes, each in a process of its own (a window decides its clock once per p
               set reads it the same way, the window's way (a dedupe.Clock interface call returning a time.Time, an atomic
               load inside, and its difference from the start): the sets' own work compared, the clock's cost equal and small.
   native      each set reads the clock its users get: the window its default (the CPU's time-stamp counter where Linux keeps
-              time with it, see dedupe.WindowOptions.Clock; else time.Since), the others time.Since, as their users would write
+              time with it, see window.Options.Clock; else time.Since), the others time.Since, as their users would write
               it. The TTL is real time: both sets are fed new keys at one fixed rate (the rate that keeps them busy half the
               time together, from their speeds measured first) and TTL = %[1]s / that rate, so %[1]s keys are live in each; time spent waiting for the next keys is
               not measured. Feeding them as fast as they go instead, the live keys would follow each set's speed, which drifts
@@ -226,7 +227,7 @@ func runLong(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // counterClock reports whether a window with its default clock reads the
 // CPU's counter in this process.
 func counterClock() bool {
-	w, err := dedupe.NewWindow(dedupe.WindowOptions{TTL: time.Minute, NoCounter: noCounter})
+	w, err := window.New(window.Options{TTL: time.Minute, NoCounter: noCounter})
 	return err == nil && w.ClockSource() == "counter"
 }
 
@@ -242,14 +243,14 @@ func (c *vclock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 // clocked makes the sets that can read the bench's clock.
 var clocked = map[string]func(capacity int, ttl time.Duration, c *vclock) (altset.Set, error){
 	"window": func(capacity int, ttl time.Duration, c *vclock) (altset.Set, error) {
-		w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: capacity, TTL: ttl, Clock: c})
+		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl, Clock: c})
 		if err != nil {
 			return nil, err
 		}
 		return w, nil
 	},
 	"window-batch": func(capacity int, ttl time.Duration, c *vclock) (altset.Set, error) {
-		w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: capacity, TTL: ttl, Clock: c})
+		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl, Clock: c})
 		if err != nil {
 			return nil, err
 		}
@@ -784,9 +785,9 @@ func onlyWindowsBeside(sets []*longSet) bool {
 	return true
 }
 
-func windowOf(s altset.Set) *dedupe.Window {
+func windowOf(s altset.Set) *window.Window {
 	switch v := s.(type) {
-	case *dedupe.Window:
+	case *window.Window:
 		return v
 	case batched:
 		return v.Window

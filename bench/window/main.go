@@ -1,4 +1,4 @@
-// Command window compares dedupe.Window with the sets a user would write
+// Command window compares window.Window with the sets a user would write
 // instead (package altset): SeenOrAdd throughput at a steady state of live
 // keys, one key at a time and (window-batch) 16 keys at a time through
 // SeenOrAddBatch, at each GOMAXPROCS, as a ratio to xsync measured in the
@@ -31,7 +31,7 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/bench/window/altset"
-	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
 func main() {
@@ -118,7 +118,7 @@ func parseInts(s string, lo, hi int) ([]int, error) {
 }
 
 // counterEnv is the environment variable with which this bench keeps its
-// windows on time.Since (dedupe.WindowOptions.NoCounter), to compare clocks.
+// windows on time.Since (window.Options.NoCounter), to compare clocks.
 const counterEnv = "ONCEGATE_WINDOW_COUNTER"
 
 // noCounter is set by counterEnv=off.
@@ -126,7 +126,7 @@ var noCounter = os.Getenv(counterEnv) == "off"
 
 func windowImpl() altset.Impl {
 	return altset.Impl{Name: "window", New: func(capacity int, ttl time.Duration) (altset.Set, error) {
-		w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: capacity, TTL: ttl, NoCounter: noCounter})
+		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl, NoCounter: noCounter})
 		if err != nil {
 			return nil, err
 		}
@@ -136,7 +136,7 @@ func windowImpl() altset.Impl {
 
 // batched is a Window driven through SeenOrAddBatch in batches of
 // batchKeys, as a pull consumer that fetched that many messages would.
-type batched struct{ *dedupe.Window }
+type batched struct{ *window.Window }
 
 const batchKeys = 16
 
@@ -154,7 +154,7 @@ func (b batched) batch(keys []uint64, seen []bool) int {
 
 func windowBatchImpl() altset.Impl {
 	return altset.Impl{Name: "window-batch", New: func(capacity int, ttl time.Duration) (altset.Set, error) {
-		w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: capacity, TTL: ttl, NoCounter: noCounter})
+		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl, NoCounter: noCounter})
 		if err != nil {
 			return nil, err
 		}
@@ -212,12 +212,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // windowClock says which sets read time.Since: all but the window, if a
 // window of the benchmark's TTL reads the counter.
 func windowClock() string {
-	w, err := dedupe.NewWindow(dedupe.WindowOptions{TTL: altset.TTL, NoCounter: noCounter})
+	w, err := window.New(window.Options{TTL: altset.TTL, NoCounter: noCounter})
 	if err != nil {
 		return err.Error()
 	}
 	if w.ClockSource() == "counter" {
-		return "every set but the window, which reads the CPU's time-stamp counter (dedupe.WindowOptions.NoCounter; " + counterEnv + "=off to turn it off here)"
+		return "every set but the window, which reads the CPU's time-stamp counter (window.Options.NoCounter; " + counterEnv + "=off to turn it off here)"
 	}
 	return "every set, the window too"
 }
@@ -266,7 +266,7 @@ func runBlock(ctx context.Context, cfg config, impl altset.Impl, live int, res *
 		evictions uint64
 	)
 	drop := func() {
-		if w, ok := s.(*dedupe.Window); ok {
+		if w, ok := s.(*window.Window); ok {
 			evictions += w.Stats().Evictions
 		}
 		altset.Close(s)
@@ -320,6 +320,11 @@ func runBlock(ctx context.Context, cfg config, impl altset.Impl, live int, res *
 						}
 						if !wl.Next(lanes) {
 							return acc, fmt.Errorf("a round of %d×%d operations does not fit a new set", procs, len(lanes[0].Keys))
+						}
+					}
+					for g := range lanes {
+						if len(seenBuf[g]) < len(lanes[g].Keys) {
+							seenBuf[g] = make([]bool, len(lanes[g].Keys)) // batch sets seen[i] for every key
 						}
 					}
 					runtime.ReadMemStats(&m0)

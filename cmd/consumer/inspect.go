@@ -20,6 +20,7 @@ import (
 	"github.com/oncegate/oncegate/internal/dirlock"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
@@ -164,14 +165,14 @@ func openLedger(ctx context.Context, cfg *config.Config) (dedupe.Ledger, func(),
 	if err := haveData(cfg.BadgerDir()); err != nil {
 		return nil, nil, err
 	}
-	db, err := dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
+	db, err := badgerledger.Open(cfg.BadgerDir(), badgerledger.OpenOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
 	if err != nil {
-		if errors.Is(err, dedupe.ErrLocked) {
+		if errors.Is(err, badgerledger.ErrLocked) {
 			return nil, nil, fmt.Errorf("inspect: %s is held by a running consumer; stop it first, or read its /metrics", cfg.BadgerDir())
 		}
 		return nil, nil, err
 	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: cfg.Ledger.Options()})
+	l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: cfg.Ledger.Options()})
 	if err != nil {
 		db.Close()
 		return nil, nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 func TestInspect(t *testing.T) {
@@ -32,11 +33,11 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One committed record, one pending.
-	db, err := dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{})
+	db, err := badgerledger.Open(cfg.BadgerDir(), badgerledger.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: cfg.Ledger.Options()})
+	l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: cfg.Ledger.Options()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestInspect(t *testing.T) {
 		t.Error("inspect record nothex: no error")
 	}
 	// A Badger ledger in use is reported as such.
-	db, err = dedupe.OpenBadger(cfg.BadgerDir(), dedupe.OpenBadgerOptions{})
+	db, err = badgerledger.Open(cfg.BadgerDir(), badgerledger.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
@@ -301,16 +302,16 @@ func (a *App) openLedger(ctx context.Context, clock dedupe.Clock) (dedupe.Ledger
 		if _, err := EncryptionKey(cfg); err != nil {
 			return nil, err
 		}
-		db, err := dedupe.OpenBadger(dir, dedupe.OpenBadgerOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
+		db, err := badgerledger.Open(dir, badgerledger.OpenOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
 		if err != nil {
-			if errors.Is(err, dedupe.ErrLocked) {
+			if errors.Is(err, badgerledger.ErrLocked) {
 				return nil, fmt.Errorf("%w: %s is held by another Oncegate process. A Badger ledger serves one process; "+
 					"to run several replicas on one durable consumer, set ledger.store: kv (the JetStream KV ledger): %w", ErrLedgerInUse, dir, err)
 			}
 			return nil, keyError(cfg, "ledger", dir, err)
 		}
 		a.closers = append(a.closers, db.Close)
-		l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: lo})
+		l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: lo})
 		if err != nil {
 			return nil, err
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
 // Observer receives what the consumer does, for metrics. Its methods are
@@ -245,14 +246,14 @@ func (nopObserver) SettleTime(string, string, time.Duration)     {}
 // WindowStats is one pipeline's duplicate window, as Window.Stats sees it.
 type WindowStats struct {
 	Pipeline string
-	dedupe.WindowStats
+	window.Stats
 }
 
 // WindowStats returns each pipeline's window figures, for metrics.
 func (c *Consumer) WindowStats() []WindowStats {
 	out := make([]WindowStats, 0, len(c.pipes))
 	for _, p := range c.pipes {
-		out = append(out, WindowStats{Pipeline: p.cfg.Name, WindowStats: p.window.Stats()})
+		out = append(out, WindowStats{Pipeline: p.cfg.Name, Stats: p.window.Stats()})
 	}
 	return out
 }

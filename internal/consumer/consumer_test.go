@@ -23,6 +23,7 @@ import (
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
@@ -58,11 +59,11 @@ func start(t *testing.T, mutate func(*config.Config), modelOpts standin.Options,
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s)
 
-	db, err := dedupe.OpenBadger(filepath.Join(dir, "ledger"), dedupe.OpenBadgerOptions{})
+	db, err := badgerledger.Open(filepath.Join(dir, "ledger"), badgerledger.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	led, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{LedgerOptions: cfg.Ledger.Options()})
+	led, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: cfg.Ledger.Options()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
 // gate is the chain of stages of one pipeline or dispatcher (handler.go),
@@ -27,7 +28,7 @@ type gate struct {
 	// that cannot be keyed.
 	keyOf func(t *Trigger) *verdict
 
-	window     *dedupe.Window // nil: none
+	window     *window.Window // nil: none
 	windowOnly bool           // the window alone decides (gate-window mode)
 	windowFP   bool           // the window remembers key and payload (mismatch reject)
 

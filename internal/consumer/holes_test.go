@@ -27,6 +27,7 @@ import (
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 // The tests in this file each close a hole in "once" found by trying the
@@ -312,7 +313,7 @@ func TestTakeoverPastDuplicateWindow(t *testing.T) {
 	k := f.keyOf("webhooks", payload)
 	// What the holder left: a claim made 6 minutes ago (the window is 5m),
 	// whose lease has run out.
-	past, err := dedupe.NewBadgerLedger(f.db, dedupe.BadgerLedgerOptions{LedgerOptions: dedupe.LedgerOptions{Clock: pastClock(6 * time.Minute)}})
+	past, err := badgerledger.New(f.db, badgerledger.Options{LedgerOptions: dedupe.LedgerOptions{Clock: pastClock(6 * time.Minute)}})
 	if err != nil {
 		t.Fatal(err)
 	}

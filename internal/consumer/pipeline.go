@@ -13,6 +13,7 @@ import (
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/canon"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
 // Headers the consumer reads on triggers and writes on dead letters.
@@ -47,7 +48,7 @@ type pipeline struct {
 	c          *Consumer
 	cfg        *config.Pipeline
 	keyer      *dedupe.Keyer
-	window     *dedupe.Window
+	window     *window.Window
 	deadLetter string
 	runID      canon.Pointer
 	hasRunID   bool
@@ -66,7 +67,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	if err != nil {
 		return nil, at(err)
 	}
-	w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: cfg.Window.Capacity, TTL: cfg.Window.TTL})
+	w, err := window.New(window.Options{Capacity: cfg.Window.Capacity, TTL: cfg.Window.TTL})
 	if err != nil {
 		return nil, at(err)
 	}

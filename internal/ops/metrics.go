@@ -110,7 +110,7 @@ var (
 )
 
 // WindowStats is one pipeline's duplicate window, as its metrics see it;
-// fill it from dedupe.Window.Stats.
+// fill it from window.Window.Stats.
 type WindowStats struct {
 	Pipeline  string
 	Capacity  int    // keys the window holds without eviction
@@ -131,7 +131,7 @@ type MetricsOptions struct {
 	// oncegate_llm_* metrics.
 	LLMStats func() []llmcache.StepStats
 	// WindowStats returns each pipeline's window figures. It is called on
-	// every scrape, possibly concurrently; dedupe.Window.Stats scans the
+	// every scrape, possibly concurrently; window.Window.Stats scans the
 	// whole table, which is why it belongs here and not on the hot path.
 	// Rows with the same pipeline are summed. The default (nil) exposes
 	// no oncegate_window_* metrics.

@@ -7,28 +7,32 @@ import "context"
 // batch instead of one per trigger. Use [BeginAll] and [CommitAll], which
 // fall back to one call per key for a Ledger that is not a Batcher.
 type Batcher interface {
+	// BeginBatch claims every key of reqs in one write; results are in
+	// the order of reqs.
 	BeginBatch(ctx context.Context, reqs []BeginRequest) []BeginResult
+	// CommitBatch commits every request in one write, and returns each
+	// one's error in order.
 	CommitBatch(ctx context.Context, reqs []CommitRequest) []error
 }
 
 // BeginRequest is one claim of a batch.
 type BeginRequest struct {
-	Key     Key
-	Options BeginOptions
+	Key     Key          // the key to claim
+	Options BeginOptions // as for Begin
 }
 
 // BeginResult is the outcome of one claim of a batch: what Begin would
 // have returned.
 type BeginResult struct {
-	Claim Claim
-	Err   error
+	Claim Claim // Begin's claim, if Err is nil
+	Err   error // Begin's error
 }
 
 // CommitRequest is one commit of a batch.
 type CommitRequest struct {
-	Key    Key
-	Token  uint64
-	Result Result
+	Key    Key    // the key to commit
+	Token  uint64 // the caller's fencing token
+	Result Result // what the work produced
 }
 
 // BeginAll claims every key of reqs, in one write if l is a Batcher. A key

@@ -13,6 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/dedupe/dedupetest"
 )
 
@@ -21,8 +22,8 @@ import (
 // ledger, and compares every outcome.
 func TestBatchMatchesOneByOne(t *testing.T) {
 	ctx := context.Background()
-	batched := openTestLedger(t, nil, dedupe.BadgerLedgerOptions{})
-	single := openTestLedger(t, nil, dedupe.BadgerLedgerOptions{})
+	batched := openTestLedger(t, nil, badgerledger.Options{})
+	single := openTestLedger(t, nil, badgerledger.Options{})
 	key := func(i byte) dedupe.Key { return dedupe.Key{i, 0xba} }
 	opts := func(owner string) dedupe.BeginOptions {
 		return dedupe.BeginOptions{Owner: owner, Lease: time.Minute}
@@ -72,15 +73,15 @@ func TestBatchMatchesOneByOne(t *testing.T) {
 
 // openTestLedger returns a ledger with opts on db, or on a new Badger
 // directory if db is nil. Both are closed when the test ends.
-func openTestLedger(t *testing.T, db *badger.DB, opts dedupe.BadgerLedgerOptions) *dedupe.BadgerLedger {
+func openTestLedger(t *testing.T, db *badger.DB, opts badgerledger.Options) *badgerledger.Ledger {
 	t.Helper()
 	if db == nil {
 		var err error
-		if db, err = dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{}); err != nil {
+		if db, err = badgerledger.Open(t.TempDir(), badgerledger.OpenOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l, err := dedupe.NewBadgerLedger(db, opts)
+	l, err := badgerledger.New(db, opts)
 	if err != nil {
 		db.Close()
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func openTestLedger(t *testing.T, db *badger.DB, opts dedupe.BadgerLedgerOptions
 func TestBatchCommitIsFenced(t *testing.T) {
 	ctx := context.Background()
 	clock := dedupetest.NewClock()
-	l := openTestLedger(t, nil, dedupe.BadgerLedgerOptions{LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
+	l := openTestLedger(t, nil, badgerledger.Options{LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
 	begin := func(k dedupe.Key, owner string, want dedupe.Status) uint64 {
 		t.Helper()
 		r := l.BeginBatch(ctx, []dedupe.BeginRequest{{Key: k, Options: dedupe.BeginOptions{Owner: owner, Lease: time.Second}}})[0]
@@ -153,7 +154,7 @@ func TestBatchCommitIsFenced(t *testing.T) {
 func TestBatchRace(t *testing.T) {
 	ctx := context.Background()
 	clock := dedupetest.NewClock()
-	l := openTestLedger(t, nil, dedupe.BadgerLedgerOptions{NoSync: true, LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
+	l := openTestLedger(t, nil, badgerledger.Options{NoSync: true, LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
 	const nkeys, workers = 3, 8
 	rounds := 1000
 	if testing.Short() {
@@ -259,7 +260,7 @@ func TestBatchTooBigIsSplit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := openTestLedger(t, db, dedupe.BadgerLedgerOptions{})
+	l := openTestLedger(t, db, badgerledger.Options{})
 	const n = 5000 // a 1 MiB memtable takes transactions of ~1,000 entries
 	reqs := make([]dedupe.BeginRequest, n)
 	for i := range reqs {

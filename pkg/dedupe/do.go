@@ -64,6 +64,18 @@ type permanentError struct{ err error }
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
+type takenOverKey struct{}
+
+// TakenOver reports whether ctx is that of a function [Do] runs for work
+// whose previous holder stopped before it committed: a process that
+// crashed or stalled mid-work. The effect may have happened already. A
+// one-shot effect (one its sink cannot dedupe by the key) must reconcile
+// first, asking the world whether it happened, instead of running again.
+func TakenOver(ctx context.Context) bool {
+	v, _ := ctx.Value(takenOverKey{}).(bool)
+	return v
+}
+
 // Do runs fn once per key, however often it is called, by however many
 // workers sharing l:
 //
@@ -75,7 +87,8 @@ func (e *permanentError) Unwrap() error { return e.err }
 //     (or, with NoWait, returns ErrHeld);
 //   - a caller that finds a claim whose holder died takes the work over and
 //     runs fn again: fn must be safe to repeat for a key it may have half
-//     done (send the key along as an idempotency key);
+//     done (send the key along as an idempotency key), or reconcile when
+//     [TakenOver] reports its ctx;
 //   - an error of fn releases the claim and is returned, so a later call
 //     runs fn again; an error wrapped with [Permanent] records the work as
 //     given up instead.
@@ -110,6 +123,9 @@ func Do(ctx context.Context, l Ledger, key Key, fn func(ctx context.Context) (Re
 			case <-time.After(wait):
 			}
 			continue
+		}
+		if c.Status == StatusTakenOver {
+			ctx = context.WithValue(ctx, takenOverKey{}, true)
 		}
 		res, err := hold(ctx, l, key, c.Lease, opts.Lease, fn)
 		return res, err == nil, err

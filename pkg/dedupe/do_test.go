@@ -9,15 +9,17 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
+	"github.com/oncegate/oncegate/pkg/dedupe/dedupetest"
 )
 
 func doLedger(t *testing.T) dedupe.Ledger {
 	t.Helper()
-	db, err := dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{})
+	db, err := badgerledger.Open(t.TempDir(), badgerledger.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	l, err := badgerledger.New(db, badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,5 +114,42 @@ func TestDoNoWait(t *testing.T) {
 	<-done
 	if !errors.Is(err, dedupe.ErrHeld) {
 		t.Errorf("Do while held = %v; want ErrHeld", err)
+	}
+}
+
+// TestDoTakenOver: fn learns from its ctx that it takes over work whose
+// holder died before committing, and only then.
+func TestDoTakenOver(t *testing.T) {
+	clock := dedupetest.NewClock()
+	db, err := badgerledger.Open(t.TempDir(), badgerledger.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: dedupe.LedgerOptions{Clock: clock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(); db.Close() })
+	ctx := context.Background()
+	dead, fresh := dedupe.Key{1}, dedupe.Key{2}
+	if _, err := l.Begin(ctx, dead, dedupe.BeginOptions{Owner: "crashed", Lease: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second) // the holder's lease ran out: it died
+	for _, tt := range []struct {
+		key  dedupe.Key
+		want bool
+	}{{dead, true}, {fresh, false}} {
+		var got bool
+		_, ran, err := dedupe.Do(ctx, l, tt.key, func(ctx context.Context) (dedupe.Result, error) {
+			got = dedupe.TakenOver(ctx)
+			return dedupe.Result{}, nil
+		}, dedupe.DoOptions{})
+		if err != nil || !ran || got != tt.want {
+			t.Errorf("Do(%v): ran %v, err %v, TakenOver %v; want ran, TakenOver %v", tt.key, ran, err, got, tt.want)
+		}
+	}
+	if dedupe.TakenOver(ctx) {
+		t.Error("TakenOver(context.Background()) = true")
 	}
 }

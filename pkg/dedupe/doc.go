@@ -1,5 +1,22 @@
-// Package dedupe derives intent keys from triggers and remembers which keys
-// it has seen, so that a retried step's side effect runs once.
+// Package dedupe derives intent keys from triggers and runs each intent's
+// work once, through a durable ledger, so that a retried step's side effect
+// runs once.
+//
+//	keyer, err := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "tickets", Step: "open", Fields: []string{"/issue/id"}})
+//	...
+//	db, err := badgerledger.Open("data/ledger", badgerledger.OpenOptions{})
+//	ledger, err := badgerledger.New(db, badgerledger.Options{})
+//	...
+//	in, err := keyer.Intent(payload)
+//	res, ran, err := dedupe.Do(ctx, ledger, in.Key, func(ctx context.Context) (dedupe.Result, error) {
+//		id, err := openTicket(ctx, in.Key.String()) // the key as the sink's idempotency key
+//		return dedupe.Result{DownstreamID: id}, err
+//	}, dedupe.DoOptions{Fingerprint: in.Fingerprint})
+//
+// The package holds the keys, the [Ledger] contract and [Do]; it imports
+// neither Badger nor NATS. The stores are packages of their own: badgerledger
+// (embedded, one process) and jskv (a JetStream KV bucket, for replicas and
+// clusters). The in-memory duplicate window is package window.
 //
 // # Intent keys
 //
@@ -30,16 +47,6 @@
 // against you. Where payloads come from untrusted parties who could profit
 // from suppressing someone else's work, use [HashSHA256].
 //
-// # The window
-//
-// A [Window] is a fixed-memory, lock-free set of 64-bit keys ([Key.Short])
-// with time-based expiry, for dropping repeats at memory speed: tens of
-// millions of operations a second across cores, no allocation, no mutex, no
-// background goroutine, 16 bytes per key at capacity. See the type's
-// documentation for its guarantees. It is a cache: a durable ledger stays
-// authoritative, and keys go into the window only after the ledger has
-// committed their work.
-//
 // # The ledger
 //
 // A [Ledger] is the durable record of each intent: pending (an owner holds a
@@ -48,11 +55,12 @@
 // says why not; [Ledger.Commit], [Ledger.Fail] and [Ledger.Extend] succeed
 // only with the current fencing token, so a worker that stalled past its
 // lease cannot overwrite the outcome of the worker that took over. The
-// protocol itself ([LedgerOptions.Decide] and its siblings) is shared by
-// every store; stores only read and write records atomically. There are
-// two stores: [BadgerLedger] here, embedded, for one process; and the
+// protocol itself is shared by every store (an internal package); stores
+// only read and write records atomically. There are two stores: the Badger
+// ledger in package badgerledger, embedded, for one process; and the
 // JetStream KV ledger in package jskv, for replicas sharing work and for
-// clusters. Package dedupetest is the conformance suite both pass.
+// clusters. Package dedupetest is the conformance suite both pass. [Do]
+// runs a function once per key on any of them.
 //
 // What survives what:
 //
@@ -65,8 +73,8 @@
 //     them again.
 //   - A power loss or kernel crash loses nothing the Badger ledger reported
 //     written as long as the disk honours fsync: the claim and the commit are
-//     fsynced before they return ([BadgerLedger] explains the two ways).
-//     With BadgerLedgerOptions.NoSync, the last writes may be lost.
+//     fsynced before they return (badgerledger.Ledger explains the two
+//     ways). With badgerledger.Options.NoSync, the last writes may be lost.
 //   - For the JetStream KV ledger the answer is the server's: a write is
 //     acknowledged once it is in the stream, which the server flushes to
 //     disk every sync_interval (two minutes by default). Set sync_interval
@@ -79,6 +87,6 @@
 //
 // # Concurrency
 //
-// A [Keyer], a [Window] and the ledgers are safe for concurrent use by
+// A [Keyer] and the ledgers are safe for concurrent use by
 // multiple goroutines.
 package dedupe

@@ -3,9 +3,9 @@ package dedupe_test
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 // Two deliveries of one alert, retried by the provider with a new delivery id
@@ -54,33 +54,12 @@ func ExampleKeySpec_volatile() {
 	// same payload: false
 }
 
-// A Window drops repeats of a key seen within its TTL.
-func ExampleWindow() {
-	w, err := dedupe.NewWindow(dedupe.WindowOptions{Capacity: 100_000, TTL: time.Minute})
-	if err != nil {
-		panic(err)
-	}
-	for _, k := range []uint64{7, 9, 7, 7, 11} {
-		if w.SeenOrAdd(k) {
-			fmt.Println(k, "duplicate")
-			continue
-		}
-		fmt.Println(k, "new")
-	}
-	// Output:
-	// 7 new
-	// 9 new
-	// 7 duplicate
-	// 7 duplicate
-	// 11 new
-}
-
 // Do runs a side effect once per key: the retry gets the stored result,
 // and the effect is not repeated.
 func ExampleDo() {
-	db, _ := dedupe.OpenBadger("", dedupe.OpenBadgerOptions{InMemory: true})
+	db, _ := badgerledger.Open("", badgerledger.OpenOptions{InMemory: true})
 	defer db.Close()
-	ledger, _ := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	ledger, _ := badgerledger.New(db, badgerledger.Options{})
 	defer ledger.Close()
 	keyer, _ := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "billing", Step: "charge", Fields: []string{"/invoice"}})
 	charges := 0

@@ -33,9 +33,6 @@ var (
 	ErrCorruptRecord = errors.New("dedupe: corrupt ledger record")
 	// ErrClosed is returned by every method of a ledger after Close.
 	ErrClosed = errors.New("dedupe: ledger is closed")
-	// ErrLocked is wrapped by the error of OpenBadger when another process
-	// holds the directory: a Badger ledger serves one process.
-	ErrLocked = errors.New("dedupe: the ledger directory is in use by another process")
 )
 
 // Ledger is the durable record of each intent: "being done by an owner until
@@ -96,7 +93,7 @@ type BeginOptions struct {
 	// Volatile says the claim need not survive a crash: the effect it
 	// guards is replayable at a sink that dedupes by the key, so if the
 	// process dies before the commit, doing the effect again is harmless.
-	// A ledger that one process owns (BadgerLedger) then keeps the claim,
+	// A ledger that one process owns (the Badger ledger) then keeps the claim,
 	// and its renewals, in memory only, saving a write and an fsync per
 	// claim; within the process it holds, fences and commits exactly as a
 	// durable claim does, and after a crash the key is simply new again. A
@@ -145,6 +142,7 @@ func (s Status) String() string {
 
 // Claim is the result of Begin.
 type Claim struct {
+	// Status is Begin's verdict.
 	Status Status
 	// Lease is the caller's lease, for StatusNew and StatusTakenOver.
 	Lease Lease
@@ -160,8 +158,8 @@ type Claim struct {
 
 // Lease is a claim's fencing token and deadline.
 type Lease struct {
-	Token uint64
-	Until time.Time
+	Token uint64    // the fencing token Commit, Fail and Extend must present
+	Until time.Time // when the lease runs out without Extend
 }
 
 // State is where a record stands.
@@ -190,8 +188,8 @@ func (s State) String() string {
 
 // Record is what the ledger stores for one key.
 type Record struct {
-	Key   Key
-	State State
+	Key   Key   // the intent's key
+	State State // where the work stands
 	// Owner is the worker that holds or last held the lease.
 	Owner string
 	// Token is the current fencing token. It only grows.
@@ -275,31 +273,6 @@ type LedgerOptions struct {
 	Clock Clock
 }
 
-// Normalize validates o and fills in its defaults. Ledger implementations
-// call it once, in their constructor.
-func (o *LedgerOptions) Normalize() error {
-	if o.Retention < 0 || o.MaxResultBytes < 0 {
-		return fmt.Errorf("%w: negative retention or result size", ErrInvalidLedger)
-	}
-	if o.Mismatch > MismatchReject {
-		return fmt.Errorf("%w: unknown mismatch policy %d", ErrInvalidLedger, o.Mismatch)
-	}
-	if o.Retention == 0 {
-		o.Retention = DefaultRetention
-	}
-	if o.MaxResultBytes == 0 {
-		o.MaxResultBytes = DefaultMaxResultBytes
-	}
-	if o.Clock == nil {
-		o.Clock = systemClock{}
-	}
-	return nil
-}
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
-
 // CheckRetention reports an error if records kept for retention could expire
 // before the last redelivery of a trigger: a stream that keeps messages for
 // maxAge, or a consumer that redelivers up to maxDeliver times with the given
@@ -326,132 +299,9 @@ func CheckRetention(retention, maxAge time.Duration, maxDeliver int, backoff []t
 	return nil
 }
 
-// The functions below are the ledger's protocol, shared by every store so
-// that stores cannot disagree on it. A store reads the current record (nil
-// if absent), calls one of them with the ledger's clock reading, and writes
-// the returned record back atomically: in the transaction it read in, or by
-// compare-and-set on the revision it read. If the write loses a race, the
-// store reads again and calls again.
-
-// Decide decides Begin's verdict on cur, the record the store read. write
-// reports whether c.Record must be written back. An expired cur counts as
-// absent.
-func (o *LedgerOptions) Decide(key Key, cur *Record, opts BeginOptions, now time.Time) (c Claim, write bool, err error) {
-	if err := validBegin(opts); err != nil {
-		return Claim{}, false, err
-	}
-	cur = live(cur, now)
-	if cur == nil {
-		rec := Record{Key: key, State: StatePending, Owner: opts.Owner, Token: 1, LeaseUntil: now.Add(opts.Lease),
-			Attempts: 1, Fingerprint: opts.Fingerprint, Created: now, Updated: now, Expires: now.Add(o.Retention)}
-		return Claim{Status: StatusNew, Lease: Lease{Token: 1, Until: rec.LeaseUntil}, Record: rec}, true, nil
-	}
-	rec := *cur
-	mismatch := rec.Fingerprint != opts.Fingerprint
-	if mismatch && o.Mismatch == MismatchReject {
-		return Claim{Record: rec, Mismatch: true}, false,
-			fmt.Errorf("%w: key %v was begun with payload %v, now %v", ErrFingerprintMismatch, key, rec.Fingerprint, opts.Fingerprint)
-	}
-	switch rec.State {
-	case StateCommitted:
-		return Claim{Status: StatusCommitted, Mismatch: mismatch, Record: rec}, false, nil
-	case StateFailed:
-		return Claim{Status: StatusFailed, Mismatch: mismatch, Record: rec}, false, nil
-	}
-	if now.Before(rec.LeaseUntil) {
-		return Claim{Status: StatusHeld, RetryAfter: rec.LeaseUntil.Sub(now), Mismatch: mismatch, Record: rec}, false, nil
-	}
-	// The holder's lease ran out: take the work over with a higher token.
-	rec.Token++
-	rec.Owner = opts.Owner
-	rec.LeaseUntil = now.Add(opts.Lease)
-	rec.Attempts++
-	rec.Updated = now
-	rec.Expires = now.Add(o.Retention)
-	if mismatch {
-		rec.Mismatches++
-	}
-	return Claim{Status: StatusTakenOver, Lease: Lease{Token: rec.Token, Until: rec.LeaseUntil}, Mismatch: mismatch, Record: rec}, true, nil
-}
-
-// Extended returns cur with its lease renewed for d from now, if token is
-// current.
-func (o *LedgerOptions) Extended(key Key, cur *Record, token uint64, d time.Duration, now time.Time) (Record, Lease, error) {
-	if d <= 0 {
-		return Record{}, Lease{}, fmt.Errorf("%w: lease %v must be positive", ErrInvalidLedger, d)
-	}
-	if err := CheckToken(key, live(cur, now), token); err != nil {
-		return Record{}, Lease{}, err
-	}
-	rec := *cur
-	rec.LeaseUntil, rec.Updated, rec.Expires = now.Add(d), now, now.Add(o.Retention)
-	return rec, Lease{Token: token, Until: rec.LeaseUntil}, nil
-}
-
-// Committed returns cur committed with result, if token is current.
-func (o *LedgerOptions) Committed(key Key, cur *Record, token uint64, result Result, now time.Time) (Record, error) {
-	if err := o.checkResult(result); err != nil {
-		return Record{}, err
-	}
-	if err := CheckToken(key, live(cur, now), token); err != nil {
-		return Record{}, err
-	}
-	rec := *cur
-	result.Committed = now
-	rec.State, rec.Result, rec.LeaseUntil = StateCommitted, result, time.Time{}
-	rec.Updated, rec.Expires = now, now.Add(o.Retention)
-	return rec, nil
-}
-
-// Failed returns cur failed for reason (cut to MaxResultBytes), if token is
-// current.
-func (o *LedgerOptions) Failed(key Key, cur *Record, token uint64, reason string, now time.Time) (Record, error) {
-	if err := CheckToken(key, live(cur, now), token); err != nil {
-		return Record{}, err
-	}
-	if len(reason) > o.MaxResultBytes {
-		reason = reason[:o.MaxResultBytes]
-	}
-	rec := *cur
-	rec.State, rec.Reason, rec.LeaseUntil = StateFailed, reason, time.Time{}
-	rec.Updated, rec.Expires = now, now.Add(o.Retention)
-	return rec, nil
-}
-
-// Live returns cur, or nil if cur is nil or has expired at now: a store that
-// deletes expired records lazily must not let them count.
-func Live(cur *Record, now time.Time) *Record { return live(cur, now) }
-
-func live(cur *Record, now time.Time) *Record {
-	if cur != nil && !cur.Expires.IsZero() && !now.Before(cur.Expires) {
-		return nil
-	}
-	return cur
-}
-
-// CheckToken checks a Commit, Fail or Extend with token against cur, the
-// record the store read (nil if absent): it returns an error wrapping
-// ErrNotFound or ErrStaleToken, or nil.
-func CheckToken(key Key, cur *Record, token uint64) error {
-	if cur == nil {
-		return fmt.Errorf("%w: %v", ErrNotFound, key)
-	}
-	if cur.State != StatePending || cur.Token != token {
-		return fmt.Errorf("%w: key %v is %v with token %d; caller has %d", ErrStaleToken, key, cur.State, cur.Token, token)
-	}
-	return nil
-}
-
-func validBegin(opts BeginOptions) error {
-	if opts.Lease <= 0 {
-		return fmt.Errorf("%w: lease %v must be positive", ErrInvalidLedger, opts.Lease)
-	}
-	return nil
-}
-
-func (o *LedgerOptions) checkResult(r Result) error {
-	if n := len(r.Response) + len(r.DownstreamID) + len(r.ModelRef); n > o.MaxResultBytes {
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrResultTooLarge, n, o.MaxResultBytes)
-	}
-	return nil
+// Clock tells the time. A ledger reads time only through its Clock, so
+// tests can move it.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
 }

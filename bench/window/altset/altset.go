@@ -1,4 +1,4 @@
-// Package altset holds what a user would write instead of dedupe.Window: sets
+// Package altset holds what a user would write instead of window.Window: sets
 // of 64-bit keys that remember each key for a TTL, built on sync.Map, a mutex
 // and a map, xsync.Map and otter. It also generates the workload that the
 // window benchmarks (BenchmarkWindow in pkg/dedupe and the bench/window
@@ -8,7 +8,7 @@
 //
 // Every set reads the time once per SeenOrAdd, as time.Since(start): one
 // monotonic clock read, what a Window with a nil Clock does where it does
-// not read the CPU's time-stamp counter (see dedupe.WindowOptions.NoCounter;
+// not read the CPU's time-stamp counter (see window.Options.NoCounter;
 // bench/window's ONCEGATE_WINDOW_COUNTER=off sets it, keeping the window on
 // time.Since too). Otter reads its own default clock, the same time.Since,
 // as often as it needs (once or more per operation). None of them

@@ -12,14 +12,13 @@
 //
 // [Ledger] implements [dedupe.Ledger], with the protocol documented there,
 // and passes the same conformance suite (package dedupetest) as
-// [dedupe.BadgerLedger]. Both stores decide with the same functions
-// ([dedupe.LedgerOptions.Decide], Extended, Committed, Failed), so they
-// cannot disagree on a verdict.
+// the Badger ledger (package badgerledger). Both stores decide with the same
+// internal functions, so they cannot disagree on a verdict.
 //
 // # Records
 //
 // Each intent is one key, the 32 hex digits of its [dedupe.Key]; its value is
-// the record encoding ([dedupe.Record.MarshalBinary]), checksummed, so a
+// the ledger's record encoding, shared with the Badger ledger and checksummed, so a
 // damaged value is [dedupe.ErrCorruptRecord] rather than a wrong answer. The
 // bucket keeps one revision per key (history 1).
 //

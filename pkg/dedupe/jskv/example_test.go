@@ -2,9 +2,12 @@ package jskv_test
 
 import (
 	"context"
+	"fmt"
 	"log"
+	"os"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -12,38 +15,64 @@ import (
 	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
 )
 
-// A consumer replica opens the shared ledger and runs one unit of work
-// under it. Every replica of the consumer does the same, on the same bucket.
+// Two consumer replicas share one ledger bucket. Each runs the same
+// intent through dedupe.Do; the effect runs once, and the second replica
+// gets the first one's result. (The example starts a JetStream server in
+// the process; replicas of a real deployment connect to the same cluster.)
 func ExampleNew() {
 	ctx := context.Background()
-	nc, err := nats.Connect(nats.DefaultURL)
+	dir, err := os.MkdirTemp("", "jskv-example")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	defer os.RemoveAll(dir)
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir, NoSigs: true})
 	if err != nil {
 		log.Fatal(err)
 	}
-	l, err := jskv.New(ctx, js, jskv.Options{
-		Replicas:      3, // on a cluster of three or more servers
-		LedgerOptions: dedupe.LedgerOptions{Retention: 14 * 24 * time.Hour},
-	})
-	if err != nil {
-		log.Fatal(err)
+	srv.Start()
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		log.Fatal("nats server not ready")
 	}
-	defer l.Close()
 
-	var key dedupe.Key // from a dedupe.Keyer
-	c, err := l.Begin(ctx, key, dedupe.BeginOptions{Owner: "consumer-0", Lease: 30 * time.Second})
-	if err != nil {
-		log.Fatal(err)
+	replica := func(name string) (*jskv.Ledger, func()) {
+		nc, err := nats.Connect(srv.ClientURL(), nats.Name(name))
+		if err != nil {
+			log.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			log.Fatal(err)
+		}
+		l, err := jskv.New(ctx, js, jskv.Options{
+			Bucket:        "example-ledger",
+			LedgerOptions: dedupe.LedgerOptions{Retention: 14 * 24 * time.Hour},
+			// Replicas: 3, on a cluster of three or more servers.
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return l, func() { l.Close(); nc.Close() }
 	}
-	if c.Status == dedupe.StatusNew {
-		// ... do the effect, then record it:
-		err = l.Commit(ctx, key, c.Lease.Token, dedupe.Result{DownstreamID: "INC-4411"})
+	a, closeA := replica("replica-a")
+	defer closeA()
+	b, closeB := replica("replica-b")
+	defer closeB()
+
+	key, _ := dedupe.ParseKey("2a8401ed2706ff7283551574eeccbfb9") // from a dedupe.Keyer
+	incidents := 0
+	open := func(ctx context.Context) (dedupe.Result, error) {
+		incidents++ // the effect, sent with key.String() as its idempotency key
+		return dedupe.Result{DownstreamID: fmt.Sprintf("INC-%d", 4410+incidents)}, nil
 	}
-	if err != nil {
-		log.Fatal(err)
+	for _, l := range []*jskv.Ledger{a, b} {
+		res, ran, err := dedupe.Do(ctx, l, key, open, dedupe.DoOptions{})
+		fmt.Println(res.DownstreamID, ran, err)
 	}
+	fmt.Println("incidents opened:", incidents)
+	// Output:
+	// INC-4411 true <nil>
+	// INC-4411 false <nil>
+	// incidents opened: 1
 }

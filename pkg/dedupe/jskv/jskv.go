@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/internal/ledgerproto"
 )
 
 // Defaults for Options.
@@ -62,7 +63,7 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() error {
-	if err := o.LedgerOptions.Normalize(); err != nil {
+	if err := ledgerproto.Normalize(&o.LedgerOptions); err != nil {
 		return err
 	}
 	if o.Replicas < 0 || o.Timeout < 0 {
@@ -243,7 +244,7 @@ func (l *Ledger) Begin(ctx context.Context, key dedupe.Key, opts dedupe.BeginOpt
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
-		c, write, err := l.opts.Decide(key, cur, opts, l.opts.Clock.Now())
+		c, write, err := ledgerproto.Decide(&l.opts.LedgerOptions, key, cur, opts, l.opts.Clock.Now())
 		if err != nil || !write {
 			return c, err
 		}
@@ -265,7 +266,7 @@ func (l *Ledger) Begin(ctx context.Context, key dedupe.Key, opts dedupe.BeginOpt
 func (l *Ledger) Extend(ctx context.Context, key dedupe.Key, token uint64, d time.Duration) (dedupe.Lease, error) {
 	var lease dedupe.Lease
 	err := l.update(ctx, "extend", key, func(cur *dedupe.Record, now time.Time) (dedupe.Record, error) {
-		rec, ls, err := l.opts.Extended(key, cur, token, d, now)
+		rec, ls, err := ledgerproto.Extended(&l.opts.LedgerOptions, key, cur, token, d, now)
 		lease = ls
 		return rec, err
 	})
@@ -276,14 +277,14 @@ func (l *Ledger) Extend(ctx context.Context, key dedupe.Key, token uint64, d tim
 // bucket's stream; see the package documentation for what that survives.
 func (l *Ledger) Commit(ctx context.Context, key dedupe.Key, token uint64, result dedupe.Result) error {
 	return l.update(ctx, "commit", key, func(cur *dedupe.Record, now time.Time) (dedupe.Record, error) {
-		return l.opts.Committed(key, cur, token, result, now)
+		return ledgerproto.Committed(&l.opts.LedgerOptions, key, cur, token, result, now)
 	})
 }
 
 // Fail implements dedupe.Ledger.
 func (l *Ledger) Fail(ctx context.Context, key dedupe.Key, token uint64, reason string) error {
 	return l.update(ctx, "fail", key, func(cur *dedupe.Record, now time.Time) (dedupe.Record, error) {
-		return l.opts.Failed(key, cur, token, reason, now)
+		return ledgerproto.Failed(&l.opts.LedgerOptions, key, cur, token, reason, now)
 	})
 }
 
@@ -324,11 +325,7 @@ func (l *Ledger) update(ctx context.Context, op string, key dedupe.Key, fn func(
 // key has never been written, or has expired). It reports false if another
 // writer got there first.
 func (l *Ledger) write(ctx context.Context, rec *dedupe.Record, rev uint64) (bool, error) {
-	b, err := rec.MarshalBinary()
-	if err != nil {
-		return false, err
-	}
-	_, err = l.kv.Update(ctx, rec.Key.String(), b, rev)
+	_, err := l.kv.Update(ctx, rec.Key.String(), ledgerproto.Append(nil, rec), rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return false, nil
 	}
@@ -349,7 +346,7 @@ func (l *Ledger) Get(ctx context.Context, key dedupe.Key) (dedupe.Record, error)
 	if err != nil {
 		return dedupe.Record{}, wrapErr(fmt.Sprint("get ", key), err)
 	}
-	if cur = dedupe.Live(cur, l.opts.Clock.Now()); cur == nil {
+	if cur = ledgerproto.Live(cur, l.opts.Clock.Now()); cur == nil {
 		return dedupe.Record{}, fmt.Errorf("%w: %v", dedupe.ErrNotFound, key)
 	}
 	return *cur, nil

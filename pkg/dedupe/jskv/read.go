@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/internal/ledgerproto"
 )
 
 // Reads come in two kinds. KeyValue.Get uses direct gets, which any replica
@@ -58,7 +59,7 @@ func (l *Ledger) readAny(ctx context.Context, key dedupe.Key) (cur *dedupe.Recor
 	if err != nil {
 		return nil, 0, err
 	}
-	rec, err := dedupe.UnmarshalRecord(key, e.Value())
+	rec, err := ledgerproto.Decode(key, e.Value())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -104,7 +105,7 @@ func (l *Ledger) read(ctx context.Context, key dedupe.Key) (cur *dedupe.Record, 
 			return nil, m.Sequence, nil
 		}
 	}
-	rec, err := dedupe.UnmarshalRecord(key, m.Data)
+	rec, err := ledgerproto.Decode(key, m.Data)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -17,7 +17,9 @@
 // runs out; the handler's error naks the message for a retry (or,
 // wrapped with dedupe.Permanent, terms it and records the work given up);
 // a message that cannot be keyed is termed. While the handler runs, the
-// message is kept in progress and the ledger lease renewed.
+// message is kept in progress and the ledger lease renewed. The handler's
+// context reports [dedupe.TakenOver] when its intent's previous holder died
+// mid-work, so that a one-shot effect can reconcile first.
 package jsonce
 
 import (

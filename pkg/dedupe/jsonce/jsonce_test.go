@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/dedupe/jsonce"
 )
 
@@ -29,12 +30,12 @@ func TestHandlerOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := dedupe.OpenBadger(t.TempDir(), dedupe.OpenBadgerOptions{})
+	db, err := badgerledger.Open(t.TempDir(), badgerledger.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	ledger, err := dedupe.NewBadgerLedger(db, dedupe.BadgerLedgerOptions{})
+	ledger, err := badgerledger.New(db, badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,83 @@
+package count
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDir counts a package written for the purpose.
+func TestDir(t *testing.T) {
+	dir := t.TempDir()
+	src := `package p
+
+// T is a type.
+type T struct {
+	// A is documented.
+	A int
+	B, c int
+	D
+}
+
+// D is embedded.
+type D struct{}
+
+// I is an interface.
+type I interface {
+	// M is documented.
+	M()
+	N()
+}
+
+func (T) Exported()   {}
+func (T) String() string { return "" }
+func (t) Hidden()     {}
+
+type t struct{}
+
+const X, y = 1, 2
+
+// F is a function.
+func F() {}
+`
+	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Dir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Names: T, D, I, X, F. Methods: T.Exported, T.String, I.M, I.N.
+	// Fields: T.A, T.B, T.D.
+	if c.Names != 5 || c.Methods != 4 || c.Fields != 3 {
+		t.Errorf("Dir = %d names, %d methods, %d fields; want 5, 4, 3", c.Names, c.Methods, c.Fields)
+	}
+	want := "I.N T.B T.D T.Exported X"
+	if got := strings.Join(c.Undocumented, " "); got != want {
+		t.Errorf("undocumented = %q; want %q", got, want)
+	}
+}
+
+// TestDedupeDocumented: every exported name of the dedupe packages has a
+// doc comment.
+func TestDedupeDocumented(t *testing.T) {
+	root := filepath.Join("..", "..", "..", "pkg", "dedupe")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || d.Name() == "testdata" {
+			return err
+		}
+		c, err := Dir(path)
+		if err != nil {
+			return err
+		}
+		for _, u := range c.Undocumented {
+			t.Errorf("%s: %s has no doc comment", path, u)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

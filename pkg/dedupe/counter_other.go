@@ -1,9 +1,0 @@
-//go:build !amd64 || !linux || purego
-
-package dedupe
-
-const hasCounter = false
-
-func readCounter() uint64 { return 0 }
-
-func kernelKeepsTimeWithCounter() bool { return false }

@@ -1,5 +1,0 @@
-//go:build race
-
-package dedupe
-
-const raceEnabled = true

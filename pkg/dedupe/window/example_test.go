@@ -1,0 +1,53 @@
+package window_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/oncegate/oncegate/pkg/dedupe/window"
+)
+
+// A Window drops repeats of a key seen within its TTL.
+func ExampleWindow() {
+	w, err := window.New(window.Options{Capacity: 100_000, TTL: time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	for _, k := range []uint64{7, 9, 7, 7, 11} {
+		if w.SeenOrAdd(k) {
+			fmt.Println(k, "duplicate")
+			continue
+		}
+		fmt.Println(k, "new")
+	}
+	// Output:
+	// 7 new
+	// 9 new
+	// 7 duplicate
+	// 7 duplicate
+	// 11 new
+}
+
+// stepClock is a Clock that moves only when told to.
+type stepClock struct{ t time.Time }
+
+func (c *stepClock) Now() time.Time { return c.t }
+
+// A key is forgotten once its TTL has passed; with Options.Clock a test
+// moves time instead of waiting for it.
+func ExampleOptions_clock() {
+	clock := &stepClock{t: time.Unix(1_764_400_000, 0)}
+	w, err := window.New(window.Options{TTL: time.Minute, Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("first:", w.SeenOrAdd(42))
+	clock.t = clock.t.Add(30 * time.Second)
+	fmt.Println("after 30s:", w.SeenOrAdd(42))
+	clock.t = clock.t.Add(2 * time.Minute)
+	fmt.Println("after 2m30s:", w.SeenOrAdd(42))
+	// Output:
+	// first: false
+	// after 30s: true
+	// after 2m30s: false
+}
