@@ -373,14 +373,20 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		t.decide(wait(t.keyRef(), d, errors.New("held by another worker")))
 		return false
 	case dedupe.StatusFailed:
-		if g.d != nil {
-			if c.Record.Reason == reasonCancelled {
-				g.d.count(func(s *DispatchStats) { s.Cancelled++ })
-			}
-			t.decide(ack(t.keyRef(), nil)) // cancelled, or dead-lettered before
+		if g.d != nil && c.Record.Reason == reasonCancelled {
+			g.d.count(func(s *DispatchStats) { s.Cancelled++ })
+			t.decide(ack(t.keyRef(), nil))
 			return false
 		}
-		t.decide(dead(t.keyRef(), ReasonPoison, errors.New(c.Record.Reason)))
+		// The work was given up, and this message dead-lettered or on its
+		// way to be: dead-letter it (again). Its dead letter's Nats-Msg-Id
+		// names the message, so one published already, whose message came
+		// back because its term or the publish's answer was lost, is not
+		// kept twice; one whose publish failed is published now. (Acking it
+		// as "dead-lettered before" lost an outbox entry whose dead letter
+		// a cluster node's fault had refused.)
+		r, why := failure(c.Record.Reason)
+		t.decide(dead(t.keyRef(), r, errors.New(why)))
 		return false
 	case dedupe.StatusTakenOver:
 		if g.n != nil {
@@ -563,7 +569,7 @@ func (g *gate) release(ctx context.Context, t *Trigger) {
 // new holder sent first, say), the new holder settles the intent, and this
 // trigger is acked.
 func (g *gate) giveUp(ctx context.Context, t *Trigger, v verdict) {
-	err := g.ledger.Fail(ctx, t.key, t.token.Load(), errOr(v.err).Error())
+	err := g.ledger.Fail(ctx, t.key, t.token.Load(), failureReason(v.reason, v.err))
 	switch {
 	case errors.Is(err, dedupe.ErrStaleToken):
 		// Put back rather than acked: the new holder may hold a redelivery
@@ -606,6 +612,21 @@ func (g *gate) model(next Handler) Handler {
 		})
 		pass(ctx, next, ts)
 	}
+}
+
+// failureReason is what a failed record says: the dead letter's reason,
+// then why.
+func failureReason(r Reason, err error) string {
+	return string(r) + ": " + errOr(err).Error()
+}
+
+// failure splits a failed record's reason back into the dead letter's
+// reason and why; a reason without one is poison.
+func failure(s string) (Reason, string) {
+	if r, why, ok := strings.Cut(s, ": "); ok && validReason(Reason(r)) {
+		return Reason(r), why
+	}
+	return ReasonPoison, s
 }
 
 // each runs f on every trigger, concurrently when there are several.

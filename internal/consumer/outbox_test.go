@@ -286,3 +286,53 @@ func chargesPipeline(url string) func(*config.Config) {
 		c.Pipelines = append(c.Pipelines, p)
 	}
 }
+
+// TestDeadLetterRefusedThenKept (hole 10): a one-shot effect refused for
+// good is given up (its record failed) and dead-lettered; when the dead
+// letter cannot be published (its stream gone, a cluster node's fault),
+// the entry comes back. It used to be acked then, as "dead-lettered
+// before", and vanished; it is dead-lettered again now, until the dead
+// letter is kept.
+func TestDeadLetterRefusedThenKept(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no such recipient", http.StatusBadRequest)
+	}))
+	defer hs.Close()
+	f := start(t, withOneShot(hs.URL, 0, ""), standin.Options{})
+	ctx := context.Background()
+	dlq, err := f.js.Stream(ctx, "ONCEGATE_DEAD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.js.DeleteStream(ctx, "ONCEGATE_DEAD"); err != nil {
+		t.Fatal(err)
+	}
+	f.publish("triggers.messages", message("m-refused", 0))
+	waitFor(t, 20*time.Second, "the entry given up, and back twice after its dead letter was refused", func() bool {
+		return f.dispatchStats().Failed >= 1 && outboxDeliveries(f) >= 3
+	}, f)
+	if _, err := f.js.CreateStream(ctx, info.Config); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the dead letter kept", func() bool {
+		return f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages") == 1
+	}, f)
+}
+
+// outboxDeliveries is how many deliveries the outbox's durable consumers
+// have made.
+func outboxDeliveries(f *fixture) uint64 {
+	st, err := f.js.Stream(context.Background(), "ONCEGATE_OUTBOX")
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for ci := range st.ListConsumers(context.Background()).Info() {
+		n += ci.Delivered.Consumer
+	}
+	return n
+}

@@ -46,7 +46,7 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 		if v.token != 0 && v.key != nil && s.ledger != nil {
 			// Mark the work failed, so that a later duplicate does not
 			// take it over and do it after the dead letter.
-			if ferr := s.ledger.Fail(ctx, *v.key, v.token, err.Error()); ferr != nil && !errors.Is(ferr, dedupe.ErrStaleToken) {
+			if ferr := s.ledger.Fail(ctx, *v.key, v.token, failureReason(ReasonExhausted, err)); ferr != nil && !errors.Is(ferr, dedupe.ErrStaleToken) {
 				s.c.log.Warn("recording a failure in the ledger failed", "pipeline", s.pipeline, "key", v.key.String(), "err", ferr)
 			}
 		}

@@ -28,6 +28,16 @@ const (
 	ReasonTemplate        Reason = "template"         // the prompt template failed on this trigger
 )
 
+// validReason reports whether r is one of the reasons.
+func validReason(r Reason) bool {
+	switch r {
+	case ReasonInvalidJSON, ReasonTooLarge, ReasonMissingField, ReasonPoison, ReasonExhausted,
+		ReasonPermanentEffect, ReasonBudget, ReasonMismatch, ReasonTemplate, ReasonUnknownOutcome:
+		return true
+	}
+	return false
+}
+
 // PipelineStats counts what one pipeline did. Each trigger delivery is
 // counted once in Deliveries and, when it is settled, once in exactly one
 // of Effects, Duplicates*, Retries, Held and DeadLetters.
