@@ -574,29 +574,14 @@ func TestGateWindowStaleDelivery(t *testing.T) {
 			}
 		}
 	}, standin.Options{}, func(o *consumer.Options) {
-		js, err := jetstream.New(o.Conn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := sink.NewJetStream(js, sink.JetStreamOptions{Subject: "effects.webhooks"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st.Sink = out
+		st.Sink = webhooksSink(t, o)
 		o.Sinks = map[string]sink.Sink{"webhooks": st}
 	})
 	f.publish("triggers.webhooks", []byte(`{"event":"invoice.paid","invoice":{"id":"in_1"}}`))
 	waitFor(t, 15*time.Second, "the effect of the redelivery", func() bool {
 		return f.subjectCount("ONCEGATE_EFFECTS", "effects.webhooks") == 1
 	}, f)
-	waitFor(t, 15*time.Second, "the trigger acked", func() bool {
-		info, err := f.js.Consumer(context.Background(), "ONCEGATE", consumer.Durable("webhooks"))
-		if err != nil {
-			return false
-		}
-		ci, err := info.Info(context.Background())
-		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
-	}, f)
+	waitFor(t, 15*time.Second, "the trigger acked", func() bool { return f.allAcked("webhooks") }, f)
 }
 
 // stallBegin is a ledger whose first Begin for the message at stream
@@ -669,15 +654,7 @@ func TestStaleHolderLosesNothing(t *testing.T) {
 			c.Pipelines[i].Concurrency = 4
 		}
 	}, standin.Options{}, func(o *consumer.Options) {
-		js, err := jetstream.New(o.Conn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		js2, err := sink.NewJetStream(js, sink.JetStreamOptions{Subject: "effects.webhooks"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out.Sink = js2
+		out.Sink = webhooksSink(t, o)
 		o.Sinks = map[string]sink.Sink{"webhooks": out}
 		// B (the second message) stalls before its claim until A's work
 		// has failed: by then the server has delivered B again.
@@ -690,15 +667,34 @@ func TestStaleHolderLosesNothing(t *testing.T) {
 	waitFor(t, 30*time.Second, "the intent's effect", func() bool {
 		return f.subjectCount("ONCEGATE_EFFECTS", "effects.webhooks") == 1
 	}, f)
-	waitFor(t, 30*time.Second, "both triggers acked", func() bool {
-		cons, err := f.js.Consumer(context.Background(), "ONCEGATE", consumer.Durable("webhooks"))
-		if err != nil {
-			return false
-		}
-		ci, err := cons.Info(context.Background())
-		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
-	}, f)
+	waitFor(t, 30*time.Second, "both triggers acked", func() bool { return f.allAcked("webhooks") }, f)
 	if n := f.subjectCount("ONCEGATE_EFFECTS", "effects.webhooks"); n != 1 {
 		t.Errorf("%d effects; want 1", n)
 	}
+}
+
+// webhooksSink is the real JetStream sink of the webhooks pipeline, for a
+// test sink to wrap.
+func webhooksSink(t *testing.T, o *consumer.Options) sink.Sink {
+	t.Helper()
+	js, err := jetstream.New(o.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := sink.NewJetStream(js, sink.JetStreamOptions{Subject: "effects.webhooks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// allAcked reports whether the pipeline's durable consumer has nothing
+// pending and nothing unacknowledged.
+func (f *fixture) allAcked(pipeline string) bool {
+	cons, err := f.js.Consumer(context.Background(), "ONCEGATE", consumer.Durable(pipeline))
+	if err != nil {
+		return false
+	}
+	ci, err := cons.Info(context.Background())
+	return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
 }
