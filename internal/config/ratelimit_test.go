@@ -1,0 +1,68 @@
+package config
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRateLimitDefaultIsOff(t *testing.T) {
+	c := Default()
+	r := c.LLM.RateLimit
+	if r.On() || r.CompletionTokens != DefaultRateLimitCompletionTokens || r.MaxWait != c.LLM.Timeout/2 {
+		t.Fatalf("default rate_limit = %+v; want off, 256 completion tokens, max_wait half of llm.timeout", r)
+	}
+	// max_wait follows llm.timeout, and the environment turns it on.
+	if err := c.LoadEnv([]string{"ONCEGATE_LLM_TIMEOUT=20s", "ONCEGATE_LLM_RATE_LIMIT_REQUESTS_PER_MINUTE=500"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.LLM.RateLimit; !r.On() || r.RequestsPerMinute != 500 || r.MaxWait != 10*time.Second {
+		t.Fatalf("after the environment: %+v; want on at 500/min, max_wait 10s", r)
+	}
+}
+
+func TestRateLimitParse(t *testing.T) {
+	const base = `
+pipelines:
+  - name: hooks
+    subject: triggers.webhooks
+    effect: {sink: jetstream, subject: effects.webhooks}
+llm:
+  timeout: 40s
+  rate_limit:
+`
+	c, err := Parse([]byte(base+"    requests_per_minute: 6000\n    tokens_per_minute: 2000000\n    max_wait: 15s\n"), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.LLM.RateLimit; r.RequestsPerMinute != 6000 || r.TokensPerMinute != 2e6 || r.MaxWait != 15*time.Second || r.CompletionTokens != 256 {
+		t.Fatalf("rate_limit = %+v", r)
+	}
+
+	tests := []struct {
+		name, yaml, wantPath string
+		wantErr              error
+	}{
+		{"unknown key", "    requests_per_second: 5\n", "llm.rate_limit.requests_per_second", ErrUnknownKey},
+		{"negative requests", "    requests_per_minute: -1\n", "llm.rate_limit.requests_per_minute", ErrInvalid},
+		{"negative tokens", "    tokens_per_minute: -10\n", "llm.rate_limit.tokens_per_minute", ErrInvalid},
+		{"negative completion", "    completion_tokens: -1\n", "llm.rate_limit.completion_tokens", ErrInvalid},
+		{"zero wait", "    requests_per_minute: 5\n    max_wait: 0s\n", "llm.rate_limit.max_wait", ErrInvalid},
+		{"wait past the timeout", "    requests_per_minute: 5\n    max_wait: 40s\n", "llm.rate_limit.max_wait", ErrInvalid},
+		{"not a number", "    requests_per_minute: lots\n", "llm.rate_limit.requests_per_minute", ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(base+tt.yaml), "t.yaml")
+			if err == nil {
+				t.Fatal("no error")
+			}
+			fe := findError(t, err, tt.wantPath, tt.wantErr)
+			if fe.Line == 0 {
+				t.Errorf("error %v names no line", fe)
+			}
+		})
+	}
+}
