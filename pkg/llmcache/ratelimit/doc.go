@@ -29,9 +29,11 @@
 // JSON answer, or of the last event of a stream that carries one) replaces the
 // reservation: tokens spent beyond it are taken from the budget (later requests
 // wait for them), and tokens reserved and not spent are given back, up to what
-// the budget can hold. Each budget allows a burst of one second's worth (at
-// least one request; a request larger than the token burst waits for a full
-// bucket and leaves the rest owing). The budgets are token buckets of
+// the budget can hold. Each budget allows a burst of a tenth of a second's
+// worth (at least one request; a request larger than the token burst waits
+// for a full bucket and leaves the rest owing), so that a provider that
+// counts its per-minute limit second by second is not exceeded either:
+// configure the budgets at or just under the provider's limits. The budgets are token buckets of
 // golang.org/x/time/rate.
 //
 // # 429s

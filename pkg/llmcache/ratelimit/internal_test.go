@@ -67,7 +67,7 @@ func TestUsage(t *testing.T) {
 // TestSettle: usage above the reservation is taken from the budget, and
 // usage below it is given back, as far as the bucket has room.
 func TestSettle(t *testing.T) {
-	tr, err := New(nil, Options{TokensPerMinute: 6000}) // 100/s, burst 100
+	tr, err := New(nil, Options{TokensPerMinute: 60000}) // 1000/s, burst 100
 	if err != nil {
 		t.Fatal(err)
 	}

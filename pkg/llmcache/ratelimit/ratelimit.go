@@ -143,8 +143,11 @@ func New(next http.RoundTripper, o Options) (*Transport, error) {
 
 func perSecond(perMinute float64) rate.Limit { return rate.Limit(perMinute / 60) }
 
-// burst is one second's worth of a per-minute budget, at least 1.
-func burst(perMinute float64) int { return max(1, int(perMinute/60)) }
+// burst is a tenth of a second's worth of a per-minute budget, at least
+// 1: providers that count a minute's limit over shorter spans (a second's
+// share in each second) then see at most a tenth more than the rate in any
+// second.
+func burst(perMinute float64) int { return max(1, int(perMinute/600)) }
 
 // Stats returns the totals so far.
 func (t *Transport) Stats() Stats {
