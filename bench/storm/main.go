@@ -65,6 +65,8 @@ type options struct {
 	concurrency int
 	timeout     time.Duration
 	max429      float64
+	ackWait     time.Duration
+	lease       time.Duration
 	log         *slog.Logger
 }
 
@@ -79,11 +81,13 @@ func run() error {
 		concurrency = flag.Int("concurrency", 0, "the pipeline's concurrency (0: the configuration's default)")
 		timeout     = flag.Duration("timeout", 10*time.Minute, "give up on a run not settled by then")
 		max429      = flag.Float64("max-429", 1, "paced run: the most 429s allowed, in % of model calls")
+		ackWait     = flag.Duration("ack-wait", 0, "the pipeline's ack_wait (0: the default); shorter than the wait for the limit shows that waiting triggers are kept in progress, not redelivered")
+		lease       = flag.Duration("lease", 0, "ledger.lease (0: the default)")
 		verbose     = flag.Bool("v", false, "log the consumer's warnings")
 	)
 	flag.Parse()
 	o := options{triggers: *triggers, rpm: *rpm, window: *window, ratio: *ratio, latency: *latency,
-		concurrency: *concurrency, timeout: *timeout, max429: *max429}
+		concurrency: *concurrency, timeout: *timeout, max429: *max429, ackWait: *ackWait, lease: *lease}
 	switch {
 	case o.triggers <= 0 || o.rpm <= 0 || o.window <= 0 || o.timeout <= 0:
 		return errors.New("-triggers, -rpm, -window and -timeout must be positive")
@@ -103,6 +107,9 @@ func run() error {
 		o.triggers, concurrencyText(o.concurrency))
 	fmt.Printf("model: the offline stand-in, latency %v, limited to %d requests/min (%d in any sliding %v), 429 with Retry-After past it\n",
 		o.latency, o.rpm, perWindow(o.rpm, o.window), o.window)
+	if o.ackWait > 0 || o.lease > 0 {
+		fmt.Printf("ack_wait %v, ledger lease %v (0: the default)\n", o.ackWait, o.lease)
+	}
 	fmt.Printf("ideal: %d calls at %d/min = %v\n\n", o.triggers, o.rpm, ideal(o.triggers, float64(o.rpm)).Round(100*time.Millisecond))
 
 	var results []result
@@ -205,6 +212,10 @@ func (o options) config(dir, name string) (*config.Config, float64, error) {
 		if p.Name == "alerts" {
 			if o.concurrency > 0 {
 				p.Concurrency = o.concurrency
+				p.MaxAckPending = max(p.MaxAckPending, o.concurrency)
+			}
+			if o.ackWait > 0 {
+				p.AckWait = o.ackWait
 			}
 			pipes = append(pipes, p)
 		}
@@ -213,6 +224,9 @@ func (o options) config(dir, name string) (*config.Config, float64, error) {
 		return nil, 0, errors.New("the built-in configuration has no alerts pipeline")
 	}
 	cfg.Pipelines = pipes
+	if o.lease > 0 {
+		cfg.Ledger.Lease = o.lease
+	}
 	var limit float64
 	if name == "paced" {
 		limit = o.ratio * float64(o.rpm)
