@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"time"
 )
@@ -68,4 +69,23 @@ func (v *validator) rateLimit() {
 		v.add("llm.rate_limit.max_wait", invalid("%s must be shorter than llm.timeout (%s): the wait is part of the call",
 			formatDuration(r.MaxWait), formatDuration(v.c.LLM.Timeout)))
 	}
+}
+
+// explainRateLimit adds the rate limit's row to an explanation.
+func (x *explainer) explainRateLimit() {
+	r := &x.c.LLM.RateLimit
+	if !r.On() {
+		x.row("llm rate limit", "off (set llm.rate_limit.requests_per_minute or tokens_per_minute to pace model calls and wait out 429s)")
+		return
+	}
+	budget := func(v float64, unit, none string) string {
+		if v == 0 {
+			return none
+		}
+		return fmt.Sprintf("%v %s/min", v, unit)
+	}
+	x.row("llm rate limit", x.d("llm.rate_limit.requests_per_minute", r.RequestsPerMinute, budget(r.RequestsPerMinute, "requests", "no request budget")),
+		x.d("llm.rate_limit.tokens_per_minute", r.TokensPerMinute, budget(r.TokensPerMinute, "tokens", "no token budget")),
+		"completion allowance "+x.d("llm.rate_limit.completion_tokens", r.CompletionTokens, fmt.Sprint(r.CompletionTokens)),
+		"max wait "+x.d("llm.rate_limit.max_wait", r.MaxWait, formatDuration(r.MaxWait))+"; 429s paused and retried")
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -64,5 +65,25 @@ llm:
 				t.Errorf("error %v names no line", fe)
 			}
 		})
+	}
+}
+
+func TestRateLimitExplained(t *testing.T) {
+	c := Default()
+	explain := func() string {
+		var b strings.Builder
+		if err := c.Explain(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if got := explain(); !strings.Contains(got, "llm rate limit   off") {
+		t.Errorf("explanation of the default has no rate limit row saying off:\n%s", got)
+	}
+	if err := c.LoadEnv([]string{"ONCEGATE_LLM_RATE_LIMIT_TOKENS_PER_MINUTE=90000"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := explain(); !strings.Contains(got, "no request budget (default); 90000 tokens/min; completion allowance 256 (default); max wait 30s (default)") {
+		t.Errorf("explanation with a token budget:\n%s", got)
 	}
 }
