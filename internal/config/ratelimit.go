@@ -34,9 +34,12 @@ type RateLimit struct {
 	// reserves for its completion. The default is 256.
 	CompletionTokens int64 `yaml:"completion_tokens"`
 	// MaxWait bounds how long one model call waits for capacity, 429
-	// pauses and retries included. The wait is part of the call's
-	// llm.timeout, so it must be shorter. The default is half of
-	// llm.timeout.
+	// pauses and retries included; a call that would wait longer fails,
+	// and its trigger is retried as after any failed call. The wait is part
+	// of the call's llm.timeout, so it must be shorter; and every trigger
+	// of the pipelines with a model step (their concurrency, summed) may be
+	// in line at once, so MaxWait must let that many through at
+	// RequestsPerMinute. The default is half of llm.timeout.
 	MaxWait time.Duration `yaml:"max_wait"`
 }
 
@@ -65,6 +68,24 @@ func (v *validator) rateLimit() {
 		v.add("llm.rate_limit.completion_tokens", invalid("must not be negative, got %d", r.CompletionTokens))
 	}
 	v.positive("llm.rate_limit.max_wait", r.MaxWait)
+	// The triggers of every pipeline with a model step may all be waiting
+	// for the request budget at once; the last in line must get through
+	// within max_wait, or its call gives up, its trigger is retried and,
+	// after max_deliver tries, dead-lettered.
+	if r.RequestsPerMinute > 0 && r.MaxWait > 0 {
+		inFlight := 0
+		for _, p := range v.c.Pipelines {
+			if p.Step != nil {
+				inFlight += p.Concurrency
+			}
+		}
+		if room := r.RequestsPerMinute*r.MaxWait.Minutes() + max(1, r.RequestsPerMinute/600); float64(inFlight) > room {
+			v.add("llm.rate_limit.max_wait", invalid("%s at %v requests/min lets %.0f calls through, but the pipelines with a model step "+
+				"work on %d triggers at once (concurrency): the last in line would give up and be retried; "+
+				"lower their concurrency, or raise max_wait (and llm.timeout)",
+				formatDuration(r.MaxWait), r.RequestsPerMinute, room, inFlight))
+		}
+	}
 	if r.MaxWait > 0 && v.c.LLM.Timeout > 0 && r.MaxWait >= v.c.LLM.Timeout {
 		v.add("llm.rate_limit.max_wait", invalid("%s must be shorter than llm.timeout (%s): the wait is part of the call",
 			formatDuration(r.MaxWait), formatDuration(v.c.LLM.Timeout)))

@@ -30,6 +30,10 @@ pipelines:
   - name: hooks
     subject: triggers.webhooks
     effect: {sink: jetstream, subject: effects.webhooks}
+  - name: alerts
+    subject: triggers.alerts
+    step: {name: triage, prompt: "Triage {{.alert}}"}
+    effect: {sink: jetstream, subject: effects.alerts}
 llm:
   timeout: 40s
   rate_limit:
@@ -52,6 +56,7 @@ llm:
 		{"negative completion", "    completion_tokens: -1\n", "llm.rate_limit.completion_tokens", ErrInvalid},
 		{"zero wait", "    requests_per_minute: 5\n    max_wait: 0s\n", "llm.rate_limit.max_wait", ErrInvalid},
 		{"wait past the timeout", "    requests_per_minute: 5\n    max_wait: 40s\n", "llm.rate_limit.max_wait", ErrInvalid},
+		{"too little wait for the triggers in flight", "    requests_per_minute: 60\n    max_wait: 30s\n", "llm.rate_limit.max_wait", ErrInvalid},
 		{"not a number", "    requests_per_minute: lots\n", "llm.rate_limit.requests_per_minute", ErrInvalid},
 	}
 	for _, tt := range tests {

@@ -21,6 +21,9 @@ func TestRetryAfter(t *testing.T) {
 		{"ms first", map[string]string{"Retry-After-Ms": "1500", "Retry-After": "2"}, 1500 * time.Millisecond, true},
 		{"bad ms falls back", map[string]string{"Retry-After-Ms": "soon", "Retry-After": "2"}, 2 * time.Second, true},
 		{"negative", map[string]string{"Retry-After": "-1"}, 0, false},
+		{"a day", map[string]string{"Retry-After": "86400"}, 24 * time.Hour, true},
+		{"past a day", map[string]string{"Retry-After": "86401"}, 0, false},
+		{"date past a day", map[string]string{"Retry-After": now.Add(25 * time.Hour).Format(http.TimeFormat)}, 0, false},
 		{"garbage", map[string]string{"Retry-After": "later"}, 0, false},
 		{"absent", nil, 0, false},
 	} {
@@ -84,4 +87,35 @@ func TestSettle(t *testing.T) {
 	if got, want := tr.useCredit(30), 30-min(c, 30); got != want || tr.credit != c-min(c, 30) {
 		t.Fatalf("useCredit(30) with a credit of %d = %d, credit left %d; want %d, %d", c, got, tr.credit, want, c-min(c, 30))
 	}
+}
+
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"0", "3", "-1", "86400", "86401", "Wed, 21 Oct 2015 07:28:00 GMT", "soon", "1.5", ""} {
+		f.Add(s, "")
+	}
+	f.Add("2", "1500")
+	f.Add("", "NaN")
+	f.Add("", "1e300")
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, ra, ms string) {
+		h := http.Header{}
+		h.Set("Retry-After", ra)
+		if ms != "" {
+			h.Set("Retry-After-Ms", ms)
+		}
+		d, ok := retryAfter(h, now)
+		if d < 0 || d > maxRetryAfter || (!ok && d != 0) {
+			t.Fatalf("retryAfter(%q, %q) = %v, %v", ra, ms, d, ok)
+		}
+	})
+}
+
+func FuzzUsage(f *testing.F) {
+	f.Add([]byte(`{"usage":{"total_tokens":15}}`))
+	f.Add([]byte("data: {\"usage\":{\"total_tokens\":42}}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("data: \"usage\"\n\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		jsonUsage(body)
+		streamUsage(body)
+	})
 }

@@ -466,11 +466,15 @@ func backoff(n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// maxRetryAfter is the longest pause a 429 is believed to ask for; a
+// longer one is taken for a broken header, and the backoff applies.
+const maxRetryAfter = 24 * time.Hour
+
 // retryAfter reads the pause a 429 asks for: retry-after-ms, or
-// Retry-After in seconds or as an HTTP date.
+// Retry-After in seconds or as an HTTP date, at most maxRetryAfter.
 func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if v := h.Get("Retry-After-Ms"); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && ms < 1e9 {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && ms <= float64(maxRetryAfter/time.Millisecond) {
 			return time.Duration(ms * float64(time.Millisecond)), true
 		}
 	}
@@ -479,12 +483,12 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s < 0 || s > 86400 {
+		if s < 0 || time.Duration(s) > maxRetryAfter/time.Second {
 			return 0, false
 		}
 		return time.Duration(s) * time.Second, true
 	}
-	if at, err := http.ParseTime(v); err == nil {
+	if at, err := http.ParseTime(v); err == nil && at.Sub(now) <= maxRetryAfter {
 		return max(at.Sub(now), 0), true
 	}
 	return 0, false
