@@ -67,6 +67,7 @@ type options struct {
 	max429      float64
 	ackWait     time.Duration
 	lease       time.Duration
+	maxPending  int
 	log         *slog.Logger
 }
 
@@ -83,11 +84,12 @@ func run() error {
 		max429      = flag.Float64("max-429", 1, "paced run: the most 429s allowed, in % of model calls")
 		ackWait     = flag.Duration("ack-wait", 0, "the pipeline's ack_wait (0: the default); shorter than the wait for the limit shows that waiting triggers are kept in progress, not redelivered")
 		lease       = flag.Duration("lease", 0, "ledger.lease (0: the default)")
+		maxPending  = flag.Int("max-ack-pending", 0, "the pipeline's max_ack_pending (0: the default, or -concurrency if larger); the consumer prefetches up to twice its concurrency within it, and a prefetched trigger waits for a worker without being kept in progress")
 		verbose     = flag.Bool("v", false, "log the consumer's warnings")
 	)
 	flag.Parse()
 	o := options{triggers: *triggers, rpm: *rpm, window: *window, ratio: *ratio, latency: *latency,
-		concurrency: *concurrency, timeout: *timeout, max429: *max429, ackWait: *ackWait, lease: *lease}
+		concurrency: *concurrency, timeout: *timeout, max429: *max429, ackWait: *ackWait, lease: *lease, maxPending: *maxPending}
 	switch {
 	case o.triggers <= 0 || o.rpm <= 0 || o.window <= 0 || o.timeout <= 0:
 		return errors.New("-triggers, -rpm, -window and -timeout must be positive")
@@ -169,6 +171,9 @@ type result struct {
 	gaveUp    int64
 	factor    float64
 	published time.Duration
+	// over counts the calls that waited longer than each bound, by the
+	// bucket bound in seconds of oncegate_llm_rate_limit_wait_seconds.
+	over map[float64]uint64
 }
 
 func (r result) calls() int64 { return r.model.Completions + r.model.OverLimit + r.model.RateLimited }
@@ -213,6 +218,9 @@ func (o options) config(dir, name string) (*config.Config, float64, error) {
 			if o.concurrency > 0 {
 				p.Concurrency = o.concurrency
 				p.MaxAckPending = max(p.MaxAckPending, o.concurrency)
+			}
+			if o.maxPending > 0 {
+				p.MaxAckPending = o.maxPending
 			}
 			if o.ackWait > 0 {
 				p.AckWait = o.ackWait
@@ -328,9 +336,34 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 	if a.RateLimit != nil {
 		s := a.RateLimit.Stats()
 		r.waited, r.maxWait, r.sent, r.retried, r.gaveUp, r.factor = s.Waited, s.MaxWait, s.Sent, s.Limited, s.GaveUp, s.Factor
+		if r.over, err = waitsOver(a); err != nil {
+			return result{}, err
+		}
 	}
 	fmt.Printf("  settled in %v\n", r.elapsed.Round(time.Millisecond))
 	return r, nil
+}
+
+// waitsOver reads the wait histogram the app's metrics expose and returns,
+// for each bucket bound, the calls that waited longer.
+func waitsOver(a *app.App) (map[float64]uint64, error) {
+	fams, err := a.Metrics.Registry().Gather()
+	if err != nil {
+		return nil, err
+	}
+	over := map[float64]uint64{}
+	for _, f := range fams {
+		if f.GetName() != "oncegate_llm_rate_limit_wait_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			for _, b := range h.GetBucket() {
+				over[b.GetUpperBound()] += h.GetSampleCount() - b.GetCumulativeCount()
+			}
+		}
+	}
+	return over, nil
 }
 
 // publish sends n distinct alerts, each with its delivery id as
@@ -463,6 +496,8 @@ func report(rs []result, o options) {
 			"%d 429s waited out and retried, %d calls gave up; rate factor at the end %.3g; ideal at the configured limit %v\n",
 			r.name, r.waited.Round(time.Millisecond), mean.Round(time.Millisecond), r.maxWait.Round(time.Millisecond),
 			r.retried, r.gaveUp, r.factor, ideal(r.intents, r.limit).Round(100*time.Millisecond))
+		fmt.Printf("%s: calls that waited over 0.1s %d, over 1s %d, over 5s %d, over 10s %d (oncegate_llm_rate_limit_wait_seconds)\n",
+			r.name, r.over[0.1], r.over[1], r.over[5], r.over[10])
 	}
 	fmt.Println("\nanswered: chat completions the stand-in answered 200; model calls: every chat completion request it received;")
 	fmt.Println("effects: effects in the effect stream, per intent: effects per distinct intent key; re-sent: effects the stream")

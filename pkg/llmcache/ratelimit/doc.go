@@ -43,7 +43,8 @@
 // Retry-After header names (seconds or an HTTP date; without one, a backoff
 // of 500ms doubling per 429 in a row up to 30s, with jitter), and sends the
 // request again after the pause. A 429 also halves the rates (at most once per
-// pause, down to an eighth of the configured rates) and empties the buckets;
+// pause, down to an eighth of the configured rates) and empties the buckets,
+// and the requests waiting for turns taken at the old rates take new ones;
 // the rates recover by an eighth of the configured ones for every 10s
 // without a 429. A provider whose real limit is lower than the configured one,
 // or a quota shared with other clients, then settles into a steady stream

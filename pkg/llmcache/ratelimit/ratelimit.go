@@ -105,6 +105,9 @@ type Transport struct {
 	streak      int   // 429s in a row, for the backoff without Retry-After
 	credit      int64 // tokens reserved and not spent, given back to the next requests
 	maxWait     time.Duration
+	// cut is closed, and replaced, when a 429 cuts the rates: requests
+	// waiting on turns taken at the old rates take new ones.
+	cut chan struct{}
 
 	requests, sent, limited, gaveUp, waited atomic.Int64
 }
@@ -131,7 +134,7 @@ func New(next http.RoundTripper, o Options) (*Transport, error) {
 	if o.MaxWait == 0 {
 		o.MaxWait = DefaultMaxWait
 	}
-	t := &Transport{next: next, opts: o, factor: 1}
+	t := &Transport{next: next, opts: o, factor: 1, cut: make(chan struct{})}
 	if o.RequestsPerMinute > 0 {
 		t.req = rate.NewLimiter(perSecond(o.RequestsPerMinute), burst(o.RequestsPerMinute))
 	}
@@ -260,14 +263,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *Transport) admit(ctx context.Context, deadline time.Time, need int64) error {
 	for {
 		t.mu.Lock()
-		until := t.pausedUntil
+		until, cut := t.pausedUntil, t.cut
 		t.mu.Unlock()
 		now := time.Now()
 		if until.After(now) {
 			if until.After(deadline) {
 				return fmt.Errorf("%w: the endpoint answered 429 and is paused for %v", ErrWait, until.Sub(now).Round(time.Millisecond))
 			}
-			if err := sleep(ctx, until.Sub(now)); err != nil {
+			if _, err := sleep(ctx, until.Sub(now), nil); err != nil {
 				return err
 			}
 			continue
@@ -301,9 +304,14 @@ func (t *Transport) admit(ctx context.Context, deadline time.Time, need int64) e
 			cancel()
 			return fmt.Errorf("%w: %v for the budget, %v allowed", ErrWait, delay.Round(time.Millisecond), deadline.Sub(now).Round(time.Millisecond))
 		}
-		if err := sleep(ctx, delay); err != nil {
+		if cutNow, err := sleep(ctx, delay, cut); err != nil || cutNow {
+			// A turn taken at rates a 429 has since cut is given back,
+			// and a new one taken once the pause is over.
 			cancel()
-			return err
+			if err != nil {
+				return err
+			}
+			continue
 		}
 		t.mu.Lock()
 		paused := t.pausedUntil.After(time.Now())
@@ -316,17 +324,21 @@ func (t *Transport) admit(ctx context.Context, deadline time.Time, need int64) e
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+// sleep waits d, or until ctx ends (its error), or until cut is closed
+// (true).
+func sleep(ctx context.Context, d time.Duration, cut <-chan struct{}) (bool, error) {
 	if d <= 0 {
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 	tm := time.NewTimer(d)
 	defer tm.Stop()
 	select {
 	case <-tm.C:
-		return nil
+		return false, nil
+	case <-cut:
+		return true, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 }
 
@@ -413,6 +425,8 @@ func (t *Transport) throttled(h http.Header) time.Time {
 		t.cutUntil = t.pausedUntil
 		t.apply(now)
 		t.drain(now)
+		close(t.cut)
+		t.cut = make(chan struct{})
 	}
 	return t.pausedUntil
 }
