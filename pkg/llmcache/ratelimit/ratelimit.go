@@ -300,6 +300,10 @@ func (t *Transport) admit(ctx context.Context, deadline time.Time, need int64) e
 				tr.CancelAt(time.Now())
 			}
 		}
+		if (rr != nil && !rr.OK()) || (tr != nil && !tr.OK()) {
+			cancel() // the burst was cut between reading it and reserving
+			continue
+		}
 		if now.Add(delay).After(deadline) {
 			cancel()
 			return fmt.Errorf("%w: %v for the budget, %v allowed", ErrWait, delay.Round(time.Millisecond), deadline.Sub(now).Round(time.Millisecond))
