@@ -67,6 +67,11 @@ func (v *validator) rateLimit() {
 	if r.CompletionTokens < 0 {
 		v.add("llm.rate_limit.completion_tokens", invalid("must not be negative, got %d", r.CompletionTokens))
 	}
+	if !r.On() {
+		// max_wait means nothing then; it may lag a llm.timeout changed
+		// in Go after the defaults were filled in.
+		return
+	}
 	v.positive("llm.rate_limit.max_wait", r.MaxWait)
 	// The triggers of every pipeline with a model step may all be waiting
 	// for the request budget at once; the last in line must get through

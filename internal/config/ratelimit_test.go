@@ -22,6 +22,18 @@ func TestRateLimitDefaultIsOff(t *testing.T) {
 	if r := c.LLM.RateLimit; !r.On() || r.RequestsPerMinute != 500 || r.MaxWait != 10*time.Second {
 		t.Fatalf("after the environment: %+v; want on at 500/min, max_wait 10s", r)
 	}
+
+	// Off, max_wait is not checked: Go code may shorten llm.timeout after
+	// the defaults were filled in (the demo does).
+	c = Default()
+	c.LLM.Timeout = 2 * time.Second
+	if err := c.Validate(); err != nil {
+		t.Fatalf("rate limit off, llm.timeout shortened in Go: %v", err)
+	}
+	c.LLM.RateLimit.RequestsPerMinute = 6000
+	if err := c.Validate(); err == nil {
+		t.Fatal("rate limit on with max_wait 30s and llm.timeout 2s: no error")
+	}
 }
 
 func TestRateLimitParse(t *testing.T) {
