@@ -31,6 +31,7 @@ import (
 	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
 	"github.com/oncegate/oncegate/pkg/llmcache"
+	"github.com/oncegate/oncegate/pkg/llmcache/ratelimit"
 )
 
 // ErrLedgerInUse is wrapped by the error Start returns when another process
@@ -84,6 +85,8 @@ type App struct {
 	// IngressAddr is the address it listens on.
 	Ingress     *ingress.Server
 	IngressAddr string
+	// RateLimit paces the model calls, nil unless llm.rate_limit is on.
+	RateLimit *ratelimit.Transport
 
 	log          *slog.Logger
 	closers      []func() error
@@ -384,7 +387,11 @@ func (a *App) openModel(ctx context.Context, cfg *config.Config, o Options) (*op
 	a.closers = append(a.closers, func() error { tr.CloseIdleConnections(); return nil })
 	oc := openai.DefaultConfig(key)
 	oc.BaseURL = base
-	oc.HTTPClient = cache.HTTPClient(&http.Client{Transport: tr})
+	rt, err := a.withRateLimit(tr)
+	if err != nil {
+		return nil, err
+	}
+	oc.HTTPClient = cache.HTTPClient(&http.Client{Transport: rt})
 	return openai.NewClientWithConfig(oc), nil
 }
 

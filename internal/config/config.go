@@ -187,6 +187,9 @@ type LLM struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// Cache configures the response cache.
 	Cache Cache `yaml:"cache"`
+	// RateLimit is the endpoint's request and token budgets; off by
+	// default. See ratelimit.go.
+	RateLimit RateLimit `yaml:"rate_limit"`
 	// Prices are the USD prices per million tokens, by model, for the
 	// cost and savings figures. The default lists gpt-4o-mini; a prices
 	// key in the file replaces the whole list.

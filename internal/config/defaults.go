@@ -158,6 +158,7 @@ func (c *Config) applyDefaults() {
 	setDefault(c, "llm.cache.max_entry_bytes", &m.Cache.MaxEntryBytes, DefaultMaxEntryBytes)
 	setDefault(c, "llm.cache.budget_tokens", &m.Cache.BudgetTokens, 0)
 	c.cacheStoreDefaults()
+	c.rateLimitDefaults()
 	setDefault(c, "llm.prices", &m.Prices, defaultPrices())
 
 	setDefault(c, "metrics.listen", &c.Metrics.Listen, DefaultMetricsListen)

@@ -148,6 +148,7 @@ func (x *explainer) process() {
 	x.row("llm cache", "ttl "+x.d("llm.cache.ttl", m.Cache.TTL, formatDuration(m.Cache.TTL)),
 		"max entry "+x.d("llm.cache.max_entry_bytes", m.Cache.MaxEntryBytes, m.Cache.MaxEntryBytes.String()),
 		"token budget per intent "+x.d("llm.cache.budget_tokens", m.Cache.BudgetTokens, budgetText(m.Cache.BudgetTokens)))
+	x.explainRateLimit()
 	if len(m.Prices) == 0 {
 		x.row("prices", "none (costs are not reported)")
 	}

@@ -181,6 +181,7 @@ func (v *validator) llm() {
 		v.add("llm.cache.budget_tokens", invalid("must be 0 (no cap) or positive, got %d", m.Cache.BudgetTokens))
 	}
 	v.cacheStore()
+	v.rateLimit()
 	for _, model := range slices.Sorted(mapKeys(m.Prices)) {
 		p := m.Prices[model]
 		at := keyPath("llm.prices", model)

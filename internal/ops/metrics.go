@@ -165,6 +165,7 @@ type Metrics struct {
 	pendingLease *prometheus.GaugeVec     // pipeline
 	inflight     *prometheus.GaugeVec     // pipeline
 	replyRefused *prometheus.CounterVec   // pipeline
+	rl           rateLimitMetrics
 
 	mu    sync.Mutex
 	steps []llmcache.StepStats // zero rows of the steps AddStep named
@@ -224,6 +225,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		m.triggers, m.duplicates, m.claims, m.effects, m.effectTime, m.stepTime,
 		m.deadLetters, m.acks, m.settleTime, m.pendingLease, m.inflight, m.replyRefused,
 	)
+	m.registerRateLimit()
 	if opts.LLMStats != nil {
 		m.reg.MustRegister(newLLMCollector(opts.LLMStats, m.knownSteps))
 	}

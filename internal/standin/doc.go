@@ -65,6 +65,14 @@
 // Malformed requests (400), oversized bodies (413) and model listings draw
 // nothing and are never faulted.
 //
+// # A real rate limit
+//
+// [Options.RequestsPerMinute] makes the stand-in behave as a provider's limit
+// does: past N requests in any sliding minute (or [Options.LimitWindow]), a
+// valid chat completion request is answered 429 at once, with a Retry-After
+// of the whole seconds until the window has room, and counted in
+// [Stats].OverLimit. Requests refused do not count against the limit.
+//
 // # Counters
 //
 // [Server.Stats] returns counts of requests by outcome and of tokens

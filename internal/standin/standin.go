@@ -64,6 +64,20 @@ type Options struct {
 	// Models are the model ids listed by GET /v1/models. Chat completions
 	// accept any model name and echo it. The default is [DefaultModel].
 	Models []string
+
+	// RequestsPerMinute, if positive, is a real request limit, as a
+	// provider's: a valid chat completion request past it in any sliding
+	// window of LimitWindow is answered 429 at once, with a Retry-After of
+	// the whole seconds until the oldest request in the window leaves it,
+	// and draws no fault. Requests answered 429 do not count against the
+	// limit. The default is 0: no limit.
+	RequestsPerMinute int
+
+	// LimitWindow is the sliding window RequestsPerMinute is counted over;
+	// the requests allowed in one window are RequestsPerMinute scaled to
+	// it (RequestsPerMinute × LimitWindow / 1m), at least 1. The default is
+	// one minute.
+	LimitWindow time.Duration
 }
 
 // Validate reports whether the options are usable: rates in [0, 1] whose
@@ -90,6 +104,12 @@ func (o Options) Validate() error {
 	if o.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("standin: negative MaxBodyBytes %d", o.MaxBodyBytes))
 	}
+	if o.RequestsPerMinute < 0 {
+		errs = append(errs, fmt.Errorf("standin: negative RequestsPerMinute %d", o.RequestsPerMinute))
+	}
+	if o.LimitWindow < 0 {
+		errs = append(errs, fmt.Errorf("standin: negative LimitWindow %v", o.LimitWindow))
+	}
 	return errors.Join(errs...)
 }
 
@@ -105,6 +125,7 @@ type Stats struct {
 	Invalid      int64 // 400, 404, 405 and 413 answers
 	ServerErrors int64 // injected 500 answers
 	RateLimited  int64 // injected 429 answers
+	OverLimit    int64 // 429 answers past RequestsPerMinute
 	Timeouts     int64 // injected hangs
 	Canceled     int64 // requests whose context ended during Latency
 
@@ -119,11 +140,14 @@ type Server struct {
 	mu  sync.Mutex // guards rng
 	rng *rand.Rand
 
+	limit *window // nil without RequestsPerMinute
+
 	closeOnce sync.Once
 	closed    chan struct{}
 
 	requests, completions, streams, models                 atomic.Int64
 	invalid, serverErrors, rateLimited, timeouts, canceled atomic.Int64
+	overLimit                                              atomic.Int64
 	promptTokens, completionTokens                         atomic.Int64
 }
 
@@ -147,8 +171,17 @@ func New(opts Options) (*Server, error) {
 	} else {
 		opts.Models = append([]string(nil), opts.Models...)
 	}
+	var limit *window
+	if opts.RequestsPerMinute > 0 {
+		if opts.LimitWindow == 0 {
+			opts.LimitWindow = time.Minute
+		}
+		n := max(1, int(int64(opts.RequestsPerMinute)*int64(opts.LimitWindow)/int64(time.Minute)))
+		limit = &window{span: opts.LimitWindow, at: make([]time.Time, n)}
+	}
 	return &Server{
 		opts:   opts,
+		limit:  limit,
 		rng:    rand.New(rand.NewPCG(opts.Seed, 0x6f6e636567617465)), // "oncegate"
 		closed: make(chan struct{}),
 	}, nil
@@ -165,6 +198,7 @@ func (s *Server) Stats() Stats {
 		Invalid:          s.invalid.Load(),
 		ServerErrors:     s.serverErrors.Load(),
 		RateLimited:      s.rateLimited.Load(),
+		OverLimit:        s.overLimit.Load(),
 		Timeouts:         s.timeouts.Load(),
 		Canceled:         s.canceled.Load(),
 		PromptTokens:     s.promptTokens.Load(),
@@ -285,6 +319,20 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if s.limit != nil {
+		if wait, ok := s.limit.take(time.Now()); !ok {
+			s.overLimit.Add(1)
+			secs := int64((wait + time.Second - 1) / time.Second)
+			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+			code := "rate_limit_exceeded"
+			writeError(w, http.StatusTooManyRequests, apiError{
+				Message: fmt.Sprintf("standin: rate limit of %d requests per minute reached (Options.RequestsPerMinute), retry after %ds", s.opts.RequestsPerMinute, secs),
+				Type:    "requests",
+				Code:    &code,
+			})
+			return
+		}
+	}
 	f := s.drawFault()
 	if d := s.opts.Latency; d > 0 {
 		t := time.NewTimer(d)
@@ -357,6 +405,34 @@ func (s *Server) reject(w http.ResponseWriter, status int, param, format string,
 		e.Param = &param
 	}
 	writeError(w, status, e)
+}
+
+// window is a sliding-window log of the requests let through: at most
+// len(at) in any span.
+type window struct {
+	span time.Duration
+
+	mu    sync.Mutex
+	at    []time.Time // a ring of the times of the requests in the window
+	head  int         // the oldest
+	count int
+}
+
+// take lets a request through at now if the window has room, or returns how
+// long until it has.
+func (w *window) take(now time.Time) (wait time.Duration, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.count > 0 && !w.at[w.head].After(now.Add(-w.span)) {
+		w.head = (w.head + 1) % len(w.at)
+		w.count--
+	}
+	if w.count == len(w.at) {
+		return w.at[w.head].Add(w.span).Sub(now), false
+	}
+	w.at[(w.head+w.count)%len(w.at)] = now
+	w.count++
+	return 0, true
 }
 
 // Compile-time check that a *Server is a handler.
