@@ -302,8 +302,8 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 	name := strings.ToUpper("SCALE_" + id)
 	prefix := "scale." + id
 	for _, sc := range []jetstream.StreamConfig{
-		{Name: name, Subjects: []string{prefix + ".triggers.>"}, Duplicates: 2 * time.Minute},
-		{Name: name + "_EFFECTS", Subjects: []string{prefix + ".effects.>"}, Duplicates: 2 * time.Minute},
+		{Name: name, Subjects: []string{prefix + ".triggers.>"}, Duplicates: 5 * time.Minute},
+		{Name: name + "_EFFECTS", Subjects: []string{prefix + ".effects.>"}, Duplicates: 5 * time.Minute}, // covers the default redelivery horizon (5 x 30s)
 		{Name: name + "_DEAD", Subjects: []string{prefix + ".dead.>"}},
 	} {
 		sc.Replicas, sc.Storage = len(servers), jetstream.FileStorage
@@ -311,7 +311,8 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 			return c, fmt.Errorf("stream %s: %w", sc.Name, err)
 		}
 	}
-	log := slog.New(slog.DiscardHandler)
+	// Warnings and errors only: a replica that cannot start says why.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var apps []*app.App
 	defer func() {
 		for _, a := range apps {
@@ -341,7 +342,12 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 			stop()
 			return c, ctx.Err()
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case err := <-done:
+			stop()
+			return c, fmt.Errorf("the first replica stopped before it was ready: %w", err)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	for _, a := range apps[1:] {
 		go func() { done <- a.Run(runCtx) }()
