@@ -274,3 +274,19 @@ func TestTracingConfig(t *testing.T) {
 		t.Errorf("an OTLP/HTTP endpoint is refused: %v", err)
 	}
 }
+
+// TestMaxClockSkew: the clock skew the redo guard allows for defaults to
+// 1s, and must be neither negative nor as long as the duplicate window.
+func TestMaxClockSkew(t *testing.T) {
+	if c := Default(); c.Ledger.MaxClockSkew != time.Second || c.Validate() != nil {
+		t.Fatalf("default max_clock_skew = %v (Validate: %v); want 1s and valid", c.Ledger.MaxClockSkew, c.Validate())
+	}
+	for _, skew := range []time.Duration{-time.Second, 5 * time.Minute} {
+		c := Default()
+		c.Ledger.MaxClockSkew = skew
+		var fe *FieldError
+		if err := c.Validate(); !errors.As(err, &fe) || fe.Path != "ledger.max_clock_skew" {
+			t.Errorf("max_clock_skew %v: Validate() = %v; want a FieldError at ledger.max_clock_skew", skew, err)
+		}
+	}
+}

@@ -140,6 +140,9 @@ func (v *validator) ledger() {
 	if l.MaxClockSkew < 0 {
 		v.add("ledger.max_clock_skew", invalid("must not be negative, got %s", formatDuration(l.MaxClockSkew)))
 	}
+	if d := v.c.Stream.Duplicates; d > 0 && l.MaxClockSkew >= d {
+		v.add("ledger.max_clock_skew", invalid("%s is not shorter than stream.duplicates %s: no work could ever be taken over and redone", formatDuration(l.MaxClockSkew), formatDuration(d)))
+	}
 	if l.Lease > 0 && l.Retention > 0 && l.Lease >= l.Retention {
 		v.add("ledger.lease", invalid("lease %s must be shorter than retention %s", formatDuration(l.Lease), formatDuration(l.Retention)))
 	}

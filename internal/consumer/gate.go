@@ -520,6 +520,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 		case t.v.kind == settleDead:
 			g.giveUp(ctx, t, t.v)
 		case t.v.kind == settleNak && t.v.waits:
+			// Its lease went to another holder: nothing to release.
 		case t.v.kind == settleNak:
 			g.release(ctx, t)
 			t.v.token, t.v.attempts = token, t.claim.Record.Attempts
@@ -567,7 +568,7 @@ func (g *gate) release(ctx context.Context, t *Trigger) {
 // it failed in the ledger, unless another worker has taken the work over
 // meanwhile: its failure is then not the intent's (a refusal because the
 // new holder sent first, say), the new holder settles the intent, and this
-// trigger is acked.
+// trigger waits to see it settled.
 func (g *gate) giveUp(ctx context.Context, t *Trigger, v verdict) {
 	err := g.ledger.Fail(ctx, t.key, t.token.Load(), failureReason(v.reason, v.err))
 	switch {
