@@ -292,6 +292,7 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 		limitText = fmt.Sprintf("%.0f/min", limit)
 	}
 	fmt.Printf("run %s: llm.rate_limit.requests_per_minute %s\n", name, limitText)
+	rssBefore, peak := rss(), uint64(0)
 	start := time.Now()
 	if err := publish(ctx, js, o.triggers); err != nil {
 		return result{}, err
@@ -302,6 +303,7 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 	deadline := start.Add(o.timeout)
 	nextLog := start.Add(10 * time.Second)
 	for {
+		peak = max(peak, rss())
 		left, err := outstanding(ctx, js, cfg)
 		if err != nil {
 			return result{}, err
@@ -341,7 +343,32 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 		}
 	}
 	fmt.Printf("  settled in %v\n", r.elapsed.Round(time.Millisecond))
+	if rssBefore > 0 && peak > rssBefore {
+		c := o.concurrency
+		if c == 0 {
+			c = cfg.Pipelines[0].Concurrency
+		}
+		fmt.Printf("  memory: RSS %d MiB before the storm, %d MiB at its peak: %.1f KiB more per trigger in flight (%d in flight at most; the NATS server, the stand-in and the consumer share this process)\n",
+			rssBefore>>20, peak>>20, float64(peak-rssBefore)/1024/float64(c), c)
+	}
 	return r, nil
+}
+
+// rss is the process's resident set size in bytes, from /proc/self/status;
+// 0 where that is not available.
+func rss() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb uint64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // waitsOver reads the wait histogram the app's metrics expose and returns,
@@ -378,9 +405,21 @@ func publish(ctx context.Context, js jetstream.JetStream, n int) error {
 		body := fmt.Sprintf(`{"receiver":"oncall","status":"firing","delivery_id":"storm-%d","alert":{"fingerprint":%q,"occurrence":1,`+
 			`"labels":{"alertname":%q,"instance":%q,"severity":"page"},"annotations":{"summary":"%s on %s","runbook":"https://runbooks.example/%s"},"startsAt":%q}}`,
 			i, fp, name, inst, name, inst, strings.ToLower(name), at.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano))
-		if _, err := js.PublishMsgAsync(&nats.Msg{Subject: "triggers.alerts", Data: []byte(body)},
-			jetstream.WithMsgID(fmt.Sprintf("storm-%d", i))); err != nil {
-			return fmt.Errorf("publish: %w", err)
+		for {
+			_, err := js.PublishMsgAsync(&nats.Msg{Subject: "triggers.alerts", Data: []byte(body)},
+				jetstream.WithMsgID(fmt.Sprintf("storm-%d", i)))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				return fmt.Errorf("publish: %w", err)
+			}
+			// Too many PubAcks outstanding: let them come in, then go on.
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	select {
