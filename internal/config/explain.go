@@ -130,7 +130,8 @@ func (x *explainer) process() {
 	x.row("ledger", x.d("ledger.store", l.Store, where),
 		"retention "+x.d("ledger.retention", l.Retention, formatDuration(l.Retention)),
 		"lease "+x.d("ledger.lease", l.Lease, formatDuration(l.Lease)),
-		"on payload mismatch "+x.d("ledger.mismatch", l.Mismatch, l.Mismatch))
+		"on payload mismatch "+x.d("ledger.mismatch", l.Mismatch, l.Mismatch),
+		"clocks apart by up to "+x.d("ledger.max_clock_skew", l.MaxClockSkew, formatDuration(l.MaxClockSkew)))
 
 	m := &c.LLM
 	endpoint := "the built-in stand-in model (offline; set llm.base_url for a real endpoint)"
@@ -149,6 +150,12 @@ func (x *explainer) process() {
 		"max entry "+x.d("llm.cache.max_entry_bytes", m.Cache.MaxEntryBytes, m.Cache.MaxEntryBytes.String()),
 		"token budget per intent "+x.d("llm.cache.budget_tokens", m.Cache.BudgetTokens, budgetText(m.Cache.BudgetTokens)))
 	x.explainRateLimit()
+	if t := c.Tracing; t.On() {
+		x.row("tracing", "OTLP/HTTP to "+t.OTLPEndpoint, "sample ratio "+x.d("tracing.sample_ratio", t.SampleRatio, fmt.Sprint(t.SampleRatio)),
+			"service "+x.d("tracing.service_name", t.ServiceName, t.ServiceName))
+	} else {
+		x.row("tracing", "off (set tracing.otlp_endpoint to trace each trigger)")
+	}
 	if len(m.Prices) == 0 {
 		x.row("prices", "none (costs are not reported)")
 	}
