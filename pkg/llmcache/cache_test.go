@@ -553,8 +553,17 @@ func TestTokenAccounting(t *testing.T) {
 	if want := 4 * prices.Cost("gpt-4o-mini", u); !near(s.CostSaved, want) || !near(s.CostSpent, want/4) {
 		t.Errorf("cost spent %g, saved %g; want %g and %g", s.CostSpent, s.CostSaved, want/4, want)
 	}
-	if s.EstimatedPromptTokens <= 0 {
-		t.Errorf("EstimatedPromptTokens = %d; want the tokenizer's estimate", s.EstimatedPromptTokens)
+	// No budget and an answer with usage: the tokenizer had nothing to do.
+	if s.EstimatedPromptTokens != 0 {
+		t.Errorf("EstimatedPromptTokens = %d without a budget; want 0 (no estimate made)", s.EstimatedPromptTokens)
+	}
+	// Under a budget, the prompt is counted before the call.
+	cb := openCache(t, "", llmcache.Options{Prices: prices, Budget: 1 << 20})
+	if _, err := client(t, cb, m.URL, "sk-test").CreateChatCompletion(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if e := cb.Stats()[0].EstimatedPromptTokens; e <= 0 || e > 2*u.PromptTokens {
+		t.Errorf("EstimatedPromptTokens = %d under a budget; want the tokenizer's estimate of a %d-token prompt", e, u.PromptTokens)
 	}
 }
 

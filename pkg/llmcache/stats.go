@@ -30,8 +30,10 @@ type StepStats struct {
 	// Tokens the upstream calls spent, from the API's usage where it was
 	// given and from the tokenizer where it was not.
 	PromptTokens, CompletionTokens int64
-	// EstimatedPromptTokens sums the tokenizer's estimates made before each
-	// upstream call, to compare with PromptTokens.
+	// EstimatedPromptTokens sums the tokenizer's estimates of the prompts of
+	// upstream calls, to compare with PromptTokens. The tokenizer runs only
+	// where its count is used: a call under a token budget (counted before
+	// it goes out), or an answer that reports no usage.
 	EstimatedPromptTokens int64
 	// Tokens that hits and shared answers did not spend again.
 	SavedPromptTokens, SavedCompletionTokens int64

@@ -75,15 +75,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	f := &fill{
 		t: t, req: req, body: body, call: call, q: q, key: key, st: st,
-		estimate: estimatePrompt(q),
-		unit:     call.Intent,
+		unit: call.Intent,
 	}
 	if f.unit == "" {
 		f.unit = key.String()
-	}
-	f.need = f.estimate
-	if q.MaxTokens > 0 {
-		f.need += q.N * q.MaxTokens
 	}
 	f.limit = call.Budget
 	if f.limit == 0 {
@@ -91,6 +86,16 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if f.limit <= 0 {
 		f.limit = math.MaxInt64
+	}
+	if f.limit != math.MaxInt64 {
+		// The tokenizer runs only where its count is used: a budget to
+		// reserve from now, or an answer without usage afterwards. (It
+		// was an eighth of a miss's CPU, on every miss.)
+		f.estimatePrompt()
+		f.need = f.estimate
+		if q.MaxTokens > 0 {
+			f.need += q.N * q.MaxTokens
+		}
 	}
 
 	c.mu.Lock()
@@ -193,8 +198,9 @@ type fill struct {
 	unit  string
 	limit int64
 
-	estimate int64 // prompt tokens, estimated before the call
-	need     int64 // tokens reserved from the budget
+	estimate  int64 // prompt tokens, estimated by estimatePrompt
+	estimated bool  // estimate is set
+	need      int64 // tokens reserved from the budget
 }
 
 // run calls the model, streams the answer into fl, and then accounts for
@@ -329,6 +335,14 @@ func (f *fill) run(fl *flight, store bool) {
 	f.release(claim)
 }
 
+// estimatePrompt counts the request's prompt tokens with the tokenizer,
+// once.
+func (f *fill) estimatePrompt() {
+	if !f.estimated {
+		f.estimate, f.estimated = estimatePrompt(f.q), true
+	}
+}
+
 // storeLater retries storing a complete answer the store refused (a shared
 // store between leaders, or cut off from its quorum) for up to
 // Options.StoreRetry, holding the fill claim meanwhile so that other
@@ -446,11 +460,14 @@ func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64,
 	case callErr == nil && status >= 400:
 	default:
 		codec := codecFor(f.q.Model)
+		f.estimatePrompt()
 		spent = Usage{PromptTokens: f.estimate, CompletionTokens: countTokens(codec, v.text), Estimated: true}
 	}
 	cost := c.opts.Prices.Cost(f.q.Model, spent)
 	f.st.spend(spent, cost)
-	f.st.estimated.Add(f.estimate)
+	if f.estimated {
+		f.st.estimated.Add(f.estimate)
+	}
 	if callErr != nil || status >= 400 {
 		f.st.errors.Add(1)
 	}
