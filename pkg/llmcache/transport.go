@@ -298,10 +298,11 @@ func (f *fill) run(fl *flight, store bool) {
 	} else {
 		status = resp.StatusCode
 		fl.start(status, resp.Header, "")
-		buf := make([]byte, 32<<10)
+		bp := readBufs.Get().(*[32 << 10]byte)
+		buf := bp[:]
 		for {
 			n, err := resp.Body.Read(buf)
-			fl.write(buf[:n])
+			fl.write(buf[:n]) // copies
 			if err == io.EOF {
 				break
 			}
@@ -310,6 +311,7 @@ func (f *fill) run(fl *flight, store bool) {
 				break
 			}
 		}
+		readBufs.Put(bp)
 		resp.Body.Close()
 	}
 	if err == nil && c.ctx.Err() != nil && readErr != nil {
@@ -334,6 +336,10 @@ func (f *fill) run(fl *flight, store bool) {
 	}
 	f.release(claim)
 }
+
+// readBufs are the buffers fills read answers through: 32 KiB each, which
+// a fill allocated and zeroed per call.
+var readBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 
 // estimatePrompt counts the request's prompt tokens with the tokenizer,
 // once.
