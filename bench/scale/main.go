@@ -353,12 +353,9 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 		go func() { done <- a.Run(runCtx) }()
 	}
 	for _, a := range apps {
-		for a.Consumer.Ready() != nil {
-			if ctx.Err() != nil {
-				stop()
-				return c, ctx.Err()
-			}
-			time.Sleep(10 * time.Millisecond)
+		if err := a.WaitReady(ctx); err != nil {
+			stop()
+			return c, err
 		}
 	}
 	// A pull request sent before its reply subject's interest has reached

@@ -432,19 +432,11 @@ func publish(ctx context.Context, js jetstream.JetStream, n int) error {
 	return nil
 }
 
+// waitReady waits up to 30s for a's consumer to be consuming.
 func waitReady(ctx context.Context, a *app.App) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for a.Consumer.Ready() != nil {
-		if time.Now().After(deadline) {
-			return errors.New("the consumer did not become ready")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return a.WaitReady(ctx)
 }
 
 // outstanding returns the triggers the pipelines' durable consumers have

@@ -295,19 +295,11 @@ func (f *flakySink) Deliver(ctx context.Context, e sink.Effect) (sink.Result, er
 	return f.Sink.Deliver(ctx, e)
 }
 
+// waitReady waits up to 15s for a's consumer to be consuming.
 func waitReady(ctx context.Context, a *app.App) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for a.Consumer.Ready() != nil {
-		if time.Now().After(deadline) {
-			return errors.New("demo: the consumer did not become ready")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return a.WaitReady(ctx)
 }
 
 type demoMsg struct {

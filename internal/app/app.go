@@ -417,6 +417,24 @@ func (a *App) windowStats() []ops.WindowStats {
 	return out
 }
 
+// WaitReady waits until the consumer is consuming (its Ready reports nil),
+// or ctx is done; it is for a caller that started Run in a goroutine.
+func (a *App) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		err := a.Consumer.Ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("app: the consumer did not become ready: %w (%w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
 // Run runs the consumer until ctx is done, then drains it.
 func (a *App) Run(ctx context.Context) error { return a.Consumer.Run(ctx) }
 
