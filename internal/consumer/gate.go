@@ -767,7 +767,7 @@ func (g *gate) stale() {
 
 // flight is work on an intent this process holds.
 type flight struct {
-	done      chan struct{} // closed when the work is over
+	done      chan struct{} // closed when the work is over; made when a duplicate first waits
 	committed bool          // set before done is closed
 	response  []byte        // the committed result's response, for replies
 }
@@ -789,16 +789,20 @@ func (fs *flights) start(held []*Trigger) {
 		fs.m = make(map[dedupe.Key]*flight)
 	}
 	for _, t := range held {
-		fs.m[t.key] = &flight{done: make(chan struct{})}
+		fs.m[t.key] = &flight{}
 	}
 	fs.mu.Unlock()
 }
 
-// get returns the flight of key, or nil.
+// get returns the flight of key, ready to be waited on, or nil.
 func (fs *flights) get(key dedupe.Key) *flight {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	return fs.m[key]
+	f := fs.m[key]
+	if f != nil && f.done == nil {
+		f.done = make(chan struct{})
+	}
+	return f
 }
 
 // end records the work of held as over, committed or not.
@@ -811,6 +815,9 @@ func (fs *flights) end(held []*Trigger) {
 			continue
 		}
 		delete(fs.m, t.key)
+		if f.done == nil {
+			continue // no duplicate waited
+		}
 		f.committed = t.committed
 		if t.committed && t.v.kind == settleAck {
 			f.response = t.v.reply

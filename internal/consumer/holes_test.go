@@ -698,3 +698,42 @@ func (f *fixture) allAcked(pipeline string) bool {
 	ci, err := cons.Info(context.Background())
 	return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
 }
+
+// slowFirst is a sink whose first call waits until release says so, and
+// then goes through.
+type slowFirst struct {
+	sink.Sink
+	once    sync.Once
+	release func() bool
+}
+
+func (s *slowFirst) Deliver(ctx context.Context, e sink.Effect) (sink.Result, error) {
+	s.once.Do(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for !s.release() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	return s.Sink.Deliver(ctx, e)
+}
+
+// TestDuplicateAwaitsLocalWork: a duplicate that arrives while this
+// process's work holds its intent waits for that work in the process and
+// is acked once it commits, on its first delivery, instead of being put
+// back to come again.
+func TestDuplicateAwaitsLocalWork(t *testing.T) {
+	var f *fixture
+	out := &slowFirst{release: func() bool { return f.stats("webhooks").Deliveries >= 2 }}
+	f = start(t, nil, standin.Options{}, func(o *consumer.Options) {
+		out.Sink = webhooksSink(t, o)
+		o.Sinks = map[string]sink.Sink{"webhooks": out}
+	})
+	f.publish("triggers.webhooks", []byte(`{"event":"invoice.paid","invoice":{"id":"in_1"},"delivery_id":"a"}`))
+	waitFor(t, 10*time.Second, "the first at work", func() bool { return f.stats("webhooks").Deliveries == 1 }, f)
+	f.publish("triggers.webhooks", []byte(`{"event":"invoice.paid","invoice":{"id":"in_1"},"delivery_id":"b"}`))
+	waitFor(t, 10*time.Second, "both acked", func() bool { return f.allAcked("webhooks") && f.stats("webhooks").Effects == 1 }, f)
+	s := f.stats("webhooks")
+	if s.Deliveries != 2 || s.DuplicatesLedger != 1 || s.Held != 0 {
+		t.Errorf("stats %+v; want 2 deliveries, 1 ledger duplicate acked on its first delivery, none held", s)
+	}
+}
