@@ -15,6 +15,11 @@
 //     (claim and commit fsynced unless -sync=false).
 //   - full: the whole flow with the model step (the offline stand-in model
 //     through the LLM cache), at 0% duplicates.
+//   - calls: the model calls alone, the floor under full: as many
+//     go-openai CreateChatCompletion calls as full makes, from as many
+//     goroutines as the pipeline's concurrency, to a stand-in of its own
+//     over loopback HTTP, with the prompt the step renders; no NATS, no
+//     ledger, no cache. full cannot run faster than this.
 //
 // The gate cells run in -reps rounds (3 by default), each round between
 // two raw cells; a cell's ratio is to the mean of the raw cells either side
@@ -84,6 +89,7 @@ const (
 	modeGateWindow = config.ModeGateWindow
 	modeGateLedger = config.ModeGateLedger
 	modeFull       = config.ModeFull
+	modeCalls      = "calls"
 )
 
 // Targets of the verdict, as fractions of raw.
@@ -121,7 +127,7 @@ func run() error {
 		n           = flag.Int("n", 50_000, "triggers per cell")
 		fullN       = flag.Int("full-n", 5000, "triggers in the full cell, at most -n (the model step makes it slow)")
 		dupList     = flag.String("dup", "0,30,90", "comma-separated duplicate percentages for the gate cells")
-		only        = flag.String("only", "", "comma-separated subset of: raw, gate-window, gate-ledger, full")
+		only        = flag.String("only", "", "comma-separated subset of: raw, gate-window, gate-ledger, full, calls")
 		concurrency = flag.Int("concurrency", 0, "pipeline concurrency (0: the configuration's default)")
 		syncLedger  = flag.Bool("sync", true, "fsync the ledger's claims and commits (the durable figure)")
 		rawBatch    = flag.Int("raw-batch", 0, "raw: PullMaxMessages (0: half of MaxAckPending)")
@@ -146,10 +152,10 @@ func run() error {
 	for _, s := range strings.Split(*only, ",") {
 		switch s = strings.TrimSpace(s); s {
 		case "":
-		case modeRaw, modeGateWindow, modeGateLedger, modeFull:
+		case modeRaw, modeGateWindow, modeGateLedger, modeFull, modeCalls:
 			want[s] = true
 		default:
-			return fmt.Errorf("-only: unknown mode %q (want raw, gate-window, gate-ledger, full)", s)
+			return fmt.Errorf("-only: unknown mode %q (want raw, gate-window, gate-ledger, full, calls)", s)
 		}
 	}
 	selected := func(m string) bool { return len(want) == 0 || want[m] }
@@ -208,6 +214,9 @@ func run() error {
 		if selected(modeFull) && rep == 0 {
 			cells = append(cells, plan{modeFull, 0, rep})
 		}
+		if selected(modeCalls) && rep == 0 {
+			cells = append(cells, plan{modeCalls, 0, rep})
+		}
 		if selected(modeRaw) {
 			cells = append(cells, plan{modeRaw, 0, rep + 1})
 		}
@@ -220,10 +229,16 @@ func run() error {
 	start := time.Now()
 	for i, c := range cells {
 		n := o.n
-		if c.mode == modeFull {
+		if c.mode == modeFull || c.mode == modeCalls {
 			n = o.fullN
 		}
-		r, err := b.cell(ctx, c.mode, c.dup, n, true)
+		var r result
+		var err error
+		if c.mode == modeCalls {
+			r, err = b.calls(ctx, n)
+		} else {
+			r, err = b.cell(ctx, c.mode, c.dup, n, true)
+		}
 		if err != nil {
 			return fmt.Errorf("%s at %d%% duplicates: %w", c.mode, c.dup, err)
 		}
@@ -248,12 +263,28 @@ type result struct {
 	n        int
 	unique   int
 	took     time.Duration
-	effects  uint64 // messages in the effect stream
-	expected int    // what the effect stream should hold
+	cpu      time.Duration // the process's user and system time over took
+	effects  uint64        // messages in the effect stream
+	expected int           // what the effect stream should hold
 	notes    []string
 }
 
 func (r result) rate() float64 { return float64(r.n) / r.took.Seconds() }
+
+// cpuPerTrigger is the process's CPU time per trigger, in microseconds:
+// everything in the process (the NATS server and the stand-in model
+// included) over the cell's timed phase. Unlike triggers/s, it hardly moves
+// when other programs share the machine.
+func (r result) cpuPerTrigger() float64 { return float64(r.cpu.Microseconds()) / float64(r.n) }
+
+// cpuTime returns the user and system CPU time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 type bench struct {
 	o   options
@@ -321,7 +352,7 @@ func (b *bench) cell(ctx context.Context, mode string, dup, n int, profile bool)
 			return r, err
 		}
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	if err := sys.start(); err != nil {
 		return r, err
 	}
@@ -332,7 +363,7 @@ func (b *bench) cell(ctx context.Context, mode string, dup, n int, profile bool)
 		}
 	}()
 	err = waitAcked(ctx, cons, n, sys.settled)
-	r.took = time.Since(start)
+	r.took, r.cpu = time.Since(start), cpuTime()-cpu0
 	if stopProfile != nil {
 		if perr := stopProfile(); err == nil {
 			err = perr
@@ -823,6 +854,7 @@ func report(w *os.File, o options, results []result) int {
 		effects       []uint64
 		expected      int
 		took          []time.Duration
+		cpus          []float64
 		wrong         int
 		notes         []string
 	}
@@ -839,6 +871,7 @@ func report(w *os.File, o options, results []result) int {
 		}
 		rw.rates = append(rw.rates, r.rate())
 		rw.took = append(rw.took, r.took)
+		rw.cpus = append(rw.cpus, r.cpuPerTrigger())
 		rw.effects = append(rw.effects, r.effects)
 		if x, ok := ratio(r); ok && r.mode != modeRaw {
 			rw.ratios = append(rw.ratios, x)
@@ -851,7 +884,7 @@ func report(w *os.File, o options, results []result) int {
 	}
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "mode\tdup%%\ttriggers\truns\ttriggers/s\tvs raw\tvs raw, range\teffects\texpected\ttime\t\n")
+	fmt.Fprintf(tw, "mode\tdup%%\ttriggers\truns\ttriggers/s\tvs raw\tvs raw, range\tCPU µs/trigger\teffects\texpected\ttime\t\n")
 	for _, rw := range rows {
 		rs, spread := "-", "-"
 		if len(rw.ratios) > 0 {
@@ -866,8 +899,8 @@ func report(w *os.File, o options, results []result) int {
 		for i, t := range rw.took {
 			tooks[i] = float64(t)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%d\t%v\t\n", rw.mode, rw.dup, rw.n, len(rw.rates), median(rw.rates), rs, spread,
-			eff, rw.expected, time.Duration(median(tooks)).Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.0f\t%s\t%s\t%.0f\t%s\t%d\t%v\t\n", rw.mode, rw.dup, rw.n, len(rw.rates), median(rw.rates), rs, spread,
+			median(rw.cpus), eff, rw.expected, time.Duration(median(tooks)).Round(time.Millisecond))
 	}
 	tw.Flush()
 	for _, rw := range rows {
@@ -879,7 +912,7 @@ func report(w *os.File, o options, results []result) int {
 		"pipeline concurrency %s; ledger fsync %v; Oncegate's trigger stream retention %s (the raw loop's: limits, no age)\n",
 		payloadSize(), time.Duration(config.DefaultSyncInterval), concurrencyText(o.concurrency), o.sync, cmp.Or(o.retention, config.Default().Stream.Retention+" (default)"))
 	if len(raws) > 0 {
-		fmt.Fprintf(w, "raw = Consume + PublishMsgAsync(Nats-Msg-Id) + ack on PubAck; triggers/s and time are medians of the runs; "+
+		fmt.Fprintf(w, "raw = Consume + PublishMsgAsync(Nats-Msg-Id) + ack on PubAck; triggers/s, CPU µs/trigger (the whole process's user+system time, server and stand-in included) and time are medians of the runs; "+
 			"vs raw = the median, over the %d round(s), of a cell's rate over the mean of the raw runs either side of it\n", o.reps)
 	}
 	if bad > 0 {

@@ -35,6 +35,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -68,6 +70,8 @@ type options struct {
 	ackWait     time.Duration
 	lease       time.Duration
 	maxPending  int
+	memprofile  string
+	memAt       time.Duration
 	log         *slog.Logger
 }
 
@@ -86,10 +90,27 @@ func run() error {
 		lease       = flag.Duration("lease", 0, "ledger.lease (0: the default)")
 		maxPending  = flag.Int("max-ack-pending", 0, "the pipeline's max_ack_pending (0: the default, or -concurrency if larger); the consumer prefetches up to twice its concurrency within it, and a prefetched trigger waits for a worker without being kept in progress")
 		verbose     = flag.Bool("v", false, "log the consumer's warnings")
+		cpuprofile  = flag.String("cpuprofile", "", "write a CPU profile of the whole command to this file")
+		memprofile  = flag.String("memprofile", "", "write a heap profile of each run, taken -memprofile-at after the storm starts, to this file with the run's name appended")
+		memAt       = flag.Duration("memprofile-at", 3*time.Second, "when -memprofile takes its profile")
 	)
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	o := options{triggers: *triggers, rpm: *rpm, window: *window, ratio: *ratio, latency: *latency,
-		concurrency: *concurrency, timeout: *timeout, max429: *max429, ackWait: *ackWait, lease: *lease, maxPending: *maxPending}
+		concurrency: *concurrency, timeout: *timeout, max429: *max429, ackWait: *ackWait, lease: *lease, maxPending: *maxPending,
+		memprofile: *memprofile, memAt: *memAt}
 	switch {
 	case o.triggers <= 0 || o.rpm <= 0 || o.window <= 0 || o.timeout <= 0:
 		return errors.New("-triggers, -rpm, -window and -timeout must be positive")
@@ -293,7 +314,7 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 	}
 	fmt.Printf("run %s: llm.rate_limit.requests_per_minute %s\n", name, limitText)
 	rssBefore, peak := rss(), uint64(0)
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	if err := publish(ctx, js, o.triggers); err != nil {
 		return result{}, err
 	}
@@ -302,8 +323,19 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 
 	deadline := start.Add(o.timeout)
 	nextLog := start.Add(10 * time.Second)
+	profiled := o.memprofile == ""
 	for {
 		peak = max(peak, rss())
+		if !profiled && time.Since(start) >= o.memAt {
+			profiled = true
+			if g, err := os.Create(o.memprofile + "-" + name + ".goroutines"); err == nil {
+				_ = pprof.Lookup("goroutine").WriteTo(g, 1)
+				g.Close()
+			}
+			if err := writeHeapProfile(o.memprofile + "-" + name); err != nil {
+				return result{}, err
+			}
+		}
 		left, err := outstanding(ctx, js, cfg)
 		if err != nil {
 			return result{}, err
@@ -342,7 +374,9 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 			return result{}, err
 		}
 	}
-	fmt.Printf("  settled in %v\n", r.elapsed.Round(time.Millisecond))
+	cpu := cpuTime() - cpu0
+	fmt.Printf("  settled in %v; CPU %v (user+system, the whole process), %.0f µs per trigger\n", r.elapsed.Round(time.Millisecond),
+		cpu.Round(time.Millisecond), float64(cpu.Microseconds())/float64(o.triggers))
 	if rssBefore > 0 && peak > rssBefore {
 		c := o.concurrency
 		if c == 0 {
@@ -352,6 +386,30 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 			rssBefore>>20, peak>>20, float64(peak-rssBefore)/1024/float64(c), c)
 	}
 	return r, nil
+}
+
+// cpuTime returns the user and system CPU time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// writeHeapProfile writes the heap profile to path, after a collection,
+// so that it shows what is live.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // rss is the process's resident set size in bytes, from /proc/self/status;

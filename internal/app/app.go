@@ -275,6 +275,18 @@ func needsLedger(cfg *config.Config) bool {
 	return false
 }
 
+// stepConcurrency is how many model calls the pipelines may have in
+// flight at once.
+func stepConcurrency(cfg *config.Config) int {
+	n := 0
+	for _, p := range cfg.Pipelines {
+		if p.Step != nil {
+			n += p.Concurrency
+		}
+	}
+	return n
+}
+
 func needsModel(cfg *config.Config) bool {
 	for _, p := range cfg.Pipelines {
 		if p.Step != nil {
@@ -383,7 +395,14 @@ func (a *App) openModel(ctx context.Context, cfg *config.Config, o Options) (*op
 	}
 	a.ModelURL = base
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 256
+	if a.Standin != nil {
+		tr = standin.Transport()
+	}
+	// Over HTTP/1.1 each call in flight holds a connection: keep as many
+	// idle as the model steps may have in flight, or every call past the
+	// idle limit dials anew. (Over HTTP/2, the OpenAI API's and the
+	// stand-in's, calls share connections and this does not matter.)
+	tr.MaxIdleConnsPerHost = max(256, stepConcurrency(cfg))
 	a.closers = append(a.closers, func() error { tr.CloseIdleConnections(); return nil })
 	oc := openai.DefaultConfig(key)
 	oc.BaseURL = base

@@ -50,6 +50,7 @@ type gate struct {
 	dedupeWindow time.Duration
 	maxResult    int
 
+	calls   ledgerCalls // claims and commits, combined across workers or not
 	set     *settler
 	h       Handler
 	flights flights // the work this process holds
@@ -248,7 +249,7 @@ func (g *gate) claimStage(next Handler) Handler {
 		}
 		var held, waiting []*Trigger
 		spans := g.spans(ts, "oncegate.ledger.claim", trace.SpanKindClient)
-		for i, r := range dedupe.BeginAll(ctx, g.ledger, reqs) {
+		for i, r := range g.beginAll(ctx, reqs) {
 			t := ts[i]
 			if spans != nil {
 				if sp := spans[i]; sp.IsRecording() && r.Err == nil {
@@ -427,6 +428,10 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 // of the chain works on them. The context it returns ends if the leases
 // run out without renewal, or are all taken over: work past that point
 // could race the new holder.
+//
+// Renewals run on a timer, so work that ends before the first one is due
+// (most work: a renewal is due after a third of the ack wait or the lease)
+// costs no goroutine; the stop function waits for a renewal under way.
 func (g *gate) hold(ctx context.Context, held []*Trigger) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	until := held[0].claim.Lease.Until
@@ -437,51 +442,62 @@ func (g *gate) hold(ctx context.Context, held []*Trigger) (context.Context, func
 	}
 	expire := time.AfterFunc(time.Until(until), func() { cancel(errLeaseExpired) })
 	every := max(g.keepEvery(held[0])/3, 50*time.Millisecond)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			live := 0
-			var next time.Time
-			for _, t := range held {
-				if t.lost.Load() {
-					continue
-				}
-				g.set.inProgress(t.msg)
-				l, err := g.ledger.Extend(context.WithoutCancel(ctx), t.key, t.token.Load(), g.lease)
-				switch {
-				case err == nil:
-					t.token.Store(l.Token)
-					if next.IsZero() || l.Until.Before(next) {
-						next = l.Until
-					}
-					live++
-				case errors.Is(err, dedupe.ErrStaleToken):
-					t.lost.Store(true) // taken over: the new holder answers for it
-				default:
-					live++
-					g.c.log.Warn("lease renewal failed", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
-				}
-			}
-			if live == 0 {
-				cancel(errLeaseLost)
-			} else if !next.IsZero() {
-				expire.Reset(time.Until(next))
-			}
+	var (
+		mu      sync.Mutex // held by a renewal under way, and by stop
+		stopped bool
+		tick    *time.Timer
+	)
+	mu.Lock() // tick is set before the renewal reads it
+	tick = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
+		g.renew(ctx, held, cancel, expire)
+		tick.Reset(every)
 	})
+	mu.Unlock()
 	return ctx, func() {
-		close(done)
-		wg.Wait()
+		mu.Lock()
+		stopped = true
+		tick.Stop()
+		mu.Unlock()
 		expire.Stop()
 		cancel(nil)
+	}
+}
+
+// renew marks the held triggers in progress and extends their leases; it
+// cancels the work if every lease was taken over, and moves the expiry to
+// the earliest new deadline.
+func (g *gate) renew(ctx context.Context, held []*Trigger, cancel context.CancelCauseFunc, expire *time.Timer) {
+	live := 0
+	var next time.Time
+	for _, t := range held {
+		if t.lost.Load() {
+			continue
+		}
+		g.set.inProgress(t.msg)
+		l, err := g.ledger.Extend(context.WithoutCancel(ctx), t.key, t.token.Load(), g.lease)
+		switch {
+		case err == nil:
+			t.token.Store(l.Token)
+			if next.IsZero() || l.Until.Before(next) {
+				next = l.Until
+			}
+			live++
+		case errors.Is(err, dedupe.ErrStaleToken):
+			t.lost.Store(true) // taken over: the new holder answers for it
+		default:
+			live++
+			g.c.log.Warn("lease renewal failed", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
+		}
+	}
+	if live == 0 {
+		cancel(errLeaseLost)
+	} else if !next.IsZero() {
+		expire.Reset(time.Until(next))
 	}
 }
 
@@ -530,7 +546,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 		return
 	}
 	spans := g.spans(done, "oncegate.ledger.commit", trace.SpanKindClient)
-	for i, err := range dedupe.CommitAll(ctx, g.ledger, commits) {
+	for i, err := range g.commitAll(ctx, commits) {
 		t := done[i]
 		if spans != nil {
 			endSpan(spans[i], err)

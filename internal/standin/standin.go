@@ -225,6 +225,13 @@ func (s *Server) Start(addr string) (baseURL string, stop func() error, err erro
 		return "", nil, fmt.Errorf("standin: listen %s: %w", addr, err)
 	}
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	// HTTP/1.1, and HTTP/2 with prior knowledge (h2c): the OpenAI API is
+	// reached over TLS, where clients negotiate HTTP/2 and multiplex their
+	// calls on a few connections; a client of the stand-in can do the same
+	// on plain TCP (see [Transport]).
+	hs.Protocols = new(http.Protocols)
+	hs.Protocols.SetHTTP1(true)
+	hs.Protocols.SetUnencryptedHTTP2(true)
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
 	var once sync.Once
@@ -240,6 +247,17 @@ func (s *Server) Start(addr string) (baseURL string, stop func() error, err erro
 		return stopErr
 	}
 	return "http://" + ln.Addr().String() + "/v1", stop, nil
+}
+
+// Transport returns an HTTP transport for a client of a stand-in: HTTP/2
+// with prior knowledge over plain TCP, so that calls in flight share a few
+// connections, as they do with the OpenAI API over TLS, rather than holding
+// one connection each.
+func Transport() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return tr
 }
 
 // ServeHTTP answers one OpenAI API request; see the package documentation.

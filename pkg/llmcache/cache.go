@@ -284,7 +284,8 @@ func (c *Cache) Close() error {
 func (c *Cache) Stats() []StepStats { return c.stats.snapshot() }
 
 // Spent returns the tokens spent on intent in namespace, as the budget
-// counts them.
+// counts them: the calls made under a budget (Options.Budget or
+// Call.Budget); a call under none is not counted.
 func (c *Cache) Spent(namespace, intent string) (int64, error) {
 	if namespace == "" {
 		namespace = c.opts.Namespace

@@ -515,9 +515,13 @@ func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64,
 	}
 	// The tokens are recorded after the answer is stored: a process that
 	// dies between the model's answer and its store has paid for nothing
-	// it kept, and the store is the shorter wait.
-	if err := c.budgets.settle(ctx, f.call.Namespace, f.unit, resID, spent.Total()); err != nil {
-		c.opts.Logger.Warn("llmcache: recording spent tokens failed", "unit", f.unit, "err", err)
+	// it kept, and the store is the shorter wait. A call under no budget
+	// records nothing: no budget reads the count, and the write was a
+	// tenth of a miss's own CPU.
+	if f.limit != math.MaxInt64 {
+		if err := c.budgets.settle(ctx, f.call.Namespace, f.unit, resID, spent.Total()); err != nil {
+			c.opts.Logger.Warn("llmcache: recording spent tokens failed", "unit", f.unit, "err", err)
+		}
 	}
 	var sharers []*stepCounters
 	if pending == nil {

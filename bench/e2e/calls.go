@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/standin"
+)
+
+// calls measures the calls cell: n model calls and nothing else, the floor
+// under the full cell. The client is configured as app.Start configures the
+// model client (a clone of the default transport, 256 idle connections per
+// host), without the cache in front; each call carries the default alerts
+// step's system prompt and a user prompt of a trigger's size.
+func (b *bench) calls(ctx context.Context, n int) (result, error) {
+	r := result{mode: modeCalls, n: n, unique: n, expected: n}
+	s, err := standin.New(standin.Options{})
+	if err != nil {
+		return r, err
+	}
+	url, stop, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		return r, err
+	}
+	defer stop()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	defer tr.CloseIdleConnections()
+	oc := openai.DefaultConfig("standin")
+	oc.BaseURL = url
+	oc.HTTPClient = &http.Client{Transport: tr}
+	client := openai.NewClientWithConfig(oc)
+
+	def := config.Default()
+	step := def.Pipelines[0].Step
+	payloads, _ := generate(n, 0)
+	workers := def.Pipelines[0].Concurrency
+	if b.o.concurrency > 0 {
+		workers = b.o.concurrency
+	}
+	var next, answered atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start, cpu0 := time.Now(), cpuTime()
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) || ctx.Err() != nil {
+					return
+				}
+				_, err := client.CreateChatCompletion(ctx, openai.ChatCompletionRequest{
+					Model: def.LLM.Model, Temperature: float32(step.Temperature), MaxTokens: step.MaxTokens,
+					Messages: []openai.ChatCompletionMessage{
+						{Role: openai.ChatMessageRoleSystem, Content: step.System},
+						{Role: openai.ChatMessageRoleUser, Content: string(payloads[i])},
+					},
+				})
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					continue
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	r.took, r.cpu = time.Since(start), cpuTime()-cpu0
+	r.effects = uint64(answered.Load())
+	if firstErr != nil {
+		return r, fmt.Errorf("model call: %w", firstErr)
+	}
+	return r, nil
+}

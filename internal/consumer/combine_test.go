@@ -1,0 +1,79 @@
+package consumer
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestCombiner checks that callers arriving while a call is under way are
+// served by one call for all of them, each with the results of its own
+// requests, and that a caller alone is served at once.
+func TestCombiner(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var calls [][]int
+	c := &combiner[int, int]{do: func(_ context.Context, qs []int) []int {
+		mu.Lock()
+		calls = append(calls, append([]int(nil), qs...))
+		first := len(calls) == 1
+		mu.Unlock()
+		if first {
+			<-release // the others queue meanwhile
+		}
+		rs := make([]int, len(qs))
+		for i, q := range qs {
+			rs[i] = -q
+		}
+		return rs
+	}}
+	ctx := context.Background()
+
+	const callers = 20
+	var wg sync.WaitGroup
+	errs := make(chan string, callers+1)
+	check := func(qs []int) {
+		rs := c.run(ctx, qs)
+		if len(rs) != len(qs) {
+			errs <- "wrong number of results"
+			return
+		}
+		for i := range qs {
+			if rs[i] != -qs[i] {
+				errs <- "a result of another caller's request"
+			}
+		}
+	}
+	wg.Go(func() { check([]int{0}) })
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) == 1 })
+	for i := 1; i <= callers; i++ {
+		wg.Go(func() { check([]int{2 * i, 2*i + 1}) })
+	}
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.queue) == callers })
+	close(release)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if len(calls) != 2 || len(calls[1]) != 2*callers {
+		t.Errorf("calls %v; want the first alone, then one call for the %d callers that queued", calls, callers)
+	}
+
+	// Alone, a caller makes its own call at once.
+	if rs := c.run(ctx, []int{7}); len(rs) != 1 || rs[0] != -7 || len(calls) != 3 {
+		t.Errorf("alone: results %v after %d calls; want [-7] from a third call", rs, len(calls))
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out after 10s waiting for the condition")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
