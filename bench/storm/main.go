@@ -32,18 +32,23 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
@@ -81,7 +86,7 @@ func run() error {
 		rpm         = flag.Int("rpm", 6000, "the stand-in model's limit N: requests in any sliding -window, scaled to a minute")
 		window      = flag.Duration("window", time.Minute, "the stand-in's sliding window (the limit in it is N × window / 1m)")
 		ratio       = flag.Float64("limit-ratio", 0.98, "paced run: llm.rate_limit.requests_per_minute as a share of N")
-		runs        = flag.String("runs", "before,paced", "comma-separated runs: before (no llm.rate_limit), paced")
+		runs        = flag.String("runs", "before,paced", "comma-separated runs: before (no llm.rate_limit), paced, calls (the model calls alone from a plain go-openai loop, no Oncegate: the baseline for time, CPU and memory per call in flight)")
 		latency     = flag.Duration("latency", 20*time.Millisecond, "the stand-in's latency per answer")
 		concurrency = flag.Int("concurrency", 0, "the pipeline's concurrency (0: the configuration's default)")
 		timeout     = flag.Duration("timeout", 10*time.Minute, "give up on a run not settled by then")
@@ -139,10 +144,14 @@ func run() error {
 	failed := false
 	for _, name := range strings.Split(*runs, ",") {
 		name = strings.TrimSpace(name)
-		if name != "before" && name != "paced" {
-			return fmt.Errorf("-runs: unknown run %q (want before, paced)", name)
+		if name != "before" && name != "paced" && name != "calls" {
+			return fmt.Errorf("-runs: unknown run %q (want before, paced, calls)", name)
 		}
-		r, err := o.run(ctx, name)
+		run := o.run
+		if name == "calls" {
+			run = o.calls
+		}
+		r, err := run(ctx, name)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -314,6 +323,8 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 	}
 	fmt.Printf("run %s: llm.rate_limit.requests_per_minute %s\n", name, limitText)
 	rssBefore, peak := rss(), uint64(0)
+	memBefore := readMem()
+	var memPeak memSample
 	start, cpu0 := time.Now(), cpuTime()
 	if err := publish(ctx, js, o.triggers); err != nil {
 		return result{}, err
@@ -326,6 +337,7 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 	profiled := o.memprofile == ""
 	for {
 		peak = max(peak, rss())
+		memPeak = memPeak.max(readMem())
 		if !profiled && time.Since(start) >= o.memAt {
 			profiled = true
 			if g, err := os.Create(o.memprofile + "-" + name + ".goroutines"); err == nil {
@@ -377,15 +389,125 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 	cpu := cpuTime() - cpu0
 	fmt.Printf("  settled in %v; CPU %v (user+system, the whole process), %.0f µs per trigger\n", r.elapsed.Round(time.Millisecond),
 		cpu.Round(time.Millisecond), float64(cpu.Microseconds())/float64(o.triggers))
-	if rssBefore > 0 && peak > rssBefore {
-		c := o.concurrency
-		if c == 0 {
-			c = cfg.Pipelines[0].Concurrency
-		}
-		fmt.Printf("  memory: RSS %d MiB before the storm, %d MiB at its peak: %.1f KiB more per trigger in flight (%d in flight at most; the NATS server, the stand-in and the consumer share this process)\n",
-			rssBefore>>20, peak>>20, float64(peak-rssBefore)/1024/float64(c), c)
+	c := o.concurrency
+	if c == 0 {
+		c = cfg.Pipelines[0].Concurrency
 	}
+	memoryLines(rssBefore, peak, memBefore, memPeak, c, "the NATS server, the stand-in and the consumer share this process")
 	return r, nil
+}
+
+// memoryLines prints what memory grew by, per call or trigger in flight.
+func memoryLines(rssBefore, peak uint64, memBefore, memPeak memSample, c int, who string) {
+	if rssBefore == 0 || peak <= rssBefore {
+		return
+	}
+	fmt.Printf("  memory: RSS %d MiB before the storm, %d MiB at its peak: %.1f KiB more per trigger in flight (%d in flight at most; %s)\n",
+		rssBefore>>20, peak>>20, float64(peak-rssBefore)/1024/float64(c), c, who)
+	per := func(after, before uint64) float64 { return float64(int64(after)-int64(before)) / 1024 / float64(c) }
+	fmt.Printf("  of which, per trigger in flight at the peaks: goroutine stacks %.1f KiB (%.1f goroutines each), live heap %.1f KiB (as of the last GC cycle, without the garbage the heap holds until the next)\n",
+		per(memPeak.stacks, memBefore.stacks), float64(int64(memPeak.goroutines)-int64(memBefore.goroutines))/float64(c), per(memPeak.live, memBefore.live))
+}
+
+// calls is the baseline run: the triggers' model calls made by a plain
+// go-openai loop (as many goroutines as the pipeline's concurrency, each
+// calling CreateChatCompletion in turn) against the same stand-in, with
+// no NATS, ledger or cache; the client speaks to it as app.Start's does.
+func (o options) calls(ctx context.Context, name string) (result, error) {
+	s, err := standin.New(standin.Options{Latency: o.latency, RequestsPerMinute: o.rpm, LimitWindow: o.window})
+	if err != nil {
+		return result{}, err
+	}
+	url, stop, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		return result{}, err
+	}
+	defer stop()
+	tr := standin.Transport()
+	defer tr.CloseIdleConnections()
+	oc := openai.DefaultConfig("standin")
+	oc.BaseURL = url
+	oc.HTTPClient = &http.Client{Transport: tr}
+	client := openai.NewClientWithConfig(oc)
+	def := config.Default()
+	step := def.Pipelines[0].Step
+	c := o.concurrency
+	if c == 0 {
+		c = def.Pipelines[0].Concurrency
+	}
+	fmt.Printf("run %s: a plain go-openai loop, %d goroutines\n", name, c)
+
+	rssBefore, peak := rss(), uint64(0)
+	memBefore := readMem()
+	var memPeak memSample
+	start, cpu0 := time.Now(), cpuTime()
+	var next atomic.Int64
+	var failed atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for range c {
+			wg.Go(func() {
+				for {
+					i := next.Add(1) - 1
+					if i >= int64(o.triggers) || ctx.Err() != nil {
+						return
+					}
+					_, err := client.CreateChatCompletion(ctx, openai.ChatCompletionRequest{
+						Model: def.LLM.Model, Temperature: float32(step.Temperature), MaxTokens: step.MaxTokens,
+						Messages: []openai.ChatCompletionMessage{
+							{Role: openai.ChatMessageRoleSystem, Content: step.System},
+							{Role: openai.ChatMessageRoleUser, Content: string(alert(int(i)))},
+						},
+					})
+					if err != nil {
+						failed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}()
+	for waiting := true; waiting; {
+		peak = max(peak, rss())
+		memPeak = memPeak.max(readMem())
+		select {
+		case <-done:
+			waiting = false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	r := result{name: name, intents: o.triggers, elapsed: time.Since(start), model: s.Stats()}
+	cpu := cpuTime() - cpu0
+	fmt.Printf("  done in %v (%.0f calls/s); CPU %v (user+system, the whole process), %.0f µs per call; %d calls failed\n",
+		r.elapsed.Round(time.Millisecond), float64(o.triggers)/r.elapsed.Seconds(), cpu.Round(time.Millisecond),
+		float64(cpu.Microseconds())/float64(o.triggers), failed.Load())
+	memoryLines(rssBefore, peak, memBefore, memPeak, c, "the stand-in and the loop share this process")
+	return r, nil
+}
+
+// memSample is what the Go runtime says of the process's memory.
+type memSample struct {
+	stacks     uint64 // bytes of goroutine stacks
+	live       uint64 // bytes of heap objects live at the last GC cycle
+	goroutines uint64
+}
+
+func (m memSample) max(o memSample) memSample {
+	return memSample{max(m.stacks, o.stacks), max(m.live, o.live), max(m.goroutines, o.goroutines)}
+}
+
+func readMem() memSample {
+	ss := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}, {Name: "/gc/heap/live:bytes"}, {Name: "/sched/goroutines:goroutines"}}
+	metrics.Read(ss)
+	var m memSample
+	for i, p := range []*uint64{&m.stacks, &m.live, &m.goroutines} {
+		if ss[i].Value.Kind() == metrics.KindUint64 {
+			*p = ss[i].Value.Uint64()
+		}
+	}
+	return m
 }
 
 // cpuTime returns the user and system CPU time the process has used.
@@ -454,17 +576,10 @@ func waitsOver(a *app.App) (map[float64]uint64, error) {
 // publish sends n distinct alerts, each with its delivery id as
 // Nats-Msg-Id, without waiting for each PubAck, and then waits for all.
 func publish(ctx context.Context, js jetstream.JetStream, n int) error {
-	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	names := []string{"HighLatency", "DiskFull", "PodCrashLooping", "ErrorRateHigh"}
 	for i := range n {
-		fp := fmt.Sprintf("%016x", uint64(i+1)*0x9e3779b97f4a7c15)
-		name := names[i%len(names)]
-		inst := fmt.Sprintf("node-%03d", i%977)
-		body := fmt.Sprintf(`{"receiver":"oncall","status":"firing","delivery_id":"storm-%d","alert":{"fingerprint":%q,"occurrence":1,`+
-			`"labels":{"alertname":%q,"instance":%q,"severity":"page"},"annotations":{"summary":"%s on %s","runbook":"https://runbooks.example/%s"},"startsAt":%q}}`,
-			i, fp, name, inst, name, inst, strings.ToLower(name), at.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano))
+		body := alert(i)
 		for {
-			_, err := js.PublishMsgAsync(&nats.Msg{Subject: "triggers.alerts", Data: []byte(body)},
+			_, err := js.PublishMsgAsync(&nats.Msg{Subject: "triggers.alerts", Data: body},
 				jetstream.WithMsgID(fmt.Sprintf("storm-%d", i)))
 			if err == nil {
 				break
@@ -488,6 +603,18 @@ func publish(ctx context.Context, js jetstream.JetStream, n int) error {
 		return errors.New("publish: no PubAck for a minute")
 	}
 	return nil
+}
+
+// alert is the storm's i-th alert, distinct from every other.
+func alert(i int) []byte {
+	at := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	names := []string{"HighLatency", "DiskFull", "PodCrashLooping", "ErrorRateHigh"}
+	fp := fmt.Sprintf("%016x", uint64(i+1)*0x9e3779b97f4a7c15)
+	name := names[i%len(names)]
+	inst := fmt.Sprintf("node-%03d", i%977)
+	return fmt.Appendf(nil, `{"receiver":"oncall","status":"firing","delivery_id":"storm-%d","alert":{"fingerprint":%q,"occurrence":1,`+
+		`"labels":{"alertname":%q,"instance":%q,"severity":"page"},"annotations":{"summary":"%s on %s","runbook":"https://runbooks.example/%s"},"startsAt":%q}}`,
+		i, fp, name, inst, name, inst, strings.ToLower(name), at.Add(time.Duration(i)*time.Millisecond).Format(time.RFC3339Nano))
 }
 
 // waitReady waits up to 30s for a's consumer to be consuming.
