@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	badger "github.com/dgraph-io/badger/v4"
@@ -171,7 +172,8 @@ func (o *Options) validate() error {
 // use.
 type Cache struct {
 	store  Store
-	filler Filler // nil unless the store is shared between processes
+	filler Filler        // nil unless the store is shared between processes
+	puts   atomic.Uint64 // answers this Cache has stored
 	opts   Options
 
 	stats   counters
@@ -325,7 +327,11 @@ func (c *Cache) Delete(k Key) error {
 }
 
 func (c *Cache) put(ctx context.Context, k Key, a *Answer) error {
-	return c.store.Put(ctx, k, a.marshal(), a.Expires.Sub(a.Created))
+	err := c.store.Put(ctx, k, a.marshal(), a.Expires.Sub(a.Created))
+	if err == nil {
+		c.puts.Add(1)
+	}
+	return err
 }
 
 // endpoint returns the identity of the endpoint req goes to: the

@@ -56,6 +56,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	readable := call.Mode == ModeDefault || call.Mode == ModeNoStore
+	puts := c.puts.Load() // answers stored before the lookup
 	if readable {
 		a, ok, err := t.lookup(req.Context(), key)
 		if err != nil {
@@ -75,7 +76,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	f := &fill{
 		t: t, req: req, body: body, call: call, q: q, key: key, st: st,
-		unit: call.Intent,
+		unit: call.Intent, puts: puts,
 	}
 	if f.unit == "" {
 		f.unit = key.String()
@@ -198,9 +199,10 @@ type fill struct {
 	unit  string
 	limit int64
 
-	estimate  int64 // prompt tokens, estimated by estimatePrompt
-	estimated bool  // estimate is set
-	need      int64 // tokens reserved from the budget
+	puts      uint64 // the cache's stored answers when the caller looked
+	estimate  int64  // prompt tokens, estimated by estimatePrompt
+	estimated bool   // estimate is set
+	need      int64  // tokens reserved from the budget
 }
 
 // run calls the model, streams the answer into fl, and then accounts for
@@ -244,7 +246,9 @@ func (f *fill) run(fl *flight, store bool) {
 			}
 		}
 	}
-	if f.call.Mode == ModeDefault || f.call.Mode == ModeNoStore {
+	// Only a store another process writes to, or an answer this Cache
+	// stored since the caller looked, can make the second look find one.
+	if (f.call.Mode == ModeDefault || f.call.Mode == ModeNoStore) && (c.filler != nil || c.puts.Load() != f.puts) {
 		a, ok, err := f.t.lookup(wctx, f.key)
 		if err != nil {
 			f.release(claim)
