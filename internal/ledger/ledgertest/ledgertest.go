@@ -1,4 +1,4 @@
-// Package dedupetest is the conformance suite for ledger.Ledger
+// Package ledgertest is the conformance suite for ledger.Ledger
 // implementations, in the spirit of testing/slogtest: a store that passes
 // Run keeps the ledger's contract.
 //

@@ -21,7 +21,9 @@ func TakenOver(ctx context.Context) bool {
 }
 
 // PermanentError is the error dedupe.Permanent returns: Err, marked final.
-type PermanentError struct{ Err error }
+type PermanentError struct {
+	Err error // the error marked final
+}
 
 func (e *PermanentError) Error() string { return e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
