@@ -76,8 +76,8 @@ func truncateText(s string) string {
 
 // Fingerprint is a 128-bit digest of a whole canonical payload. The ledger
 // keeps it beside the intent key, so that the same key arriving with a
-// different payload (an agent that reworded its request) can be counted or
-// refused.
+// different payload (an agent that reworded its request) can be told
+// apart and counted.
 type Fingerprint [16]byte
 
 // String returns the fingerprint as 32 lowercase hex digits.
