@@ -34,7 +34,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "apicount: go list:", err)
 		os.Exit(1)
 	}
-	var total count.Counts
+	var total, visible count.Counts
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		path, dir, _ := strings.Cut(line, " ")
 		c, err := count.Dir(dir)
@@ -47,6 +47,18 @@ func main() {
 			fmt.Printf("    undocumented: %s\n", u)
 		}
 		total.Add(c)
+		if !isInternal(path) {
+			visible.Add(c)
+		}
 	}
 	fmt.Printf("%-50s names %3d  methods %3d  fields %3d  total %3d\n", "all", total.Names, total.Methods, total.Fields, total.Total())
+	if visible.Total() != total.Total() {
+		fmt.Printf("%-50s names %3d  methods %3d  fields %3d  total %3d\n", "user-visible (all but internal)", visible.Names, visible.Methods, visible.Fields, visible.Total())
+	}
+}
+
+// isInternal reports whether path is an internal package, which only its
+// own module can import.
+func isInternal(path string) bool {
+	return strings.HasSuffix(path, "/internal") || strings.Contains(path, "/internal/")
 }

@@ -77,10 +77,10 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/ops"
-	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 // Modes, as -only names them.
@@ -666,15 +666,15 @@ func (b *bench) startNoSync(ctx context.Context, cfg *config.Config) (*consumer.
 		return nil, nil, err
 	}
 	closers = append(closers, nc.Close)
-	var led dedupe.Ledger
+	var led ledger.Ledger
 	if cfg.Pipelines[0].Mode != config.ModeGateWindow {
-		db, err := badgerledger.Open(cfg.BadgerDir(), badgerledger.OpenOptions{})
+		db, err := badgerstore.Open(cfg.BadgerDir(), badgerstore.OpenOptions{})
 		if err != nil {
 			closeAll()
 			return nil, nil, err
 		}
 		closers = append(closers, func() { _ = db.Close() })
-		l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: cfg.Ledger.Options(), NoSync: true})
+		l, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options(), NoSync: true})
 		if err != nil {
 			closeAll()
 			return nil, nil, err

@@ -31,9 +31,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
+	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
-	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
 )
 
 func main() {
@@ -99,22 +100,22 @@ func run() error {
 		}
 		for _, b := range []struct {
 			name   string
-			open   badgerledger.OpenOptions
+			open   badgerstore.OpenOptions
 			noSync bool
 		}{
-			{"badger-syncwrites", badgerledger.OpenOptions{SyncWrites: true}, false},
-			{"badger-explicit", badgerledger.OpenOptions{}, false},
-			{"badger-nosync", badgerledger.OpenOptions{}, true},
+			{"badger-syncwrites", badgerstore.OpenOptions{SyncWrites: true}, false},
+			{"badger-explicit", badgerstore.OpenOptions{}, false},
+			{"badger-nosync", badgerstore.OpenOptions{}, true},
 		} {
 			if !selected(b.name) {
 				continue
 			}
 			n++
-			db, err := badgerledger.Open(fmt.Sprintf("%s/badger%d", tmp, n), b.open)
+			db, err := badgerstore.Open(fmt.Sprintf("%s/badger%d", tmp, n), b.open)
 			if err != nil {
 				return err
 			}
-			l, err := badgerledger.New(db, badgerledger.Options{NoSync: b.noSync})
+			l, err := badgerstore.New(db, badgerstore.Options{NoSync: b.noSync})
 			if err != nil {
 				return err
 			}
@@ -128,7 +129,7 @@ func run() error {
 		}
 		if selected("jskv") {
 			n++
-			l, err := jskv.New(ctx, js, jskv.Options{Bucket: fmt.Sprintf("bench-%d", n)})
+			l, err := jskvstore.New(ctx, js, jskvstore.Options{Bucket: fmt.Sprintf("bench-%d", n)})
 			if err != nil {
 				return err
 			}
@@ -182,19 +183,19 @@ func startNATS(dir string) (*server.Server, *nats.Conn, jetstream.JetStream, err
 
 // measurePairs runs Begin+Commit pairs on fresh keys from workers
 // goroutines for d and returns pairs per second.
-func measurePairs(ctx context.Context, l dedupe.Ledger, workers int, d time.Duration) (float64, error) {
-	result := dedupe.Result{DownstreamID: "ticket-1", Response: make([]byte, 128)}
+func measurePairs(ctx context.Context, l ledger.Ledger, workers int, d time.Duration) (float64, error) {
+	result := ledger.Result{DownstreamID: "ticket-1", Response: make([]byte, 128)}
 	var next atomic.Uint64
 	seed := uint64(time.Now().UnixNano())
 	return measure(workers, d, func() error {
 		var k dedupe.Key
 		binary.LittleEndian.PutUint64(k[:], next.Add(1))
 		binary.LittleEndian.PutUint64(k[8:], seed)
-		c, err := l.Begin(ctx, k, dedupe.BeginOptions{Owner: "bench", Lease: time.Minute})
+		c, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "bench", Lease: time.Minute})
 		if err != nil {
 			return err
 		}
-		if c.Status != dedupe.StatusNew {
+		if c.Status != ledger.StatusNew {
 			return fmt.Errorf("fresh key %v: %v", k, c.Status)
 		}
 		return l.Commit(ctx, k, c.Lease.Token, result)

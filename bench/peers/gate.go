@@ -213,8 +213,8 @@ func (b *gateBench) oncegate(ctx context.Context, payloads, again [][]byte) (gat
 		return r, err
 	}
 	r.diskBytes = dirSize(cfg.BadgerDir())
-	r.memPerKey = fmt.Sprintf("%.0f B in memory (window table of %d keys, off the Go heap)",
-		float64(wnd.Bytes())/float64(wnd.Capacity()), wnd.Capacity())
+	capacity := wnd.Stats().Capacity
+	r.memPerKey = fmt.Sprintf("%d B in memory (window table of %d keys, off the Go heap)", 16, capacity) // the window's documented 16 bytes per key of capacity
 	return r, nil
 }
 

@@ -17,8 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 // A pairer runs one claim+commit of a fresh key, or (batch > 1) of batch
@@ -53,42 +54,42 @@ func (s *keySource) fill(keys []dedupe.Key) {
 
 // --- Oncegate --------------------------------------------------------------
 
-// ledgerPairer claims and commits through a dedupe.Ledger: one key with
+// ledgerPairer claims and commits through a ledger.Ledger: one key with
 // Begin and Commit, several with BeginAll and CommitAll (what Oncegate's
 // consumer does with a fetched batch).
 type ledgerPairer struct {
-	l       dedupe.Ledger
+	l       ledger.Ledger
 	closeFn func()
 }
 
 func (p *ledgerPairer) pair(ctx context.Context, keys []dedupe.Key) error {
-	opts := dedupe.BeginOptions{Owner: "bench", Lease: time.Minute}
-	res := dedupe.Result{DownstreamID: "ticket-1", Response: result128}
+	opts := ledger.BeginOptions{Owner: "bench", Lease: time.Minute}
+	res := ledger.Result{DownstreamID: "ticket-1", Response: result128}
 	if len(keys) == 1 {
 		c, err := p.l.Begin(ctx, keys[0], opts)
 		if err != nil {
 			return err
 		}
-		if c.Status != dedupe.StatusNew {
+		if c.Status != ledger.StatusNew {
 			return fmt.Errorf("fresh key: %v", c.Status)
 		}
 		return p.l.Commit(ctx, keys[0], c.Lease.Token, res)
 	}
-	reqs := make([]dedupe.BeginRequest, len(keys))
+	reqs := make([]ledger.BeginRequest, len(keys))
 	for i, k := range keys {
-		reqs[i] = dedupe.BeginRequest{Key: k, Options: opts}
+		reqs[i] = ledger.BeginRequest{Key: k, Options: opts}
 	}
-	commits := make([]dedupe.CommitRequest, len(keys))
-	for i, r := range dedupe.BeginAll(ctx, p.l, reqs) {
+	commits := make([]ledger.CommitRequest, len(keys))
+	for i, r := range ledger.BeginAll(ctx, p.l, reqs) {
 		if r.Err != nil {
 			return r.Err
 		}
-		if r.Claim.Status != dedupe.StatusNew {
+		if r.Claim.Status != ledger.StatusNew {
 			return fmt.Errorf("fresh key: %v", r.Claim.Status)
 		}
-		commits[i] = dedupe.CommitRequest{Key: keys[i], Token: r.Claim.Lease.Token, Result: res}
+		commits[i] = ledger.CommitRequest{Key: keys[i], Token: r.Claim.Lease.Token, Result: res}
 	}
-	for _, err := range dedupe.CommitAll(ctx, p.l, commits) {
+	for _, err := range ledger.CommitAll(ctx, p.l, commits) {
 		if err != nil {
 			return err
 		}
@@ -99,11 +100,11 @@ func (p *ledgerPairer) pair(ctx context.Context, keys []dedupe.Key) error {
 func (p *ledgerPairer) close() { p.closeFn() }
 
 func openBadgerPairer(dir string) (pairer, error) {
-	db, err := badgerledger.Open(dir, badgerledger.OpenOptions{})
+	db, err := badgerstore.Open(dir, badgerstore.OpenOptions{})
 	if err != nil {
 		return nil, err
 	}
-	l, err := badgerledger.New(db, badgerledger.Options{})
+	l, err := badgerstore.New(db, badgerstore.Options{})
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -49,8 +49,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/internal/natsrun"
-	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
 )
 
 func main() {
@@ -220,7 +220,7 @@ func runLedger(ctx context.Context, o options, dir string, w io.Writer) error {
 			return err
 		}
 		peers = append(peers, ledgerPeer{js.name, js.what, false, func(ctx context.Context, cell string, _ int) (pairer, error) {
-			l, err := jskv.New(ctx, jsc, jskv.Options{Bucket: "bench-" + cell})
+			l, err := jskvstore.New(ctx, jsc, jskvstore.Options{Bucket: "bench-" + cell})
 			if err != nil {
 				return nil, err
 			}

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/internal/consumer"
-	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
+	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 )
 
 // streamMsg is a message read back from a stream.
@@ -373,7 +373,7 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 	rep.shotCalls, rep.shotDropped = h.shot.calls.Load(), h.shot.dropped.Load()
 
 	// Work the ledger still shows in progress: the trace of lost work.
-	if l, err := jskv.New(ctx, h.js, jskv.Options{}); err != nil {
+	if l, err := jskvstore.New(ctx, h.js, jskvstore.Options{}); err != nil {
 		rep.ledgerErr = err
 	} else {
 		for _, err := range l.Pending(ctx) {

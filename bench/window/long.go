@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/bench/window/altset"
-	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/internal/windowclock"
 	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
@@ -137,10 +137,10 @@ in that rep; the tables give the medians. A duplicate repeats one of the newest 
 Clock modes, each in a process of its own (a window decides its clock once per process):
   equal       every set reads the same clock: one the bench advances between rounds of operations by TTL/%[1]s per new key, so
               exactly %[1]s keys are live at every moment whatever a set's speed, and the TTL is 10 minutes of that clock. Every
-              set reads it the same way, the window's way (a dedupe.Clock interface call returning a time.Time, an atomic
+              set reads it the same way, the window's way (a call of a func value returning a time.Time, an atomic
               load inside, and its difference from the start): the sets' own work compared, the clock's cost equal and small.
   native      each set reads the clock its users get: the window its default (the CPU's time-stamp counter where Linux keeps
-              time with it, see window.Options.Clock; else time.Since), the others time.Since, as their users would write
+              time with it, see window.Options.Now; else time.Since), the others time.Since, as their users would write
               it. The TTL is real time: both sets are fed new keys at one fixed rate (the rate that keeps them busy half the
               time together, from their speeds measured first) and TTL = %[1]s / that rate, so %[1]s keys are live in each; time spent waiting for the next keys is
               not measured. Feeding them as fast as they go instead, the live keys would follow each set's speed, which drifts
@@ -227,8 +227,8 @@ func runLong(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // counterClock reports whether a window with its default clock reads the
 // CPU's counter in this process.
 func counterClock() bool {
-	w, err := window.New(window.Options{TTL: time.Minute, NoCounter: noCounter})
-	return err == nil && w.ClockSource() == "counter"
+	w, err := window.New(window.Options{TTL: time.Minute})
+	return err == nil && windowclock.Source(w) == "counter"
 }
 
 // equalTTL is the TTL of -clock equal, on the bench's clock.
@@ -243,25 +243,25 @@ func (c *vclock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 // clocked makes the sets that can read the bench's clock.
 var clocked = map[string]func(capacity int, ttl time.Duration, c *vclock) (altset.Set, error){
 	"window": func(capacity int, ttl time.Duration, c *vclock) (altset.Set, error) {
-		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl, Clock: c})
+		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl, Now: c.Now})
 		if err != nil {
 			return nil, err
 		}
 		return w, nil
 	},
 	"window-batch": func(capacity int, ttl time.Duration, c *vclock) (altset.Set, error) {
-		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl, Clock: c})
+		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl, Now: c.Now})
 		if err != nil {
 			return nil, err
 		}
 		return batched{w}, nil
 	},
 	"xsync": func(capacity int, ttl time.Duration, c *vclock) (altset.Set, error) {
-		// The same read as the window's: a Clock interface call, then the
+		// The same read as the window's: a call of a func value, then the
 		// time since the start.
-		var clk dedupe.Clock = c
-		base := clk.Now()
-		return altset.NewXsyncClock(capacity, ttl, func() int64 { return int64(clk.Now().Sub(base)) }), nil
+		now := c.Now
+		base := now()
+		return altset.NewXsyncClock(capacity, ttl, func() int64 { return int64(now().Sub(base)) }), nil
 	},
 }
 
@@ -693,7 +693,7 @@ func printLong(w io.Writer, cfg longConfig, sets []*longSet, clockCost time.Dura
 	ref := sets[slices.IndexFunc(sets, func(ls *longSet) bool { return ls.impl.Name == altset.Reference })]
 	clock := "every set reads time.Since, the window too"
 	for _, ls := range sets {
-		if wd := windowOf(ls.s); wd != nil && wd.ClockSource() == "counter" {
+		if wd := windowOf(ls.s); wd != nil && windowclock.Source(wd) == "counter" {
 			clock = "the window reads the CPU's time-stamp counter, the others time.Since"
 		}
 	}
@@ -736,7 +736,7 @@ func printLong(w io.Writer, cfg longConfig, sets []*longSet, clockCost time.Dura
 		}
 		bpk := "-"
 		if wd := windowOf(ls.s); wd != nil {
-			bpk = fmt.Sprintf("%.1f (table)", float64(wd.Bytes())/float64(cfg.live))
+			bpk = fmt.Sprintf("%.1f (table)", float64(16*wd.Stats().Capacity)/float64(cfg.live))
 		} else if ls.impl.Name == altset.Reference && onlyWindowsBeside(sets) {
 			bpk = fmt.Sprintf("%.1f (heap)", float64(heapGrowth)/float64(cfg.live))
 		}

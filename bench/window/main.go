@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/bench/window/altset"
+	"github.com/oncegate/oncegate/internal/windowclock"
 	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
@@ -118,15 +119,17 @@ func parseInts(s string, lo, hi int) ([]int, error) {
 }
 
 // counterEnv is the environment variable with which this bench keeps its
-// windows on time.Since (window.Options.NoCounter), to compare clocks.
+// windows on time.Since (windowclock.NoCounter), to compare clocks.
 const counterEnv = "ONCEGATE_WINDOW_COUNTER"
 
 // noCounter is set by counterEnv=off.
 var noCounter = os.Getenv(counterEnv) == "off"
 
+func init() { windowclock.NoCounter.Store(noCounter) }
+
 func windowImpl() altset.Impl {
 	return altset.Impl{Name: "window", New: func(capacity int, ttl time.Duration) (altset.Set, error) {
-		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl, NoCounter: noCounter})
+		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl})
 		if err != nil {
 			return nil, err
 		}
@@ -154,7 +157,7 @@ func (b batched) batch(keys []uint64, seen []bool) int {
 
 func windowBatchImpl() altset.Impl {
 	return altset.Impl{Name: "window-batch", New: func(capacity int, ttl time.Duration) (altset.Set, error) {
-		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl, NoCounter: noCounter})
+		w, err := window.New(window.Options{Capacity: capacity, TTL: ttl})
 		if err != nil {
 			return nil, err
 		}
@@ -212,12 +215,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // windowClock says which sets read time.Since: all but the window, if a
 // window of the benchmark's TTL reads the counter.
 func windowClock() string {
-	w, err := window.New(window.Options{TTL: altset.TTL, NoCounter: noCounter})
+	w, err := window.New(window.Options{TTL: altset.TTL})
 	if err != nil {
 		return err.Error()
 	}
-	if w.ClockSource() == "counter" {
-		return "every set but the window, which reads the CPU's time-stamp counter (window.Options.NoCounter; " + counterEnv + "=off to turn it off here)"
+	if windowclock.Source(w) == "counter" {
+		return "every set but the window, which reads the CPU's time-stamp counter (windowclock.NoCounter; " + counterEnv + "=off to turn it off here)"
 	}
 	return "every set, the window too"
 }

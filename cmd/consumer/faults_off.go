@@ -3,8 +3,8 @@
 package main
 
 import (
-	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/internal/ledger"
 )
 
 // faultClock is nil in normal builds: the ledger uses the system clock.
-func faultClock() dedupe.Clock { return nil }
+func faultClock() ledger.Clock { return nil }

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/internal/ledger"
 )
 
 // faultClock, in oncegate_faults builds with ONCEGATE_CLOCK_JUMP set to a
@@ -18,7 +18,7 @@ import (
 // grows by that duration on every SIGUSR1. The soak harness jumps a
 // replica's clock so that it sees live leases as expired and takes work
 // over from healthy holders: the fencing tokens must keep that harmless.
-func faultClock() dedupe.Clock {
+func faultClock() ledger.Clock {
 	jump, err := time.ParseDuration(os.Getenv("ONCEGATE_CLOCK_JUMP"))
 	if err != nil || jump <= 0 {
 		return nil

@@ -18,10 +18,11 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/dirlock"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
+	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
-	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
@@ -141,7 +142,7 @@ func pickPipeline(cfg *config.Config, name string) (*config.Pipeline, error) {
 	return nil, fmt.Errorf("inspect: no pipeline %q (have %s)", name, strings.Join(names, ", "))
 }
 
-func openLedger(ctx context.Context, cfg *config.Config) (dedupe.Ledger, func(), error) {
+func openLedger(ctx context.Context, cfg *config.Config) (ledger.Ledger, func(), error) {
 	if cfg.Ledger.Store == config.StoreKV {
 		if cfg.NATS.URL == "" {
 			return nil, nil, errors.New("inspect: a KV ledger is read through NATS: give -nats-url (or nats.url)")
@@ -155,7 +156,7 @@ func openLedger(ctx context.Context, cfg *config.Config) (dedupe.Ledger, func(),
 			nc.Close()
 			return nil, nil, err
 		}
-		l, err := jskv.New(ctx, js, jskv.Options{LedgerOptions: cfg.Ledger.Options(), Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas})
+		l, err := jskvstore.New(ctx, js, jskvstore.Options{Options: cfg.Ledger.Options(), Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas})
 		if err != nil {
 			nc.Close()
 			return nil, nil, err
@@ -165,14 +166,14 @@ func openLedger(ctx context.Context, cfg *config.Config) (dedupe.Ledger, func(),
 	if err := haveData(cfg.BadgerDir()); err != nil {
 		return nil, nil, err
 	}
-	db, err := badgerledger.Open(cfg.BadgerDir(), badgerledger.OpenOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
+	db, err := badgerstore.Open(cfg.BadgerDir(), badgerstore.OpenOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
 	if err != nil {
-		if errors.Is(err, badgerledger.ErrLocked) {
+		if errors.Is(err, badgerstore.ErrLocked) {
 			return nil, nil, fmt.Errorf("inspect: %s is held by a running consumer; stop it first, or read its /metrics", cfg.BadgerDir())
 		}
 		return nil, nil, err
 	}
-	l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: cfg.Ledger.Options()})
+	l, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options()})
 	if err != nil {
 		db.Close()
 		return nil, nil, err
@@ -180,9 +181,9 @@ func openLedger(ctx context.Context, cfg *config.Config) (dedupe.Ledger, func(),
 	return l, func() { l.Close(); db.Close() }, nil
 }
 
-func printRecord(ctx context.Context, w io.Writer, l dedupe.Ledger, k dedupe.Key) error {
+func printRecord(ctx context.Context, w io.Writer, l ledger.Ledger, k dedupe.Key) error {
 	rec, err := l.Get(ctx, k)
-	if errors.Is(err, dedupe.ErrNotFound) {
+	if errors.Is(err, ledger.ErrNotFound) {
 		fmt.Fprintln(w, "ledger:      no record (new work, or forgotten after the retention)")
 		return nil
 	}

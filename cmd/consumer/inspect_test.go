@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 func TestInspect(t *testing.T) {
@@ -33,25 +34,25 @@ func TestInspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One committed record, one pending.
-	db, err := badgerledger.Open(cfg.BadgerDir(), badgerledger.OpenOptions{})
+	db, err := badgerstore.Open(cfg.BadgerDir(), badgerstore.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: cfg.Ledger.Options()})
+	l, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	claim, err := l.Begin(ctx, in.Key, dedupe.BeginOptions{Owner: "test#ONCEGATE:7", Fingerprint: in.Fingerprint, Lease: time.Minute})
+	claim, err := l.Begin(ctx, in.Key, ledger.BeginOptions{Owner: "test#ONCEGATE:7", Fingerprint: in.Fingerprint, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Commit(ctx, in.Key, claim.Lease.Token, dedupe.Result{DownstreamID: "INC-1042", Response: []byte(`{"answer":"page now"}`)}); err != nil {
+	if err := l.Commit(ctx, in.Key, claim.Lease.Token, ledger.Result{DownstreamID: "INC-1042", Response: []byte(`{"answer":"page now"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	var other dedupe.Key
 	other[0] = 0xab
-	if _, err := l.Begin(ctx, other, dedupe.BeginOptions{Owner: "worker-2#ONCEGATE:9", Lease: time.Minute}); err != nil {
+	if _, err := l.Begin(ctx, other, ledger.BeginOptions{Owner: "worker-2#ONCEGATE:9", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
@@ -85,7 +86,7 @@ func TestInspect(t *testing.T) {
 		t.Error("inspect record nothex: no error")
 	}
 	// A Badger ledger in use is reported as such.
-	db, err = badgerledger.Open(cfg.BadgerDir(), badgerledger.OpenOptions{})
+	db, err = badgerstore.Open(cfg.BadgerDir(), badgerstore.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/pkg/canon"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -41,17 +42,15 @@ func runKey(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	spec.Limits = canon.Options{MaxBytes: *maxBytes}
 	switch *scope {
 	case "input":
-		spec.Scope = dedupe.ScopeInput
 	case "run":
-		spec.Scope = dedupe.ScopeRun
+		spec.PerRun = true
 	default:
 		return fmt.Errorf("key: -scope %q: want input or run", *scope)
 	}
 	switch *hash {
 	case "xxh":
-		spec.Hash = dedupe.HashXXH
 	case "sha256":
-		spec.Hash = dedupe.HashSHA256
+		spec.SHA256 = true
 	default:
 		return fmt.Errorf("key: -hash %q: want xxh or sha256", *hash)
 	}
@@ -84,6 +83,6 @@ func runKey(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	fmt.Fprintf(stdout, "canonical:   %s\n", doc)
 	fmt.Fprintf(stdout, "key:         %s\n", in.Key)
 	fmt.Fprintf(stdout, "fingerprint: %s\n", in.Fingerprint)
-	fmt.Fprintf(stdout, "window key:  %#016x\n", in.Key.Short())
+	fmt.Fprintf(stdout, "window key:  %#016x\n", ledger.WindowKey(in.Key))
 	return nil
 }

@@ -23,13 +23,13 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ingress"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
+	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/internal/standin"
-	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
-	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 	"github.com/oncegate/oncegate/pkg/llmcache/ratelimit"
 )
@@ -56,7 +56,7 @@ type Options struct {
 
 	// Clock, if set, is the ledger's clock (the soak harness jumps it).
 	// The default is the system clock.
-	Clock dedupe.Clock
+	Clock ledger.Clock
 
 	// WrapSink, if set, wraps each pipeline's sink (the demo injects
 	// effect failures with it).
@@ -73,7 +73,7 @@ type App struct {
 	Embedded *natsrun.Embedded // nil when joining a deployment
 	Conn     *nats.Conn
 	JS       jetstream.JetStream
-	Ledger   dedupe.Ledger // nil when no pipeline needs one
+	Ledger   ledger.Ledger // nil when no pipeline needs one
 	Cache    *llmcache.Cache
 	Standin  *standin.Server // nil when a model endpoint is configured
 	Consumer *consumer.Consumer
@@ -296,7 +296,7 @@ func needsModel(cfg *config.Config) bool {
 	return false
 }
 
-func (a *App) openLedger(ctx context.Context, clock dedupe.Clock) (dedupe.Ledger, error) {
+func (a *App) openLedger(ctx context.Context, clock ledger.Clock) (ledger.Ledger, error) {
 	cfg := a.Config
 	lo := cfg.Ledger.Options()
 	if clock != nil {
@@ -304,8 +304,8 @@ func (a *App) openLedger(ctx context.Context, clock dedupe.Clock) (dedupe.Ledger
 	}
 	switch cfg.Ledger.Store {
 	case config.StoreKV:
-		l, err := jskv.New(ctx, a.JS, jskv.Options{
-			LedgerOptions: lo, Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas,
+		l, err := jskvstore.New(ctx, a.JS, jskvstore.Options{
+			Options: lo, Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas,
 		})
 		if err != nil {
 			return nil, err
@@ -317,16 +317,16 @@ func (a *App) openLedger(ctx context.Context, clock dedupe.Clock) (dedupe.Ledger
 		if _, err := EncryptionKey(cfg); err != nil {
 			return nil, err
 		}
-		db, err := badgerledger.Open(dir, badgerledger.OpenOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
+		db, err := badgerstore.Open(dir, badgerstore.OpenOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
 		if err != nil {
-			if errors.Is(err, badgerledger.ErrLocked) {
+			if errors.Is(err, badgerstore.ErrLocked) {
 				return nil, fmt.Errorf("%w: %s is held by another Oncegate process. A Badger ledger serves one process; "+
 					"to run several replicas on one durable consumer, set ledger.store: kv (the JetStream KV ledger): %w", ErrLedgerInUse, dir, err)
 			}
 			return nil, keyError(cfg, "ledger", dir, err)
 		}
 		a.closers = append(a.closers, db.Close)
-		l, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: lo})
+		l, err := badgerstore.New(db, badgerstore.Options{Options: lo})
 		if err != nil {
 			return nil, err
 		}
@@ -429,7 +429,7 @@ func (a *App) windowStats() []ops.WindowStats {
 	var out []ops.WindowStats
 	for _, w := range c.WindowStats() {
 		out = append(out, ops.WindowStats{
-			Pipeline: w.Pipeline, Capacity: w.Capacity, Bytes: w.Bytes,
+			Pipeline: w.Pipeline, Capacity: w.Capacity, Bytes: 16 * w.Capacity, // a window's table takes 16 bytes per key of capacity
 			Live: w.Live, Hits: w.Hits, Evictions: w.Evictions, Expired: w.Expired,
 		})
 	}

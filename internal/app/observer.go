@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ops"
-	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // NewObserver returns a consumer.Observer that feeds the consumer's events
@@ -19,18 +19,18 @@ func (o observer) Trigger(p string) { o.m.Trigger(p) }
 
 func (o observer) Duplicate(p string, g consumer.Guard) { o.m.Duplicate(p, ops.Guard(g)) }
 
-func (o observer) Claim(p string, s dedupe.Status) {
+func (o observer) Claim(p string, s ledger.Status) {
 	var c ops.ClaimStatus
 	switch s {
-	case dedupe.StatusNew:
+	case ledger.StatusNew:
 		c = ops.ClaimNew
-	case dedupe.StatusCommitted:
+	case ledger.StatusCommitted:
 		c = ops.ClaimCommitted
-	case dedupe.StatusHeld:
+	case ledger.StatusHeld:
 		c = ops.ClaimHeld
-	case dedupe.StatusTakenOver:
+	case ledger.StatusTakenOver:
 		c = ops.ClaimTakenOver
-	case dedupe.StatusFailed:
+	case ledger.StatusFailed:
 		c = ops.ClaimFailed
 	}
 	o.m.Claim(p, c)

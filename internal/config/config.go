@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
@@ -120,7 +121,7 @@ const (
 	StoreKV = "kv"
 )
 
-// Mismatch policies; see dedupe.MismatchPolicy.
+// Mismatch policies; see ledger.MismatchPolicy.
 const (
 	MismatchAccept = "accept"
 	MismatchReject = "reject"
@@ -154,10 +155,10 @@ type Ledger struct {
 }
 
 // Options returns the ledger options this configuration asks for.
-func (l *Ledger) Options() dedupe.LedgerOptions {
-	o := dedupe.LedgerOptions{Retention: l.Retention}
+func (l *Ledger) Options() ledger.Options {
+	o := ledger.Options{Retention: l.Retention}
 	if l.Mismatch == MismatchReject {
-		o.Mismatch = dedupe.MismatchReject
+		o.Mismatch = ledger.MismatchReject
 	}
 	return o
 }
@@ -425,12 +426,8 @@ func (p *Pipeline) KeySpec() dedupe.KeySpec {
 	if p.Step != nil {
 		ks.Step = p.Step.Name
 	}
-	if p.Key.Scope == ScopeRun {
-		ks.Scope = dedupe.ScopeRun
-	}
-	if p.Key.Hash == HashSHA256 {
-		ks.Hash = dedupe.HashSHA256
-	}
+	ks.PerRun = p.Key.Scope == ScopeRun
+	ks.SHA256 = p.Key.Hash == HashSHA256
 	ks.Headers = p.Key.Headers
 	return ks
 }
@@ -521,7 +518,7 @@ func mulSat(d time.Duration, n int) time.Duration {
 	return d * time.Duration(n)
 }
 
-// Key scopes and hashes; see dedupe.Scope and dedupe.Hash.
+// Key scopes and hashes; see dedupe.KeySpec.PerRun and dedupe.KeySpec.SHA256.
 const (
 	ScopeInput = "input"
 	ScopeRun   = "run"

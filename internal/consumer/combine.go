@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/internal/ledger"
 )
 
 // A combiner merges the calls its callers make at the same time into one:
@@ -88,40 +88,40 @@ func (c *combiner[Q, R]) call(ctx context.Context, lead *combined[Q, R]) {
 // ledgerCalls are a gate's claims and commits: made as they come, or
 // combined across its workers.
 type ledgerCalls struct {
-	begin  *combiner[dedupe.BeginRequest, dedupe.BeginResult]
-	commit *combiner[dedupe.CommitRequest, error]
+	begin  *combiner[ledger.BeginRequest, ledger.BeginResult]
+	commit *combiner[ledger.CommitRequest, error]
 }
 
 // combine makes the gate's claims and commits combined across its workers,
 // where the ledger writes a batch at once; a ledger that does not (one
 // write per key, whoever asks) gains nothing from it.
 func (g *gate) combine() {
-	if _, ok := g.ledger.(dedupe.Batcher); !ok {
+	if _, ok := g.ledger.(ledger.Batcher); !ok {
 		return
 	}
 	l := g.ledger
-	g.calls.begin = &combiner[dedupe.BeginRequest, dedupe.BeginResult]{
-		do: func(ctx context.Context, qs []dedupe.BeginRequest) []dedupe.BeginResult {
-			return dedupe.BeginAll(ctx, l, qs)
+	g.calls.begin = &combiner[ledger.BeginRequest, ledger.BeginResult]{
+		do: func(ctx context.Context, qs []ledger.BeginRequest) []ledger.BeginResult {
+			return ledger.BeginAll(ctx, l, qs)
 		},
 	}
-	g.calls.commit = &combiner[dedupe.CommitRequest, error]{
-		do: func(ctx context.Context, qs []dedupe.CommitRequest) []error { return dedupe.CommitAll(ctx, l, qs) },
+	g.calls.commit = &combiner[ledger.CommitRequest, error]{
+		do: func(ctx context.Context, qs []ledger.CommitRequest) []error { return ledger.CommitAll(ctx, l, qs) },
 	}
 }
 
 // beginAll claims the keys of reqs.
-func (g *gate) beginAll(ctx context.Context, reqs []dedupe.BeginRequest) []dedupe.BeginResult {
+func (g *gate) beginAll(ctx context.Context, reqs []ledger.BeginRequest) []ledger.BeginResult {
 	if g.calls.begin != nil {
 		return g.calls.begin.run(ctx, reqs)
 	}
-	return dedupe.BeginAll(ctx, g.ledger, reqs)
+	return ledger.BeginAll(ctx, g.ledger, reqs)
 }
 
 // commitAll commits reqs.
-func (g *gate) commitAll(ctx context.Context, reqs []dedupe.CommitRequest) []error {
+func (g *gate) commitAll(ctx context.Context, reqs []ledger.CommitRequest) []error {
 	if g.calls.commit != nil {
 		return g.calls.commit.run(ctx, reqs)
 	}
-	return dedupe.CommitAll(ctx, g.ledger, reqs)
+	return ledger.CommitAll(ctx, g.ledger, reqs)
 }

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/sink"
-	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
@@ -26,7 +26,7 @@ import (
 type Observer interface {
 	Trigger(pipeline string)
 	Duplicate(pipeline string, g Guard)
-	Claim(pipeline string, s dedupe.Status)
+	Claim(pipeline string, s ledger.Status)
 	Effect(pipeline, sink, outcome string, took time.Duration)
 	Step(pipeline, step string, took time.Duration)
 	DeadLetter(pipeline string, r Reason)
@@ -54,7 +54,7 @@ type Options struct {
 
 	// Ledger is the idempotency ledger, required when a pipeline's mode
 	// is full or gate-ledger.
-	Ledger dedupe.Ledger
+	Ledger ledger.Ledger
 
 	// Model is the go-openai client of the model steps (its HTTP client
 	// goes through the LLM cache). Required when a pipeline has a step.
@@ -233,7 +233,7 @@ type nopObserver struct{}
 
 func (nopObserver) Trigger(string)                               {}
 func (nopObserver) Duplicate(string, Guard)                      {}
-func (nopObserver) Claim(string, dedupe.Status)                  {}
+func (nopObserver) Claim(string, ledger.Status)                  {}
 func (nopObserver) Effect(string, string, string, time.Duration) {}
 func (nopObserver) Step(string, string, time.Duration)           {}
 func (nopObserver) DeadLetter(string, Reason)                    {}

@@ -20,10 +20,10 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/internal/standin"
-	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
@@ -37,7 +37,7 @@ type fixture struct {
 	cfg    *config.Config
 	model  *standin.Server
 	cache  *llmcache.Cache
-	ledger dedupe.Ledger
+	ledger ledger.Ledger
 	db     *badger.DB
 	cancel context.CancelFunc
 	done   chan error
@@ -59,11 +59,11 @@ func start(t *testing.T, mutate func(*config.Config), modelOpts standin.Options,
 	s := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, s)
 
-	db, err := badgerledger.Open(filepath.Join(dir, "ledger"), badgerledger.OpenOptions{})
+	db, err := badgerstore.Open(filepath.Join(dir, "ledger"), badgerstore.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	led, err := badgerledger.New(db, badgerledger.Options{LedgerOptions: cfg.Ledger.Options()})
+	led, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/dedupe/window"
@@ -32,7 +33,7 @@ type gate struct {
 	windowOnly bool           // the window alone decides (gate-window mode)
 	windowFP   bool           // the window remembers key and payload (mismatch reject)
 
-	ledger     dedupe.Ledger // nil in gate-window mode
+	ledger     ledger.Ledger // nil in gate-window mode
 	owner      string
 	lease      time.Duration
 	volatile   bool
@@ -173,9 +174,9 @@ func (g *gate) exhaustedErr(t *Trigger) error {
 // includes the payload fingerprint, so that a reused key with another
 // payload misses the window and reaches the ledger, which refuses it.
 func (g *gate) windowKey(t *Trigger) uint64 {
-	k := t.key.Short()
+	k := ledger.WindowKey(t.key)
 	if g.windowFP {
-		k ^= dedupe.Key(t.fp).Short()*0x9e3779b97f4a7c15 | 1
+		k ^= ledger.WindowKey(dedupe.Key(t.fp))*0x9e3779b97f4a7c15 | 1
 	}
 	return k
 }
@@ -239,11 +240,11 @@ func (g *gate) windowStage(next Handler) Handler {
 // commits what the effect stage delivered.
 func (g *gate) claimStage(next Handler) Handler {
 	return func(ctx context.Context, ts []*Trigger) {
-		reqs := make([]dedupe.BeginRequest, len(ts))
+		reqs := make([]ledger.BeginRequest, len(ts))
 		refs := make([]string, len(ts))
 		for i, t := range ts {
 			refs[i] = "#" + t.ref()
-			reqs[i] = dedupe.BeginRequest{Key: t.key, Options: dedupe.BeginOptions{
+			reqs[i] = ledger.BeginRequest{Key: t.key, Options: ledger.BeginOptions{
 				Owner: g.owner + refs[i], Fingerprint: t.fp, Lease: g.lease, Volatile: g.volatile,
 			}}
 		}
@@ -258,7 +259,7 @@ func (g *gate) claimStage(next Handler) Handler {
 				endSpan(spans[i], r.Err)
 			}
 			if r.Err != nil {
-				if errors.Is(r.Err, dedupe.ErrFingerprintMismatch) {
+				if errors.Is(r.Err, ledger.ErrFingerprintMismatch) {
 					t.decide(dead(t.keyRef(), ReasonMismatch, r.Err))
 				} else {
 					t.decide(nak(t.keyRef(), 0, fmt.Errorf("ledger begin: %w", r.Err)))
@@ -267,7 +268,7 @@ func (g *gate) claimStage(next Handler) Handler {
 			}
 			t.claim = r.Claim
 			g.c.obs.Claim(g.pipeline, r.Claim.Status)
-			if r.Claim.Status == dedupe.StatusHeld {
+			if r.Claim.Status == ledger.StatusHeld {
 				waiting = append(waiting, t)
 				continue
 			}
@@ -342,7 +343,7 @@ func (g *gate) awaitLocal(ctx context.Context, t *Trigger) {
 func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 	c := t.claim
 	switch c.Status {
-	case dedupe.StatusCommitted:
+	case ledger.StatusCommitted:
 		if g.d != nil { // the effect was sent; this is a redelivery of its entry
 			t.decide(ack(t.keyRef(), nil))
 			return false
@@ -351,7 +352,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		g.duplicate(GuardLedger)
 		t.decide(ack(t.keyRef(), c.Record.Result.Response))
 		return false
-	case dedupe.StatusHeld:
+	case ledger.StatusHeld:
 		// Another message's work holds the intent (or this message's own,
 		// through an earlier delivery that is stalled or dead; or an outbox
 		// entry someone is cancelling). This one waits: it comes back when
@@ -373,7 +374,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		}
 		t.decide(wait(t.keyRef(), d, errors.New("held by another worker")))
 		return false
-	case dedupe.StatusFailed:
+	case ledger.StatusFailed:
 		if g.d != nil && c.Record.Reason == reasonCancelled {
 			g.d.count(func(s *DispatchStats) { s.Cancelled++ })
 			t.decide(ack(t.keyRef(), nil))
@@ -389,7 +390,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		r, why := failure(c.Record.Reason)
 		t.decide(dead(t.keyRef(), r, errors.New(why)))
 		return false
-	case dedupe.StatusTakenOver:
+	case ledger.StatusTakenOver:
 		if g.n != nil {
 			g.n.takenOver.Add(1)
 		}
@@ -400,7 +401,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		g.giveUp(ctx, t, dead(t.keyRef(), ReasonExhausted, fmt.Errorf(
 			"the work was begun %d times (max_deliver %d); the last attempt did not finish (its process stopped)", c.Record.Attempts-1, g.maxDeliver)))
 		return false
-	case c.Status != dedupe.StatusTakenOver:
+	case c.Status != ledger.StatusTakenOver:
 		return true
 	case g.d != nil:
 		// A dispatcher claimed this one-shot effect and stopped before
@@ -487,7 +488,7 @@ func (g *gate) renew(ctx context.Context, held []*Trigger, cancel context.Cancel
 				next = l.Until
 			}
 			live++
-		case errors.Is(err, dedupe.ErrStaleToken):
+		case errors.Is(err, ledger.ErrStaleToken):
 			t.lost.Store(true) // taken over: the new holder answers for it
 		default:
 			live++
@@ -509,7 +510,7 @@ var (
 // finish commits what the held triggers' effects produced, and releases or
 // fails the leases of the others.
 func (g *gate) finish(ctx context.Context, held []*Trigger) {
-	var commits []dedupe.CommitRequest
+	var commits []ledger.CommitRequest
 	var done []*Trigger
 	for _, t := range held {
 		token := t.token.Load()
@@ -520,14 +521,14 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 			g.stale()
 			t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
 		case t.effected:
-			res := dedupe.Result{DownstreamID: string(t.res.Body), ModelRef: t.modelRef}
+			res := ledger.Result{DownstreamID: string(t.res.Body), ModelRef: t.modelRef}
 			if g.step != nil && len(t.body)+len(res.DownstreamID)+len(res.ModelRef) <= g.maxResult {
 				// Kept for the replies to later duplicates. A larger body is
 				// not kept: the ledger would refuse the commit, and the
 				// effect went out all the same.
 				res.Response = t.body
 			}
-			commits = append(commits, dedupe.CommitRequest{Key: t.key, Token: token, Result: res})
+			commits = append(commits, ledger.CommitRequest{Key: t.key, Token: token, Result: res})
 			done = append(done, t)
 		case !t.decided:
 			g.release(ctx, t)
@@ -552,7 +553,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 			endSpan(spans[i], err)
 		}
 		switch {
-		case errors.Is(err, dedupe.ErrStaleToken):
+		case errors.Is(err, ledger.ErrStaleToken):
 			// Another worker took the work over and commits it; the effect
 			// went out under the same key, so the target collapses the two.
 			g.stale()
@@ -575,7 +576,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 // release ends t's lease now, so that its redelivery takes the work over
 // at once instead of waiting for the lease to run out.
 func (g *gate) release(ctx context.Context, t *Trigger) {
-	if _, err := g.ledger.Extend(ctx, t.key, t.token.Load(), time.Nanosecond); err != nil && !errors.Is(err, dedupe.ErrStaleToken) {
+	if _, err := g.ledger.Extend(ctx, t.key, t.token.Load(), time.Nanosecond); err != nil && !errors.Is(err, ledger.ErrStaleToken) {
 		g.c.log.Warn("releasing a lease failed; the redelivery waits for it to run out", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
 	}
 }
@@ -588,7 +589,7 @@ func (g *gate) release(ctx context.Context, t *Trigger) {
 func (g *gate) giveUp(ctx context.Context, t *Trigger, v verdict) {
 	err := g.ledger.Fail(ctx, t.key, t.token.Load(), failureReason(v.reason, v.err))
 	switch {
-	case errors.Is(err, dedupe.ErrStaleToken):
+	case errors.Is(err, ledger.ErrStaleToken):
 		// Put back rather than acked: the new holder may hold a redelivery
 		// of this very message; the next delivery finds the work
 		// committed, or failed, or takes it over.

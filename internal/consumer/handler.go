@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -38,7 +39,7 @@ type Trigger struct {
 	fp     dedupe.Fingerprint
 	keyed  bool
 
-	claim dedupe.Claim
+	claim ledger.Claim
 	token atomic.Uint64 // the lease's fencing token, renewed while the work runs
 	lost  atomic.Bool   // the lease was taken over while the work ran
 

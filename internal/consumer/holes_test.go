@@ -23,11 +23,12 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
 // The tests in this file each close a hole in "once" found by trying the
@@ -89,7 +90,7 @@ func TestDeadLetterIDsDoNotCollide(t *testing.T) {
 	// Outbox sequence 1: its dispatch was claimed by a dispatcher that
 	// died, so it is dead-lettered as an unknown outcome.
 	payload := message("m-1", 0)
-	if _, err := f.ledger.Begin(context.Background(), consumer.DispatchKey(f.keyOf("messages", payload)), dedupe.BeginOptions{Owner: "dead-dispatcher", Lease: time.Millisecond}); err != nil {
+	if _, err := f.ledger.Begin(context.Background(), consumer.DispatchKey(f.keyOf("messages", payload)), ledger.BeginOptions{Owner: "dead-dispatcher", Lease: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	f.publish("triggers.messages", payload)
@@ -313,11 +314,11 @@ func TestTakeoverPastDuplicateWindow(t *testing.T) {
 	k := f.keyOf("webhooks", payload)
 	// What the holder left: a claim made 6 minutes ago (the window is 5m),
 	// whose lease has run out.
-	past, err := badgerledger.New(f.db, badgerledger.Options{LedgerOptions: dedupe.LedgerOptions{Clock: pastClock(6 * time.Minute)}})
+	past, err := badgerstore.New(f.db, badgerstore.Options{Options: ledger.Options{Clock: pastClock(6 * time.Minute)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := past.Begin(context.Background(), k, dedupe.BeginOptions{Owner: "holder-before-the-outage", Lease: time.Second}); err != nil {
+	if _, err := past.Begin(context.Background(), k, ledger.BeginOptions{Owner: "holder-before-the-outage", Lease: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	past.Close()
@@ -334,7 +335,7 @@ func TestTakeoverPastDuplicateWindow(t *testing.T) {
 	// repeat.
 	payload = []byte(`{"invoice":"in_2"}`)
 	k = f.keyOf("webhooks", payload)
-	if _, err := f.ledger.Begin(context.Background(), k, dedupe.BeginOptions{Owner: "holder-just-before", Lease: time.Millisecond}); err != nil {
+	if _, err := f.ledger.Begin(context.Background(), k, ledger.BeginOptions{Owner: "holder-just-before", Lease: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	f.publish("triggers.webhooks", payload)
@@ -587,13 +588,13 @@ func TestGateWindowStaleDelivery(t *testing.T) {
 // stallBegin is a ledger whose first Begin for the message at stream
 // sequence seq stalls until release says so.
 type stallBegin struct {
-	dedupe.Ledger
+	ledger.Ledger
 	ref     string
 	once    sync.Once
 	release func() bool
 }
 
-func (l *stallBegin) Begin(ctx context.Context, key dedupe.Key, opts dedupe.BeginOptions) (dedupe.Claim, error) {
+func (l *stallBegin) Begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOptions) (ledger.Claim, error) {
 	if strings.HasSuffix(opts.Owner, l.ref) {
 		first := false
 		l.once.Do(func() { first = true })

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/standin"
-	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // leaseObserver records the Leases events of each pipeline: the count now
@@ -37,7 +37,7 @@ func (o *leaseObserver) get(p string) (now, top int) {
 
 func (*leaseObserver) Trigger(string)                               {}
 func (*leaseObserver) Duplicate(string, consumer.Guard)             {}
-func (*leaseObserver) Claim(string, dedupe.Status)                  {}
+func (*leaseObserver) Claim(string, ledger.Status)                  {}
 func (*leaseObserver) Effect(string, string, string, time.Duration) {}
 func (*leaseObserver) Step(string, string, time.Duration)           {}
 func (*leaseObserver) DeadLetter(string, consumer.Reason)           {}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -196,7 +197,7 @@ func (d *dispatcher) wait(next Handler) Handler {
 			}
 			if p.cfg.Effect.ApprovalSubject != "" {
 				rec, err := d.gate.ledger.Get(ctx, approvalKey(t.intent))
-				if err != nil || rec.State != dedupe.StateCommitted {
+				if err != nil || rec.State != ledger.StateCommitted {
 					d.count(func(s *DispatchStats) { s.Waiting++ })
 					t.decide(nak(t.keyRef(), time.Second, nil))
 				}
@@ -229,23 +230,23 @@ func (d *dispatcher) cancel(msg *nats.Msg) {
 	}
 	ctx := context.Background()
 	l := d.gate.ledger
-	claim, err := l.Begin(ctx, DispatchKey(k), dedupe.BeginOptions{Owner: d.p.c.opts.Owner + "#cancel", Lease: time.Second})
+	claim, err := l.Begin(ctx, DispatchKey(k), ledger.BeginOptions{Owner: d.p.c.opts.Owner + "#cancel", Lease: time.Second})
 	if err != nil {
 		reply("error: " + err.Error())
 		return
 	}
 	switch claim.Status {
-	case dedupe.StatusNew, dedupe.StatusTakenOver:
+	case ledger.StatusNew, ledger.StatusTakenOver:
 		if err := l.Fail(ctx, DispatchKey(k), claim.Lease.Token, reasonCancelled); err != nil {
 			reply("error: " + err.Error())
 			return
 		}
 		reply("cancelled")
-	case dedupe.StatusCommitted:
+	case ledger.StatusCommitted:
 		reply("already sent")
-	case dedupe.StatusFailed:
+	case ledger.StatusFailed:
 		reply("already " + claim.Record.Reason)
-	case dedupe.StatusHeld:
+	case ledger.StatusHeld:
 		reply("sending")
 	}
 }
@@ -259,13 +260,13 @@ func (d *dispatcher) approve(msg *nats.Msg) {
 	ctx := context.Background()
 	l := d.gate.ledger
 	ak := approvalKey(k)
-	claim, err := l.Begin(ctx, ak, dedupe.BeginOptions{Owner: d.p.c.opts.Owner + "#approve", Lease: time.Second})
+	claim, err := l.Begin(ctx, ak, ledger.BeginOptions{Owner: d.p.c.opts.Owner + "#approve", Lease: time.Second})
 	if err != nil {
 		reply("error: " + err.Error())
 		return
 	}
-	if claim.Status == dedupe.StatusNew || claim.Status == dedupe.StatusTakenOver {
-		if err := l.Commit(ctx, ak, claim.Lease.Token, dedupe.Result{DownstreamID: "approved"}); err != nil {
+	if claim.Status == ledger.StatusNew || claim.Status == ledger.StatusTakenOver {
+		if err := l.Commit(ctx, ak, claim.Lease.Token, ledger.Result{DownstreamID: "approved"}); err != nil {
 			reply("error: " + err.Error())
 			return
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -178,7 +179,7 @@ func TestOneShotUnknownOutcome(t *testing.T) {
 	payload := message("m-1", 0)
 	k := f.keyOf("messages", payload)
 	// What a dispatcher that died after its claim leaves behind.
-	if _, err := f.ledger.Begin(context.Background(), consumer.DispatchKey(k), dedupe.BeginOptions{Owner: "dead-dispatcher", Lease: time.Millisecond}); err != nil {
+	if _, err := f.ledger.Begin(context.Background(), consumer.DispatchKey(k), ledger.BeginOptions{Owner: "dead-dispatcher", Lease: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	f.publish("triggers.messages", payload)
@@ -229,7 +230,7 @@ func TestTakeoverKeyReused(t *testing.T) {
 	mu.Lock()
 	bodies[k.String()] = string(first)
 	mu.Unlock()
-	if _, err := f.ledger.Begin(context.Background(), k, dedupe.BeginOptions{Owner: "dead-holder", Lease: time.Millisecond}); err != nil {
+	if _, err := f.ledger.Begin(context.Background(), k, ledger.BeginOptions{Owner: "dead-holder", Lease: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	f.publish("triggers.charges", second)
@@ -237,7 +238,7 @@ func TestTakeoverKeyReused(t *testing.T) {
 	if s := f.stats("charges"); s.Effects != 1 || s.DeadLetters != 0 || s.TakenOver != 1 {
 		t.Errorf("stats %+v; want the takeover committed, no dead letter", s)
 	}
-	if rec, err := f.ledger.Get(context.Background(), k); err != nil || rec.State != dedupe.StateCommitted {
+	if rec, err := f.ledger.Get(context.Background(), k); err != nil || rec.State != ledger.StateCommitted {
 		t.Errorf("record %v, %v; want committed", rec.State, err)
 	}
 }
@@ -252,9 +253,9 @@ func TestRefusedAfterTakeover(t *testing.T) {
 		// While this request is in flight, another worker takes over:
 		// the record gets a higher token.
 		rec, err := f.ledger.Get(context.Background(), k)
-		if err == nil && rec.State == dedupe.StatePending {
+		if err == nil && rec.State == ledger.StatePending {
 			f.ledger.Extend(context.Background(), k, rec.Token, time.Nanosecond)
-			f.ledger.Begin(context.Background(), k, dedupe.BeginOptions{Owner: "new-holder", Lease: time.Minute})
+			f.ledger.Begin(context.Background(), k, ledger.BeginOptions{Owner: "new-holder", Lease: time.Minute})
 		}
 		w.WriteHeader(http.StatusUnprocessableEntity)
 	}))
@@ -270,7 +271,7 @@ func TestRefusedAfterTakeover(t *testing.T) {
 	if s := f.stats("charges"); s.DeadLetters != 0 || s.Stale != 1 {
 		t.Errorf("stats %+v; want the trigger acked as stale, no dead letter", s)
 	}
-	if rec, err := f.ledger.Get(context.Background(), k); err != nil || rec.State != dedupe.StatePending || rec.Owner != "new-holder" {
+	if rec, err := f.ledger.Get(context.Background(), k); err != nil || rec.State != ledger.StatePending || rec.Owner != "new-holder" {
 		t.Errorf("record %v owned by %q (%v); want the new holder's pending claim untouched", rec.State, rec.Owner, err)
 	}
 }

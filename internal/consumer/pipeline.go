@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/canon"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -89,13 +90,13 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		owner:    c.opts.Owner, lease: c.cfg.Ledger.Lease,
 		// A replayable effect redone after a crash is harmless, so its
 		// claim need not survive one: the ledger may keep it in memory
-		// (see dedupe.BeginOptions.Volatile). A one-shot effect's
+		// (see ledger.BeginOptions.Volatile). A one-shot effect's
 		// outbox publish is replayable too; its dispatch claim is not.
 		volatile:   cfg.Effect.Class == config.ClassReplayable,
 		maxDeliver: cfg.MaxDeliver,
 		keepEvery:  p.keepEvery,
 		sinkName:   cfg.Effect.Sink,
-		maxResult:  cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, dedupe.DefaultMaxResultBytes),
+		maxResult:  cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, ledger.DefaultMaxResultBytes),
 	}
 	if cfg.Mode != config.ModeGateWindow {
 		if c.opts.Ledger == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
@@ -27,7 +28,7 @@ type settler struct {
 	// (the outbox, whose entries wait for approvals).
 	maxDeliver int
 	retryDelay func(n int) time.Duration
-	ledger     dedupe.Ledger // nil without one
+	ledger     ledger.Ledger // nil without one
 	n          *pipelineCounters
 }
 
@@ -46,7 +47,7 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 		if v.token != 0 && v.key != nil && s.ledger != nil {
 			// Mark the work failed, so that a later duplicate does not
 			// take it over and do it after the dead letter.
-			if ferr := s.ledger.Fail(ctx, *v.key, v.token, failureReason(ReasonExhausted, err)); ferr != nil && !errors.Is(ferr, dedupe.ErrStaleToken) {
+			if ferr := s.ledger.Fail(ctx, *v.key, v.token, failureReason(ReasonExhausted, err)); ferr != nil && !errors.Is(ferr, ledger.ErrStaleToken) {
 				s.c.log.Warn("recording a failure in the ledger failed", "pipeline", s.pipeline, "key", v.key.String(), "err", ferr)
 			}
 		}

@@ -56,10 +56,11 @@ func ExampleKeySpec_volatile() {
 
 // Do runs a side effect once per key: the retry gets the stored result,
 // and the effect is not repeated.
-func ExampleDo() {
-	db, _ := badgerledger.Open("", badgerledger.OpenOptions{InMemory: true})
-	defer db.Close()
-	ledger, _ := badgerledger.New(db, badgerledger.Options{})
+func ExampleLedger() {
+	ledger, err := badgerledger.Open("", badgerledger.Options{InMemory: true}) // a directory, in production
+	if err != nil {
+		panic(err)
+	}
 	defer ledger.Close()
 	keyer, _ := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "billing", Step: "charge", Fields: []string{"/invoice"}})
 	charges := 0
@@ -69,7 +70,7 @@ func ExampleDo() {
 	}
 	for _, delivery := range []string{`{"invoice":"in_1","attempt":1}`, `{"invoice":"in_1","attempt":2}`} {
 		in, _ := keyer.Intent([]byte(delivery))
-		res, ran, err := dedupe.Do(context.Background(), ledger, in.Key, charge, dedupe.DoOptions{Fingerprint: in.Fingerprint})
+		res, ran, err := ledger.Do(context.Background(), in.Key, charge, dedupe.DoOptions{Fingerprint: in.Fingerprint})
 		fmt.Println(res.DownstreamID, ran, err)
 	}
 	fmt.Println("charges:", charges)

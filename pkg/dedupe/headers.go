@@ -39,12 +39,8 @@ func (k *Keyer) parseHeaders() error {
 	return nil
 }
 
-// Headers returns the canonical names of the spec's key headers, in the
-// order HeaderIntent reads them.
-func (k *Keyer) Headers() []string { return slices.Clone(k.headers) }
-
 // HeaderIntent derives the intent of payload within run runID (ignored
-// unless the spec is ScopeRun), with the value of each of the spec's
+// unless the spec is PerRun), with the value of each of the spec's
 // headers, read through header by its canonical name (nats.Header.Get and
 // http.Header.Get fit). A header that is absent or empty is an error
 // wrapping ErrMissingHeader. The fingerprint is the payload's alone, as

@@ -20,62 +20,13 @@ var (
 	// ErrInvalidKeySpec is wrapped by the error NewKeyer returns for a spec
 	// it cannot use.
 	ErrInvalidKeySpec = errors.New("dedupe: invalid key spec")
-	// ErrNoRunID is returned when a KeySpec with ScopeRun is keyed without a
-	// run id.
+	// ErrNoRunID is returned when a PerRun KeySpec is keyed without a run
+	// id.
 	ErrNoRunID = errors.New("dedupe: run-scoped key needs a run id")
 	// ErrInvalidKey is wrapped by the error ParseKey returns for text that is
 	// not a key.
 	ErrInvalidKey = errors.New("dedupe: invalid key")
 )
-
-// Scope says what, besides the payload, makes two triggers the same work.
-type Scope uint8
-
-const (
-	// ScopeInput keys the work by its input alone: the same input gives the
-	// same key in every run, on every replica, after every re-plan.
-	ScopeInput Scope = iota
-	// ScopeRun keys the work by a run id, the step and its input, for
-	// pipelines that mint a run id once and reuse it when they resume.
-	ScopeRun
-)
-
-func (s Scope) String() string {
-	switch s {
-	case ScopeInput:
-		return "input"
-	case ScopeRun:
-		return "run"
-	}
-	return fmt.Sprintf("Scope(%d)", uint8(s))
-}
-
-// Hash selects the function that turns the canonical input into a Key.
-type Hash uint8
-
-const (
-	// HashXXH is two seeded 64-bit xxHash digests: fast, and as good as
-	// random for inputs nobody chose to collide. Its output is not a
-	// cryptographic commitment: someone who controls payloads can construct
-	// two different ones with one key, and the second would be swallowed as
-	// a duplicate of the first.
-	HashXXH Hash = iota
-	// HashSHA256 is the first 128 bits of SHA-256. Choose it when payloads
-	// come from parties who might craft a collision to suppress someone
-	// else's work (a public webhook endpoint, a multi-tenant inbox). It costs
-	// a few times more per byte than HashXXH.
-	HashSHA256
-)
-
-func (h Hash) String() string {
-	switch h {
-	case HashXXH:
-		return "xxh"
-	case HashSHA256:
-		return "sha256"
-	}
-	return fmt.Sprintf("Hash(%d)", uint8(h))
-}
 
 // Key is a 128-bit intent key: the identity of one unit of work, the same on
 // every retry of that work. Its text form (String) is 32 lowercase hex
@@ -86,11 +37,8 @@ type Key [16]byte
 // String returns the key as 32 lowercase hex digits.
 func (k Key) String() string { return hex.EncodeToString(k[:]) }
 
-// AppendText implements encoding.TextAppender.
-func (k Key) AppendText(b []byte) ([]byte, error) { return hex.AppendEncode(b, k[:]), nil }
-
 // MarshalText implements encoding.TextMarshaler.
-func (k Key) MarshalText() ([]byte, error) { return k.AppendText(nil) }
+func (k Key) MarshalText() ([]byte, error) { return hex.AppendEncode(nil, k[:]), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler with ParseKey's rules.
 func (k *Key) UnmarshalText(b []byte) error {
@@ -101,13 +49,6 @@ func (k *Key) UnmarshalText(b []byte) error {
 	*k = p
 	return nil
 }
-
-// IsZero reports whether k is the zero Key.
-func (k Key) IsZero() bool { return k == Key{} }
-
-// Short returns 64 bits of the key, for a Window. Distinct keys may share
-// them; the ledger, which compares all 128 bits, stays authoritative.
-func (k Key) Short() uint64 { return binary.LittleEndian.Uint64(k[:8]) }
 
 // ParseKey parses the text form of a key: exactly 32 lowercase hex digits.
 // Anything else, upper case included, is rejected, so that one key has one
@@ -135,8 +76,8 @@ func truncateText(s string) string {
 
 // Fingerprint is a 128-bit digest of a whole canonical payload. The ledger
 // keeps it beside the intent key, so that the same key arriving with a
-// different payload (an agent that reworded its request) can be counted or
-// refused.
+// different payload (an agent that reworded its request) can be told
+// apart and counted.
 type Fingerprint [16]byte
 
 // String returns the fingerprint as 32 lowercase hex digits.
@@ -179,11 +120,23 @@ type KeySpec struct {
 	// of work when it changes; it must be present in the payload.
 	Version string
 
-	// Scope is ScopeInput (the default) or ScopeRun.
-	Scope Scope
+	// PerRun keys the work by a run id too (RunIntent's), for pipelines
+	// that mint a run id once and reuse it when they resume: the same input
+	// is then new work in another run. The default keys the work by its
+	// input alone: the same input gives the same key in every run, on every
+	// replica, after every re-plan.
+	PerRun bool
 
-	// Hash is HashXXH (the default) or HashSHA256.
-	Hash Hash
+	// SHA256 derives keys with the first 128 bits of SHA-256 instead of two
+	// seeded 64-bit xxHash digests. xxHash is fast, and as good as random
+	// for inputs nobody chose to collide, but it is not a cryptographic
+	// commitment: someone who controls payloads can construct two different
+	// ones with one key, and the second would be swallowed as a duplicate
+	// of the first. Set SHA256 when payloads come from parties who might
+	// craft a collision to suppress someone else's work (a public webhook
+	// endpoint, a multi-tenant inbox); it costs a few times more per byte.
+	// The default is xxHash.
+	SHA256 bool
 
 	// Limits bounds the payloads accepted; the zero value means canon's
 	// defaults.
@@ -231,12 +184,6 @@ func NewKeyer(spec KeySpec) (*Keyer, error) {
 	if len(spec.Fields) > 0 && len(spec.Volatile) > 0 {
 		return nil, fmt.Errorf("%w: fields and volatile are exclusive: volatile members are dropped only when no fields are named", ErrInvalidKeySpec)
 	}
-	if spec.Scope > ScopeRun {
-		return nil, fmt.Errorf("%w: unknown scope %v", ErrInvalidKeySpec, spec.Scope)
-	}
-	if spec.Hash > HashSHA256 {
-		return nil, fmt.Errorf("%w: unknown hash %v", ErrInvalidKeySpec, spec.Hash)
-	}
 	if _, err := canon.New(spec.Limits); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidKeySpec, err)
 	}
@@ -275,7 +222,7 @@ func NewKeyer(spec KeySpec) (*Keyer, error) {
 	p := append([]byte(k.domain()), 0)
 	p = appendString(p, spec.Pipeline)
 	p = appendString(p, spec.Step)
-	p = append(p, byte(spec.Scope), byte(spec.Hash))
+	p = append(p, b2u(spec.PerRun), b2u(spec.SHA256)) // once a scope and a hash enumeration: 0 is the default
 	p = appendList(p, spec.Fields)
 	p = appendList(p, spec.Volatile)
 	p = appendString(p, spec.Version)
@@ -295,6 +242,13 @@ func appendString[T string | []byte](b []byte, s T) []byte {
 	return append(b, s...)
 }
 
+func b2u(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func appendList(b []byte, list []string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(list)))
 	for _, s := range list {
@@ -303,19 +257,16 @@ func appendList(b []byte, list []string) []byte {
 	return b
 }
 
-// Spec returns the spec the Keyer was made with.
-func (k *Keyer) Spec() KeySpec { return k.spec }
-
 // Intent derives the intent of payload. The payload must be I-JSON within
 // the spec's limits; the error otherwise wraps one of package canon's
-// sentinels, with the byte offset of the problem. For a ScopeRun spec, use
+// sentinels, with the byte offset of the problem. For a PerRun spec, use
 // RunIntent.
 func (k *Keyer) Intent(payload []byte) (Intent, error) {
 	return k.RunIntent("", payload)
 }
 
-// RunIntent derives the intent of payload within run runID. For a
-// ScopeInput spec runID is ignored; for a ScopeRun spec it is required.
+// RunIntent derives the intent of payload within run runID. runID is
+// required for a PerRun spec, and ignored otherwise.
 func (k *Keyer) RunIntent(runID string, payload []byte) (Intent, error) {
 	if len(k.headers) > 0 {
 		return Intent{}, fmt.Errorf("%w: the spec names headers; key it with HeaderIntent", ErrMissingHeader)
@@ -326,7 +277,7 @@ func (k *Keyer) RunIntent(runID string, payload []byte) (Intent, error) {
 // intent derives the intent of payload within run runID, with the values
 // of the spec's headers read through header.
 func (k *Keyer) intent(runID string, header func(string) string, payload []byte) (Intent, error) {
-	if k.spec.Scope == ScopeRun && runID == "" {
+	if k.spec.PerRun && runID == "" {
 		return Intent{}, ErrNoRunID
 	}
 	s := k.scratch.Get().(*keyScratch)
@@ -337,7 +288,7 @@ func (k *Keyer) intent(runID string, header func(string) string, payload []byte)
 		return Intent{}, err
 	}
 	in := append(s.in[:0], k.prefix...)
-	if k.spec.Scope == ScopeRun {
+	if k.spec.PerRun {
 		in = appendString(in, runID)
 	}
 	for _, name := range k.headers {
@@ -382,8 +333,8 @@ func (k *Keyer) intent(runID string, header func(string) string, payload []byte)
 }
 
 func (k *Keyer) sum(dst *Key, b []byte) {
-	switch k.spec.Hash {
-	case HashSHA256:
+	switch {
+	case k.spec.SHA256:
 		h := sha256.Sum256(b)
 		copy(dst[:], h[:16])
 	default:

@@ -36,7 +36,7 @@ func BenchmarkIntent(b *testing.B) {
 			// canonicalized, rewritten and hashed twice.
 			{"oncegate-whole", dedupe.KeySpec{Pipeline: "bench", Step: "effect", Volatile: []string{"/delivery_id", "/sent_at"}}},
 			// The whole payload with SHA-256 instead of xxHash.
-			{"oncegate-sha256", dedupe.KeySpec{Pipeline: "bench", Step: "effect", Volatile: []string{"/delivery_id", "/sent_at"}, Hash: dedupe.HashSHA256}},
+			{"oncegate-sha256", dedupe.KeySpec{Pipeline: "bench", Step: "effect", Volatile: []string{"/delivery_id", "/sent_at"}, SHA256: true}},
 		}
 		for _, s := range specs {
 			k, err := dedupe.NewKeyer(s.spec)

@@ -41,9 +41,9 @@ func TestKeyGolden(t *testing.T) {
 	}{
 		{dedupe.KeySpec{Pipeline: "alerts", Step: "triage", Fields: []string{"/alert/id"}, Version: "/alert/occurrence"},
 			"1f5995b5af42c1ec52f20e557e0c0573", "787accb752eeb1ffe43884eceef31538"},
-		{dedupe.KeySpec{Pipeline: "alerts", Step: "triage", Volatile: []string{"/delivery_id", "/sent_at"}, Hash: dedupe.HashSHA256},
+		{dedupe.KeySpec{Pipeline: "alerts", Step: "triage", Volatile: []string{"/delivery_id", "/sent_at"}, SHA256: true},
 			"35fb94a40fbd99d4fbfda38108be0cb5", "dddbb780d41fd628bb70cf8d4fb3b086"},
-		{dedupe.KeySpec{Pipeline: "alerts", Step: "triage", Scope: dedupe.ScopeRun},
+		{dedupe.KeySpec{Pipeline: "alerts", Step: "triage", PerRun: true},
 			"6077d7fb8a15902bcb13849123de8494", "787accb752eeb1ffe43884eceef31538"},
 	} {
 		in := mustIntent(t, mustKeyer(t, tt.spec), "run-1", alert)
@@ -113,8 +113,8 @@ func TestKeyDomains(t *testing.T) {
 		{Pipeline: "alerts", Step: "notify"},
 		{Pipeline: "alert", Step: "striage"},
 		{Pipeline: "alertst", Step: "riage"},
-		{Pipeline: "alerts", Step: "triage", Hash: dedupe.HashSHA256},
-		{Pipeline: "alerts", Step: "triage", Scope: dedupe.ScopeRun},
+		{Pipeline: "alerts", Step: "triage", SHA256: true},
+		{Pipeline: "alerts", Step: "triage", PerRun: true},
 		{Pipeline: "alerts", Step: "triage", Fields: []string{"/alert"}},
 		{Pipeline: "alerts", Step: "triage", Fields: []string{"/alert/id", "/alert/occurrence"}},
 		{Pipeline: "alerts", Step: "triage", Fields: []string{"/alert/occurrence", "/alert/id"}},
@@ -132,7 +132,7 @@ func TestKeyDomains(t *testing.T) {
 }
 
 func TestKeyRunScope(t *testing.T) {
-	k := mustKeyer(t, dedupe.KeySpec{Pipeline: "p", Step: "s", Scope: dedupe.ScopeRun})
+	k := mustKeyer(t, dedupe.KeySpec{Pipeline: "p", Step: "s", PerRun: true})
 	if _, err := k.Intent([]byte(alert)); !errors.Is(err, dedupe.ErrNoRunID) {
 		t.Errorf("Intent without run id: error = %v; want ErrNoRunID", err)
 	}
@@ -186,8 +186,6 @@ func TestNewKeyerErrors(t *testing.T) {
 		{Pipeline: "p", Step: "s", Fields: []string{"a"}},
 		{Pipeline: "p", Step: "s", Volatile: []string{"/a~2"}},
 		{Pipeline: "p", Step: "s", Version: "no-slash"},
-		{Pipeline: "p", Step: "s", Scope: 7},
-		{Pipeline: "p", Step: "s", Hash: 7},
 		{Pipeline: "p", Step: "s", Limits: canon.Options{MaxDepth: -1}},
 	} {
 		if _, err := dedupe.NewKeyer(spec); !errors.Is(err, dedupe.ErrInvalidKeySpec) {

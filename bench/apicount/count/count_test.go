@@ -81,3 +81,37 @@ func TestDedupeDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// apiBudget is issue 16's bound on the exported API a user of the dedupe
+// packages sees: every package under pkg/dedupe but internal ones, names,
+// methods and fields together.
+const apiBudget = 90
+
+// TestDedupeAPIBudget: the user-visible dedupe packages stay within
+// apiBudget exported identifiers.
+func TestDedupeAPIBudget(t *testing.T) {
+	root := filepath.Join("..", "..", "..", "pkg", "dedupe")
+	var total Counts
+	per := map[string]int{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if d.Name() == "testdata" || d.Name() == "internal" {
+			return filepath.SkipDir
+		}
+		c, err := Dir(path)
+		if err != nil {
+			return err
+		}
+		per[path] = c.Total()
+		total.Add(c)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total.Total() > apiBudget {
+		t.Errorf("the dedupe packages export %d identifiers (%v); the budget is %d", total.Total(), per, apiBudget)
+	}
+}

@@ -7,8 +7,8 @@
 // # Fairness
 //
 // Every set reads the time once per SeenOrAdd, as time.Since(start): one
-// monotonic clock read, what a Window with a nil Clock does where it does
-// not read the CPU's time-stamp counter (see window.Options.NoCounter;
+// monotonic clock read, what a Window without Options.Now does where it does
+// not read the CPU's time-stamp counter (see windowclock.NoCounter;
 // bench/window's ONCEGATE_WINDOW_COUNTER=off sets it, keeping the window on
 // time.Since too). Otter reads its own default clock, the same time.Since,
 // as often as it needs (once or more per operation). None of them

@@ -99,12 +99,7 @@ func runChild() error {
 	case ModeWatermill:
 		gate = (&middleware.Deduplicator{}).Middleware // the defaults: payload hash, 1-minute in-memory repository
 	case ModeOncegate, ModeReconcile:
-		db, err := badgerledger.Open(os.Getenv(envLedger), badgerledger.OpenOptions{})
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		l, err := badgerledger.New(db, badgerledger.Options{})
+		l, err := badgerledger.Open(os.Getenv(envLedger), badgerledger.Options{})
 		if err != nil {
 			return err
 		}

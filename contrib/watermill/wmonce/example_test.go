@@ -16,12 +16,7 @@ import (
 // An order delivered three times (the provider retried, with its members
 // in another order the last time) is charged once.
 func ExampleMiddleware() {
-	db, err := badgerledger.Open("", badgerledger.OpenOptions{InMemory: true}) // a directory, in production
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	ledger, err := badgerledger.New(db, badgerledger.Options{})
+	ledger, err := badgerledger.Open("", badgerledger.Options{InMemory: true}) // a directory, in production
 	if err != nil {
 		log.Fatal(err)
 	}

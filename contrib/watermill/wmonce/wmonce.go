@@ -2,8 +2,11 @@
 // handler: the handler runs once per intent key, however often its message
 // is delivered, by however many router instances share the ledger.
 //
-//	db, _ := badgerledger.Open("data/ledger", badgerledger.OpenOptions{})
-//	ledger, _ := badgerledger.New(db, badgerledger.Options{})
+//	ledger, err := badgerledger.Open("data/ledger", badgerledger.Options{})
+//	if err != nil {
+//		return err
+//	}
+//	defer ledger.Close()
 //	once, err := wmonce.Middleware(ledger, wmonce.Options{})
 //	if err != nil {
 //		return err
@@ -14,7 +17,8 @@
 //	router.AddMiddleware(once)
 //
 // For each message the middleware derives the intent key (by default from
-// the canonical JSON payload) and runs the handler through [dedupe.Do]:
+// the canonical JSON payload) and runs the handler through the ledger's Do
+// ([dedupe.Ledger]):
 //
 //   - a new key is claimed in the ledger, its lease renewed while the
 //     handler runs, and the handler's outcome committed before the router
@@ -23,8 +27,8 @@
 //   - a key committed before is acked without running the handler, and the
 //     router publishes the stored messages again (with their original
 //     UUIDs, so a subscriber or a stream that dedupes by id drops them);
-//   - a key another instance holds returns an error wrapping
-//     [dedupe.ErrHeld]: the router nacks the message for a later retry
+//   - a key another instance holds returns a [*dedupe.HeldError]: the
+//     router nacks the message for a later retry
 //     (give the subscriber a nack delay, such as watermill-nats's
 //     NakDelay);
 //   - a key whose holder died mid-work is taken over and the handler runs
@@ -35,7 +39,7 @@
 //     given up, and later deliveries of the key are acked and dropped.
 //
 // The produced messages are stored in the ledger record, so they must fit
-// its MaxResultBytes (64 KiB by default): a commit that does not fit fails
+// its result limit (64 KiB): a commit that does not fit fails
 // after the handler ran, and the message is retried as a taken-over key. A
 // handler whose output is larger should publish it itself, keyed.
 //
@@ -43,7 +47,7 @@
 // process, jskv for several): a crash after the commit and before the ack
 // then redelivers a message whose work is done, and the handler does not
 // run again. A crash after the effect and before the commit still runs it
-// again, as a taken-over key; see [dedupe.Do].
+// again, as a taken-over key; see [dedupe.Ledger].
 package wmonce
 
 import (
@@ -125,7 +129,7 @@ func Middleware(l dedupe.Ledger, opts Options) (message.HandlerMiddleware, error
 			}
 			do := do
 			do.Fingerprint = in.Fingerprint
-			res, ran, err := dedupe.Do(msg.Context(), l, in.Key, fn, do)
+			res, ran, err := l.Do(msg.Context(), in.Key, fn, do)
 			switch {
 			case errors.Is(err, dedupe.ErrGivenUp):
 				return nil, nil // given up before: ack and drop

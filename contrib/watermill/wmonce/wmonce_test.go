@@ -14,6 +14,8 @@ import (
 
 	"github.com/oncegate/oncegate/contrib/watermill/internal/wmtest"
 	"github.com/oncegate/oncegate/contrib/watermill/wmonce"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
@@ -27,7 +29,10 @@ type fixture struct {
 	ledger *badgerledger.Ledger
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureIn(t, t.TempDir()) }
+
+// newFixtureIn is newFixture with the ledger in dir.
+func newFixtureIn(t *testing.T, dir string) *fixture {
 	t.Helper()
 	s, stop, err := wmtest.StartServer(t.TempDir())
 	if err != nil {
@@ -53,15 +58,11 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := badgerledger.Open(t.TempDir(), badgerledger.OpenOptions{})
+	l, err := badgerledger.Open(dir, badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := badgerledger.New(db, badgerledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close(); db.Close() })
+	t.Cleanup(func() { l.Close() })
 	return &fixture{nc: nc, js: js, pub: pub, ledger: l}
 }
 
@@ -184,7 +185,6 @@ func TestOncePerIntent(t *testing.T) {
 // lease lives, and taken over when it runs out; the handler then runs once
 // and learns from its context that it took over.
 func TestHeldThenTakenOver(t *testing.T) {
-	f := newFixture(t)
 	const payload = `{"order":7}`
 	k, err := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "watermill", Step: "handler"})
 	if err != nil {
@@ -194,11 +194,24 @@ func TestHeldThenTakenOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Another worker claims the key in the ledger's directory, and dies.
 	const lease = 1500 * time.Millisecond
-	claimed := time.Now()
-	if _, err := f.ledger.Begin(context.Background(), in.Key, dedupe.BeginOptions{Owner: "crashed-worker", Fingerprint: in.Fingerprint, Lease: lease}); err != nil {
+	dir := t.TempDir()
+	db, err := badgerstore.Open(dir, badgerstore.OpenOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	crashed, err := badgerstore.New(db, badgerstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := time.Now()
+	if _, err := crashed.Begin(context.Background(), in.Key, ledger.BeginOptions{Owner: "crashed-worker", Fingerprint: in.Fingerprint, Lease: lease}); err != nil {
+		t.Fatal(err)
+	}
+	crashed.Close()
+	db.Close()
+	f := newFixtureIn(t, dir)
 	type run struct {
 		at        time.Time
 		takenOver bool
@@ -224,9 +237,12 @@ func TestHeldThenTakenOver(t *testing.T) {
 	if runs[0].at.Before(claimed.Add(lease)) {
 		t.Errorf("handler ran %v after the other worker's claim, inside its %v lease", runs[0].at.Sub(claimed), lease)
 	}
-	rec, err := f.ledger.Get(context.Background(), in.Key)
-	if err != nil || rec.State != dedupe.StateCommitted || rec.Attempts != 2 {
-		t.Errorf("record = %+v, %v; want committed on the second attempt", rec, err)
+	_, ran, err := f.ledger.Do(context.Background(), in.Key, func(context.Context) (dedupe.Result, error) {
+		t.Error("committed work ran again")
+		return dedupe.Result{}, nil
+	}, dedupe.DoOptions{})
+	if err != nil || ran {
+		t.Errorf("Do after the takeover: ran %v, %v; want the work committed", ran, err)
 	}
 }
 
@@ -268,12 +284,7 @@ func TestRetryAfterError(t *testing.T) {
 // TestUnkeyable: a payload that is not JSON cannot be keyed; the handler
 // does not run and the error says why.
 func TestUnkeyable(t *testing.T) {
-	db, err := badgerledger.Open("", badgerledger.OpenOptions{InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	l, err := badgerledger.New(db, badgerledger.Options{})
+	l, err := badgerledger.Open("", badgerledger.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,20 +1,18 @@
-// Package badgerledger is the [dedupe.Ledger] in an embedded Badger
-// database: the default store, for one process that owns the directory.
+// Package badgerledger keeps the idempotency ledger in an embedded Badger
+// database: the default, for one process that owns the directory.
 //
-//	db, err := badgerledger.Open("data/ledger", badgerledger.OpenOptions{})
-//	if err != nil {
-//		return err // wraps ErrLocked if another process holds the directory
-//	}
-//	defer db.Close()
-//	ledger, err := badgerledger.New(db, badgerledger.Options{})
+//	ledger, err := badgerledger.Open("data/ledger", badgerledger.Options{})
 //	if err != nil {
 //		return err
 //	}
 //	defer ledger.Close()
-//	res, ran, err := dedupe.Do(ctx, ledger, key, work, dedupe.DoOptions{})
+//	in, err := keyer.Intent(payload)
+//	res, ran, err := ledger.Do(ctx, in.Key, func(ctx context.Context) (dedupe.Result, error) {
+//		id, err := openTicket(ctx, in.Key.String())
+//		return dedupe.Result{DownstreamID: id}, err
+//	}, dedupe.DoOptions{Fingerprint: in.Fingerprint})
 //
-// [Ledger] documents what is durable when, and how writes of one key are
-// serialized within the process. Several consumer processes sharing work
-// use the JetStream KV ledger (package jskv) instead; both pass the same
-// conformance suite (package dedupetest).
+// [Ledger] documents what is durable when. Several processes sharing work
+// use the JetStream KV ledger (package jskv) instead; the two keep the same
+// records and decide with the same code.
 package badgerledger

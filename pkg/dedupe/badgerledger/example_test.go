@@ -2,51 +2,50 @@ package badgerledger_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
-	"time"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 )
 
-// The ledger's protocol by hand (dedupe.Do does this for you): the first
-// worker claims the key and commits its result; a second worker, meanwhile,
-// finds the key held; a retry after the commit gets the stored result.
-func ExampleLedger() {
-	ctx := context.Background()
-	db, err := badgerledger.Open("", badgerledger.OpenOptions{InMemory: true}) // a directory, in production
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer db.Close()
-	ledger, err := badgerledger.New(db, badgerledger.Options{})
+// A ticket is opened once per alert, however often the alert is delivered;
+// an error releases the key for a retry, and a permanent one gives the work
+// up for good.
+func ExampleOpen() {
+	ledger, err := badgerledger.Open("", badgerledger.Options{InMemory: true}) // a directory, in production
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer ledger.Close()
-
+	ctx := context.Background()
 	key, _ := dedupe.ParseKey("2a8401ed2706ff7283551574eeccbfb9") // from a dedupe.Keyer
-	lease := dedupe.BeginOptions{Owner: "worker-1", Lease: 30 * time.Second}
 
-	c, err := ledger.Begin(ctx, key, lease)
-	if err != nil {
-		log.Fatal(err)
+	tries := 0
+	open := func(ctx context.Context) (dedupe.Result, error) {
+		if tries++; tries == 1 {
+			return dedupe.Result{}, errors.New("tracker unavailable")
+		}
+		return dedupe.Result{DownstreamID: "INC-4411"}, nil
 	}
-	fmt.Println("worker-1:", c.Status, "token", c.Lease.Token)
-
-	other, _ := ledger.Begin(ctx, key, dedupe.BeginOptions{Owner: "worker-2", Lease: 30 * time.Second})
-	fmt.Println("worker-2:", other.Status, "by", other.Record.Owner)
-
-	// ... worker-1 does the effect, sending key.String() as its idempotency key ...
-	if err := ledger.Commit(ctx, key, c.Lease.Token, dedupe.Result{DownstreamID: "INC-4411"}); err != nil {
-		log.Fatal(err)
+	for range 3 {
+		res, ran, err := ledger.Do(ctx, key, open, dedupe.DoOptions{})
+		fmt.Printf("%q ran=%v err=%v\n", res.DownstreamID, ran, err)
 	}
 
-	retry, _ := ledger.Begin(ctx, key, dedupe.BeginOptions{Owner: "worker-2", Lease: 30 * time.Second})
-	fmt.Println("retry:", retry.Status, retry.Record.Result.DownstreamID)
+	declined, _ := dedupe.ParseKey("00000000000000000000000000000001")
+	charge := func(ctx context.Context) (dedupe.Result, error) {
+		return dedupe.Result{}, dedupe.Permanent(errors.New("card declined"))
+	}
+	for range 2 {
+		_, _, err := ledger.Do(ctx, declined, charge, dedupe.DoOptions{})
+		fmt.Println(err, errors.Is(err, dedupe.ErrGivenUp))
+	}
 	// Output:
-	// worker-1: new token 1
-	// worker-2: held by worker-1
-	// retry: committed INC-4411
+	// "" ran=false err=tracker unavailable
+	// "INC-4411" ran=true err=<nil>
+	// "INC-4411" ran=false err=<nil>
+	// card declined false
+	// dedupe: the work was given up: card declined true
 }

@@ -2,24 +2,26 @@
 // bucket, so that consumer replicas on any number of machines share one
 // ledger: work one replica has begun is held, or done, for all of them.
 //
-// # Usage
-//
 //	js, err := jetstream.New(nc)
 //	...
-//	l, err := jskv.New(ctx, js, jskv.Options{Replicas: 3})
+//	ledger, err := jskv.New(ctx, js, jskv.Options{Replicas: 3})
 //	...
-//	c, err := l.Begin(ctx, key, dedupe.BeginOptions{Owner: id, Fingerprint: fp, Lease: 30 * time.Second})
+//	defer ledger.Close()
+//	in, err := keyer.Intent(payload)
+//	res, ran, err := ledger.Do(ctx, in.Key, func(ctx context.Context) (dedupe.Result, error) {
+//		id, err := openTicket(ctx, in.Key.String())
+//		return dedupe.Result{DownstreamID: id}, err
+//	}, dedupe.DoOptions{Fingerprint: in.Fingerprint})
 //
-// [Ledger] implements [dedupe.Ledger], with the protocol documented there,
-// and passes the same conformance suite (package dedupetest) as
-// the Badger ledger (package badgerledger). Both stores decide with the same
-// internal functions, so they cannot disagree on a verdict.
+// [Ledger] implements [dedupe.Ledger] and keeps the same records as the
+// Badger ledger (package badgerledger), deciding with the same code, so the
+// two cannot disagree on a verdict.
 //
 // # Records
 //
 // Each intent is one key, the 32 hex digits of its [dedupe.Key]; its value is
 // the ledger's record encoding, shared with the Badger ledger and checksummed, so a
-// damaged value is [dedupe.ErrCorruptRecord] rather than a wrong answer. The
+// damaged value is an error rather than a wrong answer. The
 // bucket keeps one revision per key (history 1).
 //
 // # Atomicity and fencing
@@ -60,7 +62,7 @@
 // # Retention
 //
 // A record is forgotten Retention after its last change. The ledger decides
-// expiry on its own [dedupe.Clock]: a record whose Expires has passed counts
+// expiry on its own clock: a record whose Expires has passed counts
 // as absent, and the next Begin overwrites it in place. The server removes
 // it later, by the bucket's TTL.
 //
@@ -76,7 +78,7 @@
 //
 // An existing bucket is used as it is; New does not change it, since
 // replicas configured with different retentions would fight over it. It
-// fails with [dedupe.ErrInvalidLedger] if the bucket's TTL is shorter than
+// fails if the bucket's TTL is shorter than
 // Retention (a late retry would find no record and run its effect again),
 // if the bucket is in memory when file storage was asked for, has fewer
 // replicas than asked for, limits values below a record's size, or is a
@@ -103,13 +105,13 @@
 // reach the server and its reply be lost, or wait in nats.go's reconnect
 // buffer and be sent after the call gave up. The revision check keeps this
 // safe, since such a write is stored only if nothing changed in between; but
-// a Begin that failed may leave a claim that looks held until its lease runs
-// out, and a Commit that failed may have been stored, so that retrying it
-// returns [dedupe.ErrStaleToken]. Get tells which.
+// a claim that failed may leave the key looking held until its lease runs
+// out, and a commit that failed may have been stored: Do then returns the
+// error, and a later Do for the key finds the work committed.
 //
 // # Clocks
 //
-// Leases and expiry are compared with each replica's [dedupe.Clock], against
+// Leases and expiry are compared with each replica's clock, against
 // times that other replicas wrote into the records. Replicas that share a
 // ledger therefore need clocks that agree to well within a lease: a replica
 // whose clock runs ahead takes work over while its holder still thinks it
@@ -119,11 +121,9 @@
 //
 // # Errors and timeouts
 //
-// A call whose context has no deadline is bounded by Options.Timeout (5
-// seconds by default). Store failures are wrapped with the operation and the
-// key ("jskv: commit <key>: ..."); on a closed connection they also wrap
-// [dedupe.ErrClosed], as every method does after Close. The ledger's own
-// verdicts are the dedupe sentinels, unwrapped.
+// Each ledger call whose context has no deadline is bounded by 5 seconds.
+// Store failures are wrapped with the operation and the key ("jskv: commit
+// <key>: ...").
 //
 // # Concurrency
 //

@@ -16,7 +16,7 @@ import (
 )
 
 // Two consumer replicas share one ledger bucket. Each runs the same
-// intent through dedupe.Do; the effect runs once, and the second replica
+// intent through Do; the effect runs once, and the second replica
 // gets the first one's result. (The example starts a JetStream server in
 // the process; replicas of a real deployment connect to the same cluster.)
 func ExampleNew() {
@@ -46,8 +46,8 @@ func ExampleNew() {
 			log.Fatal(err)
 		}
 		l, err := jskv.New(ctx, js, jskv.Options{
-			Bucket:        "example-ledger",
-			LedgerOptions: dedupe.LedgerOptions{Retention: 14 * 24 * time.Hour},
+			Bucket:    "example-ledger",
+			Retention: 14 * 24 * time.Hour,
 			// Replicas: 3, on a cluster of three or more servers.
 		})
 		if err != nil {
@@ -67,7 +67,7 @@ func ExampleNew() {
 		return dedupe.Result{DownstreamID: fmt.Sprintf("INC-%d", 4410+incidents)}, nil
 	}
 	for _, l := range []*jskv.Ledger{a, b} {
-		res, ran, err := dedupe.Do(ctx, l, key, open, dedupe.DoOptions{})
+		res, ran, err := l.Do(ctx, key, open, dedupe.DoOptions{})
 		fmt.Println(res.DownstreamID, ran, err)
 	}
 	fmt.Println("incidents opened:", incidents)

@@ -2,297 +2,58 @@ package jskv_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
 
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/dedupetest"
 	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
 )
 
-var ctx = context.Background()
+// TestMain fails the package's tests if they leave goroutines behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var buckets atomic.Int64
-
-// newLedger returns a ledger on js in a bucket no other test uses.
-func newLedger(t testing.TB, js jetstream.JetStream, opts jskv.Options) *jskv.Ledger {
-	t.Helper()
-	if opts.Bucket == "" {
-		opts.Bucket = fmt.Sprintf("ledger-%d", buckets.Add(1))
-	}
-	l, err := jskv.New(ctx, js, opts)
-	if err != nil {
-		t.Fatalf("New(%q): %v", opts.Bucket, err)
-	}
-	t.Cleanup(func() { l.Close() })
-	if opts.Replicas > 1 {
-		waitReplicated(t, js, "KV_"+opts.Bucket)
-	}
-	return l
-}
-
-// waitReplicated waits until the stream has a leader and every replica is
-// current: a request made before that, on a loaded machine, can find no
-// responder yet.
-func waitReplicated(t testing.TB, js jetstream.JetStream, stream string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st, err := js.Stream(ctx, stream)
-		if err == nil {
-			if info, err := st.Info(ctx); err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
-				current := true
-				for _, r := range info.Cluster.Replicas {
-					current = current && r.Current
-				}
-				if current {
-					return
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stream %s has no leader with current replicas after 30s (%v)", stream, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func key(i int) dedupe.Key {
-	var k dedupe.Key
-	copy(k[:], fmt.Sprintf("jskv-test%7d", i))
-	return k
-}
-
-func TestConformance(t *testing.T) {
+// TestNew: New creates the bucket it is given with a TTL of the retention
+// plus an hour, and two ledgers on it run the work once.
+func TestNew(t *testing.T) {
 	s := natstest.RunServer(t)
 	_, js := natstest.Connect(t, s)
-	dedupetest.Run(t, func(t *testing.T, opts dedupe.LedgerOptions) dedupe.Ledger {
-		return newLedger(t, js, jskv.Options{LedgerOptions: opts})
-	})
-}
-
-// TestTwoReplicas races two ledgers on two connections to one bucket, as
-// two consumer replicas would: first for new keys, then, once the leases
-// have run out, for the takeovers. Each key has exactly one winner each
-// time.
-func TestTwoReplicas(t *testing.T) {
-	s := natstest.RunServer(t)
-	_, jsA := natstest.Connect(t, s)
-	_, jsB := natstest.Connect(t, s)
-	clock := dedupetest.NewClock()
-	opts := jskv.Options{Bucket: "two-replicas", LedgerOptions: dedupe.LedgerOptions{Clock: clock}}
-	ledgers := []*jskv.Ledger{newLedger(t, jsA, opts), newLedger(t, jsB, opts)}
-
-	const lease = time.Minute
-	keys := make([]dedupe.Key, 200)
-	for i := range keys {
-		keys[i] = key(i)
-	}
-	handles := []dedupe.Ledger{ledgers[0], ledgers[1]}
-	dedupetest.RaceBegin(t, handles, 16, keys, lease, dedupe.StatusNew)
-	clock.Advance(lease)
-	dedupetest.RaceBegin(t, handles, 16, keys, lease, dedupe.StatusTakenOver)
-
-	rec, err := ledgers[1].Get(ctx, key(0))
-	if err != nil || rec.Token != 2 || rec.Attempts != 2 {
-		t.Errorf("Get(key 0) = %+v, %v; want token 2 after 2 attempts", rec, err)
-	}
-}
-
-// TestServerGone checks that a ledger whose server has gone returns errors
-// within its timeout, and ErrClosed once its connection is closed.
-func TestServerGone(t *testing.T) {
-	s := natstest.RunServer(t)
-	nc, js := natstest.Connect(t, s)
-	const timeout = 300 * time.Millisecond
-	l := newLedger(t, js, jskv.Options{Timeout: timeout})
-	c, err := l.Begin(ctx, key(1), dedupe.BeginOptions{Owner: "a", Lease: time.Minute})
+	ctx := context.Background()
+	opts := jskv.Options{Bucket: "public-ledger", Retention: 48 * time.Hour}
+	a, err := jskv.New(ctx, js, opts)
 	if err != nil {
-		t.Fatalf("Begin: %v", err)
+		t.Fatal(err)
 	}
-	s.Shutdown()
-	s.WaitForShutdown()
-
-	for _, tt := range []struct {
-		name string
-		call func() error
-	}{
-		{"Begin", func() error {
-			_, err := l.Begin(ctx, key(2), dedupe.BeginOptions{Owner: "a", Lease: time.Minute})
-			return err
-		}},
-		{"Commit", func() error { return l.Commit(ctx, key(1), c.Lease.Token, dedupe.Result{DownstreamID: "x"}) }},
-		{"Get", func() error { _, err := l.Get(ctx, key(1)); return err }},
-		{"Pending", func() error {
-			for _, err := range l.Pending(ctx) {
-				return err
-			}
-			return nil
-		}},
-	} {
-		start := time.Now()
-		err := tt.call()
-		if took := time.Since(start); err == nil || took > 5*timeout {
-			t.Errorf("%s with the server gone = %v after %v; want an error within %v", tt.name, err, took, timeout)
+	defer a.Close()
+	b, err := jskv.New(ctx, js, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	kv, err := js.KeyValue(ctx, "public-ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := st.TTL(), 49*time.Hour; got != want {
+		t.Errorf("bucket TTL = %v; want %v", got, want)
+	}
+	runs := 0
+	fn := func(context.Context) (dedupe.Result, error) { runs++; return dedupe.Result{DownstreamID: "once"}, nil }
+	for _, l := range []*jskv.Ledger{a, b} {
+		if res, _, err := l.Do(ctx, dedupe.Key{1}, fn, dedupe.DoOptions{}); err != nil || res.DownstreamID != "once" {
+			t.Errorf("Do = %+v, %v", res, err)
 		}
 	}
-
-	nc.Close()
-	_, err = l.Begin(ctx, key(3), dedupe.BeginOptions{Owner: "a", Lease: time.Minute})
-	if !errors.Is(err, dedupe.ErrClosed) {
-		t.Errorf("Begin on a closed connection: error = %v; want ErrClosed", err)
+	if runs != 1 {
+		t.Errorf("the work ran %d times; want 1", runs)
 	}
-	if err := l.Commit(ctx, key(1), c.Lease.Token, dedupe.Result{}); !errors.Is(err, dedupe.ErrClosed) {
-		t.Errorf("Commit on a closed connection: error = %v; want ErrClosed", err)
+	if _, err := jskv.New(ctx, js, jskv.Options{Bucket: "public-ledger", Retention: 72 * time.Hour}); err == nil {
+		t.Error("New on a bucket whose TTL is shorter than the retention succeeded")
 	}
-}
-
-func TestExistingBucket(t *testing.T) {
-	s := natstest.RunServer(t)
-	_, js := natstest.Connect(t, s)
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "short-ttl", TTL: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "in-memory", Storage: jetstream.MemoryStorage}); err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		name    string
-		opts    jskv.Options
-		wantErr error
-	}{
-		{"ttl shorter than retention", jskv.Options{Bucket: "short-ttl"}, dedupe.ErrInvalidLedger},
-		{"ttl covers retention", jskv.Options{Bucket: "short-ttl", LedgerOptions: dedupe.LedgerOptions{Retention: time.Hour}}, nil},
-		{"memory for file", jskv.Options{Bucket: "in-memory"}, dedupe.ErrInvalidLedger},
-		{"memory for memory", jskv.Options{Bucket: "in-memory", Storage: jetstream.MemoryStorage}, nil},
-		{"more replicas than the bucket has", jskv.Options{Bucket: "in-memory", Storage: jetstream.MemoryStorage, Replicas: 3}, dedupe.ErrInvalidLedger},
-		{"new", jskv.Options{Bucket: "fresh"}, nil},
-		{"same again", jskv.Options{Bucket: "fresh"}, nil},
-		{"longer retention on its bucket", jskv.Options{Bucket: "fresh", LedgerOptions: dedupe.LedgerOptions{Retention: 30 * 24 * time.Hour}}, dedupe.ErrInvalidLedger},
-		{"shorter retention on its bucket", jskv.Options{Bucket: "fresh", LedgerOptions: dedupe.LedgerOptions{Retention: time.Hour}}, nil},
-		{"invalid bucket name", jskv.Options{Bucket: "a.b"}, dedupe.ErrInvalidLedger},
-		{"result larger than max_payload", jskv.Options{LedgerOptions: dedupe.LedgerOptions{MaxResultBytes: 2 << 20}}, dedupe.ErrInvalidLedger},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			l, err := jskv.New(ctx, js, tt.opts)
-			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil) != (err == nil) {
-				t.Fatalf("New(%+v) error = %v; want %v", tt.opts, err, tt.wantErr)
-			}
-			if l != nil {
-				l.Close()
-			}
-		})
-	}
-	st, err := mustKV(t, js, "fresh").Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := st.TTL(), dedupe.DefaultRetention+time.Hour; got != want || st.History() != 1 {
-		t.Errorf("new bucket TTL %v, history %d; want %v, 1", got, st.History(), want)
-	}
-}
-
-func mustKV(t *testing.T, js jetstream.JetStream, bucket string) jetstream.KeyValue {
-	t.Helper()
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		t.Fatalf("KeyValue(%q): %v", bucket, err)
-	}
-	return kv
-}
-
-// TestForeignValues: a key someone deleted by hand can be begun again (the
-// write expects the delete marker's revision), and a value that is not a
-// record is an error, not an answer.
-func TestForeignValues(t *testing.T) {
-	s := natstest.RunServer(t)
-	_, js := natstest.Connect(t, s)
-	l := newLedger(t, js, jskv.Options{Bucket: "foreign"})
-	kv := mustKV(t, js, "foreign")
-
-	c, err := l.Begin(ctx, key(1), dedupe.BeginOptions{Owner: "a", Lease: time.Minute})
-	if err != nil || c.Status != dedupe.StatusNew {
-		t.Fatalf("Begin = %v, %v; want new", c.Status, err)
-	}
-	if err := kv.Delete(ctx, key(1).String()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Get(ctx, key(1)); !errors.Is(err, dedupe.ErrNotFound) {
-		t.Errorf("Get after Delete: error = %v; want ErrNotFound", err)
-	}
-	if err := l.Commit(ctx, key(1), c.Lease.Token, dedupe.Result{}); !errors.Is(err, dedupe.ErrNotFound) {
-		t.Errorf("Commit after Delete: error = %v; want ErrNotFound", err)
-	}
-	c, err = l.Begin(ctx, key(1), dedupe.BeginOptions{Owner: "b", Lease: time.Minute})
-	if err != nil || c.Status != dedupe.StatusNew || c.Record.Owner != "b" {
-		t.Fatalf("Begin after Delete = %v by %q, %v; want new by b", c.Status, c.Record.Owner, err)
-	}
-
-	if _, err := kv.Put(ctx, key(2).String(), []byte("not a record")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, "not-a-ledger-key", []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Get(ctx, key(2)); !errors.Is(err, dedupe.ErrCorruptRecord) {
-		t.Errorf("Get of a foreign value: error = %v; want ErrCorruptRecord", err)
-	}
-	if _, err := l.Begin(ctx, key(2), dedupe.BeginOptions{Owner: "a", Lease: time.Minute}); !errors.Is(err, dedupe.ErrCorruptRecord) {
-		t.Errorf("Begin on a foreign value: error = %v; want ErrCorruptRecord", err)
-	}
-	var pending, corrupt int
-	for rec, err := range l.Pending(ctx) {
-		switch {
-		case errors.Is(err, dedupe.ErrCorruptRecord):
-			corrupt++
-		case err != nil:
-			t.Fatalf("Pending: %v", err)
-		case rec.Key != key(1):
-			t.Errorf("Pending listed %v; want only %v", rec.Key, key(1))
-		default:
-			pending++
-		}
-	}
-	if pending != 1 || corrupt != 1 {
-		t.Errorf("Pending listed %d records and %d errors; want 1 and 1", pending, corrupt)
-	}
-}
-
-// TestDomain runs the ledger through a JetStream domain, whose API subjects
-// differ from the default ones.
-func TestDomain(t *testing.T) {
-	s := natstest.RunServer(t, func(o *server.Options) { o.JetStreamDomain = "hub" })
-	nc, _ := natstest.Connect(t, s)
-	js, err := jetstream.NewWithDomain(nc, "hub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newLedger(t, js, jskv.Options{})
-	c, err := l.Begin(ctx, key(1), dedupe.BeginOptions{Owner: "a", Lease: time.Minute})
-	if err != nil || c.Status != dedupe.StatusNew {
-		t.Fatalf("Begin = %v, %v; want new", c.Status, err)
-	}
-	if err := l.Commit(ctx, key(1), c.Lease.Token, dedupe.Result{DownstreamID: "x"}); err != nil {
-		t.Fatalf("Commit: %v", err)
-	}
-	if rec, err := l.Get(ctx, key(1)); err != nil || rec.State != dedupe.StateCommitted {
-		t.Errorf("Get = %+v, %v; want committed", rec, err)
-	}
-}
-
-// BenchmarkLedger measures Begin+Commit pairs on fresh keys on an embedded
-// server with a file-backed R1 bucket (see dedupetest.Benchmark).
-func BenchmarkLedger(b *testing.B) {
-	s := natstest.RunServer(b)
-	_, js := natstest.Connect(b, s)
-	dedupetest.Benchmark(b, func(b *testing.B) dedupe.Ledger {
-		return newLedger(b, js, jskv.Options{})
-	})
 }

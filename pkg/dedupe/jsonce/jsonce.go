@@ -50,7 +50,8 @@ type Options struct {
 }
 
 // Handler returns a jetstream.MessageHandler that runs fn once per intent
-// of the messages it gets, keyed by keyer, under ledger l. fn's context is
+// of the messages it gets, keyed by keyer, through l (a
+// *badgerledger.Ledger, or a *jskv.Ledger for several processes). fn's context is
 // cancelled if the lease is taken over (the work is then another
 // worker's).
 func Handler(l dedupe.Ledger, keyer *dedupe.Keyer, fn func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error), opts Options) jetstream.MessageHandler {
@@ -84,7 +85,7 @@ func Handler(l dedupe.Ledger, keyer *dedupe.Keyer, fn func(ctx context.Context, 
 		}
 		owner := opts.Owner + "#" + ref
 		ctx := context.Background()
-		_, _, err = dedupe.Do(ctx, l, in.Key, func(ctx context.Context) (dedupe.Result, error) {
+		_, _, err = l.Do(ctx, in.Key, func(ctx context.Context) (dedupe.Result, error) {
 			stop := keepInProgress(m, opts.Lease/3)
 			defer stop()
 			return fn(ctx, m)

@@ -30,12 +30,7 @@ func TestHandlerOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := badgerledger.Open(t.TempDir(), badgerledger.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	ledger, err := badgerledger.New(db, badgerledger.Options{})
+	ledger, err := badgerledger.Open(t.TempDir(), badgerledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +42,7 @@ func TestHandlerOnce(t *testing.T) {
 
 	var mu sync.Mutex
 	calls := map[string]int{}
+	orders := map[string]string{} // intent key -> order id
 	failOnce := map[string]bool{"o-3": true}
 	var termed []string
 	h := jsonce.Handler(ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
@@ -54,6 +50,7 @@ func TestHandlerOnce(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls[in.Key.String()]++
+		orders[in.Key.String()] = orderOf(m.Data())
 		if id := orderOf(m.Data()); failOnce[id] {
 			delete(failOnce, id)
 			return dedupe.Result{}, errors.New("the payment provider timed out")
@@ -99,7 +96,7 @@ func TestHandlerOnce(t *testing.T) {
 	}
 	for k, n := range calls {
 		want := 1
-		if rec, err := ledger.Get(ctx, mustKey(t, k)); err != nil || rec.Result.DownstreamID == "ch_o-3" {
+		if orders[k] == "o-3" {
 			want = 2 // failed once, then ran again
 		}
 		if n != want {
@@ -115,13 +112,4 @@ func orderOf(b []byte) string {
 	var o string
 	fmt.Sscanf(string(b), `{"order":%q`, &o)
 	return o
-}
-
-func mustKey(t *testing.T, s string) dedupe.Key {
-	t.Helper()
-	k, err := dedupe.ParseKey(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
 }

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/windowclock"
 )
 
 // TestMonoNanos checks the window's default clock against the monotonic
@@ -134,14 +136,24 @@ func TestCounterBroken(t *testing.T) {
 	}
 }
 
-// TestNoCounter checks that Options.NoCounter keeps a window on the
-// monotonic clock, whatever the machine offers.
+// TestNoCounter checks that windowclock.NoCounter keeps a window on the
+// monotonic clock, whatever the machine offers, and that Options.Now is the
+// clock when set.
 func TestNoCounter(t *testing.T) {
-	w, err := New(Options{TTL: time.Minute, NoCounter: true})
+	windowclock.NoCounter.Store(true)
+	w, err := New(Options{TTL: time.Minute})
+	windowclock.NoCounter.Store(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if src := w.ClockSource(); src != "monotonic" {
+	if src := windowclock.Source(w); src != "monotonic" {
 		t.Fatalf("with NoCounter the window reads the %s clock", src)
+	}
+	w, err = New(Options{TTL: time.Minute, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src := windowclock.Source(w); src != "option" {
+		t.Fatalf("with Options.Now the window reads the %s clock", src)
 	}
 }

@@ -17,10 +17,11 @@
 // capacity. See the type's documentation for its guarantees.
 //
 // A Window is a cache. In front of a durable ledger (package dedupe) it is
-// only a fast path: add a key (dedupe.Key.Short) after the ledger has
-// committed its work, remove it when the effect failed, and expect the
-// window to be empty after a restart.
+// only a fast path: add a key (64 bits of a dedupe.Key, such as
+// binary.LittleEndian.Uint64(key[:8])) after the ledger has committed its
+// work, remove it when the effect failed, and expect the window to be empty
+// after a restart.
 //
 // The package imports nothing outside the standard library and
-// golang.org/x/sys/cpu.
+// golang.org/x/sys/cpu (and a hook of Oncegate's benchmarks).
 package window

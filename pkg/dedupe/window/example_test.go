@@ -28,23 +28,18 @@ func ExampleWindow() {
 	// 11 new
 }
 
-// stepClock is a Clock that moves only when told to.
-type stepClock struct{ t time.Time }
-
-func (c *stepClock) Now() time.Time { return c.t }
-
-// A key is forgotten once its TTL has passed; with Options.Clock a test
+// A key is forgotten once its TTL has passed; with Options.Now a test
 // moves time instead of waiting for it.
-func ExampleOptions_clock() {
-	clock := &stepClock{t: time.Unix(1_764_400_000, 0)}
-	w, err := window.New(window.Options{TTL: time.Minute, Clock: clock})
+func ExampleOptions_now() {
+	now := time.Unix(1_764_400_000, 0)
+	w, err := window.New(window.Options{TTL: time.Minute, Now: func() time.Time { return now }})
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("first:", w.SeenOrAdd(42))
-	clock.t = clock.t.Add(30 * time.Second)
+	now = now.Add(30 * time.Second)
 	fmt.Println("after 30s:", w.SeenOrAdd(42))
-	clock.t = clock.t.Add(2 * time.Minute)
+	now = now.Add(2 * time.Minute)
 	fmt.Println("after 2m30s:", w.SeenOrAdd(42))
 	// Output:
 	// first: false

@@ -74,8 +74,8 @@ func checkScan(t *testing.T, w *Window, k, t0 uint64, rnd []byte) {
 // their words split the bits differently.
 func scanTestWindows(t testing.TB) []*Window {
 	var ws []*Window
-	for _, c := range []int{MinCapacity, 1 << 24} {
-		w, err := New(Options{Capacity: c, TTL: time.Minute, Clock: newFakeClock()})
+	for _, c := range []int{minCapacity, 1 << 24} {
+		w, err := New(Options{Capacity: c, TTL: time.Minute, Now: newFakeClock().Now})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,37 +7,27 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/windowclock"
 )
 
 // Window defaults.
 const (
-	// DefaultCapacity is the number of live keys a Window holds when
-	// Options.Capacity is zero.
-	DefaultCapacity = 1 << 20
-	// DefaultTTL is how long a key stays in a Window when
-	// Options.TTL is zero.
-	DefaultTTL = 10 * time.Minute
+	defaultCapacity = 1 << 20
+	defaultTTL      = 10 * time.Minute
 )
 
-// ErrInvalidOptions is wrapped by the error New returns for options it
+// errInvalidOptions is wrapped by the error New returns for options it
 // cannot honour.
-var ErrInvalidOptions = errors.New("window: invalid options")
-
-// Clock tells the time. A Window reads time only through a
-// Clock (or its own default clock), so tests can move it. Now must be
-// monotonic: it never goes back.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-}
+var errInvalidOptions = errors.New("window: invalid options")
 
 // Options configures a Window. The zero value means the defaults.
 type Options struct {
 	// Capacity is the number of live keys the window holds without losing
-	// any. It is rounded up to a multiple of 4, and to at least
-	// MinCapacity. The table takes 16 bytes per key of capacity. Past
+	// any. It is rounded up to a multiple of 4, and to at least 1<<16 (a
+	// 1 MiB table). The table takes 16 bytes per key of capacity. Past
 	// it, adding a key evicts the oldest key among the ones it competes
-	// with. The default is DefaultCapacity.
+	// with. The default is 1<<20 (16 MiB of table).
 	//
 	// On Linux a table of 2 MiB or more is mapped apart from the Go heap,
 	// on transparent huge pages where the system allows them (lookups land
@@ -49,31 +39,26 @@ type Options struct {
 
 	// TTL is how long a key is remembered after it was added: at least TTL and
 	// at most TTL plus TTL/16 (time is kept in units of 1/32 to 1/64 of the
-	// TTL), plus 50µs with the counter clock (see Clock). The default is
-	// DefaultTTL. TTL must be at least 64ns.
+	// TTL), plus 50µs with the counter clock (see Now). The default is
+	// 10 minutes. TTL must be at least 64ns.
 	TTL time.Duration
 
-	// Clock supplies the time. The default is the process's monotonic clock.
+	// Now, if set, tells the window the time, so that tests can move it;
+	// it must never go back. The default is the process's monotonic clock.
 	// Where the kernel keeps that clock with the CPU's time-stamp counter
 	// (Linux on amd64 with the tsc clocksource), a window whose time unit is
 	// 1ms or more (a TTL of about 34ms or more) reads the counter instead: a
 	// third of the cost, and no fence between one operation and the next. It
 	// is recalibrated against the monotonic clock every 10ms, never strays
 	// from it by more than a few microseconds, and the window adds 50µs to
-	// its TTL to cover that. NoCounter keeps the window on the monotonic
-	// clock.
-	Clock Clock
-
-	// NoCounter keeps a window with the default Clock on the monotonic
-	// clock (time.Since) even where it could read the CPU's counter: for
-	// comparing clocks, or a machine whose counter is not to be trusted.
-	// The default is false.
-	NoCounter bool
+	// its TTL to cover that. On a machine whose counter is not to be
+	// trusted, set Now to time.Now.
+	Now func() time.Time
 }
 
-// MinCapacity is the smallest capacity a Window rounds up to: 1 MiB of
+// minCapacity is the smallest capacity a Window rounds up to: 1 MiB of
 // table. Below it the bits a slot spends on its timestamp would be too few.
-const MinCapacity = minBuckets * keysPerBucket
+const minCapacity = minBuckets * keysPerBucket
 
 const (
 	slotsPerBucket = 8                  // one 64-byte cache line of uint64 slots
@@ -141,10 +126,10 @@ type Window struct {
 	period    uint64
 	resetLag  uint64
 
-	clock  Clock
-	base   time.Time // with clock
-	baseNs int64     // without: monotonic nanoseconds since monoEpoch
-	fast   bool      // without clock, and reading the time-stamp counter (see monoNanos)
+	clock  func() time.Time // Options.Now
+	base   time.Time        // with clock
+	baseNs int64            // without: monotonic nanoseconds since monoEpoch
+	fast   bool             // without clock, and reading the time-stamp counter (see monoNanos)
 
 	// Counters: each costs a locked instruction, so new keys (the common
 	// case) count nothing; Stats derives what it can from the table.
@@ -164,8 +149,7 @@ type paddedCounter struct {
 
 // Stats is a snapshot of a Window's counters.
 type Stats struct {
-	Capacity  int    // keys the window holds without eviction
-	Bytes     int    // memory held by the table
+	Capacity  int    // keys the window holds without eviction; the table takes 16 bytes per key
 	Live      int    // keys currently live (counted by scanning the table)
 	Hits      uint64 // SeenOrAdd calls that found the key live
 	Evictions uint64 // live keys pushed out because their slots were full
@@ -175,20 +159,20 @@ type Stats struct {
 // New returns a Window with the given options.
 func New(opts Options) (*Window, error) {
 	if opts.Capacity < 0 {
-		return nil, fmt.Errorf("%w: capacity %d is negative", ErrInvalidOptions, opts.Capacity)
+		return nil, fmt.Errorf("%w: capacity %d is negative", errInvalidOptions, opts.Capacity)
 	}
 	if opts.TTL < 0 || (opts.TTL > 0 && opts.TTL < 64) {
-		return nil, fmt.Errorf("%w: ttl %v must be at least 64ns", ErrInvalidOptions, opts.TTL)
+		return nil, fmt.Errorf("%w: ttl %v must be at least 64ns", errInvalidOptions, opts.TTL)
 	}
 	if opts.Capacity == 0 {
-		opts.Capacity = DefaultCapacity
+		opts.Capacity = defaultCapacity
 	}
 	if opts.TTL == 0 {
-		opts.TTL = DefaultTTL
+		opts.TTL = defaultTTL
 	}
 	nb := max(uint64(minBuckets), (uint64(opts.Capacity)+keysPerBucket-1)/keysPerBucket)
 	if nb >= 1<<maxBucketBits {
-		return nil, fmt.Errorf("%w: capacity %d is too large", ErrInvalidOptions, opts.Capacity)
+		return nil, fmt.Errorf("%w: capacity %d is too large", errInvalidOptions, opts.Capacity)
 	}
 	// bbits is how many bits of a key the bucket index stands for: a slot
 	// stores the other 64-bbits.
@@ -203,14 +187,14 @@ func New(opts Options) (*Window, error) {
 		idMask:    ^uint64(0) << (bbits - 1),
 		altBit:    1 << (bbits - 1),
 		commitBit: stateCommitted << (bbits - 3),
-		clock:     opts.Clock,
+		clock:     opts.Now,
 	}
 	// A unit is the largest power of two of nanoseconds that is at most
 	// TTL/32, so a TTL spans 32 to 64 units and a unit costs a shift.
 	w.unitShift = uint(63 - bits.LeadingZeros64(uint64(opts.TTL/32)))
 	unit := int64(1) << w.unitShift
 	ttl := int64(opts.TTL)
-	if w.clock == nil && !opts.NoCounter && unit >= counterMinUnit && counterUsable() {
+	if w.clock == nil && !windowclock.NoCounter.Load() && unit >= counterMinUnit && counterUsable() {
 		// The counter's time may stray from the monotonic clock's by a few
 		// microseconds; the slack keeps every key for at least TTL.
 		w.fast = true
@@ -233,7 +217,7 @@ func New(opts Options) (*Window, error) {
 	if w.clock == nil {
 		w.baseNs = w.monoNanos()
 	} else {
-		w.base = w.clock.Now()
+		w.base = w.clock()
 	}
 	if release != nil {
 		// The table is unmapped when w is unreachable. Every method that
@@ -244,16 +228,20 @@ func New(opts Options) (*Window, error) {
 	return w, nil
 }
 
-// Capacity returns the number of live keys the window holds without eviction.
-func (w *Window) Capacity() int { return int(w.nb * keysPerBucket) }
+// capacity returns the number of live keys the window holds without eviction.
+func (w *Window) capacity() int { return int(w.nb * keysPerBucket) }
 
-// Bytes returns the memory held by the window's table.
-func (w *Window) Bytes() int { return int(w.nb * slotsPerBucket * 8) }
+// bytes returns the memory held by the window's table.
+func (w *Window) bytes() int { return int(w.nb * slotsPerBucket * 8) }
 
-// ClockSource names the clock the window reads: "counter" (the CPU's
-// time-stamp counter, see Options.Clock), "monotonic" (the process's
-// monotonic clock) or "option" (Options.Clock).
-func (w *Window) ClockSource() string {
+func init() {
+	windowclock.Source = func(w any) string { return w.(*Window).clockSource() }
+}
+
+// clockSource names the clock the window reads: "counter" (the CPU's
+// time-stamp counter, see Options.Now), "monotonic" (the process's
+// monotonic clock) or "option" (Options.Now).
+func (w *Window) clockSource() string {
 	switch {
 	case w.clock != nil:
 		return "option"
@@ -263,8 +251,8 @@ func (w *Window) ClockSource() string {
 	return "monotonic"
 }
 
-// TTL returns how long a key is remembered, rounded to the window's time unit.
-func (w *Window) TTL() time.Duration { return time.Duration(w.ttlUnits << w.unitShift) }
+// ttl returns how long a key is remembered, rounded to the window's time unit.
+func (w *Window) ttl() time.Duration { return time.Duration(w.ttlUnits << w.unitShift) }
 
 // mix is a bijection on uint64 (the murmur3 finalizer), so distinct keys stay
 // distinct and clustered keys spread over the table.
@@ -341,7 +329,7 @@ func (w *Window) now() uint64 {
 		if w.clock == nil {
 			d = time.Duration(w.monoNanos() - w.baseNs)
 		} else {
-			d = w.clock.Now().Sub(w.base)
+			d = w.clock().Sub(w.base)
 		}
 		t := uint64(d) >> w.unitShift
 		if d < 0 {
@@ -762,11 +750,11 @@ func (w *Window) Remove(k uint64) bool {
 }
 
 // Stats returns the window's counters. It counts live keys by scanning the
-// table, which takes time in proportion to Bytes: call it from a metrics
+// table, which takes time in proportion to Capacity: call it from a metrics
 // scrape, not per operation.
 func (w *Window) Stats() Stats {
 	t := w.now()
-	st := Stats{Capacity: w.Capacity(), Bytes: w.Bytes()}
+	st := Stats{Capacity: w.capacity()}
 	for i := range w.buckets {
 		b := &w.buckets[i]
 		for j := range b {

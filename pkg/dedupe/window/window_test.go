@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// fakeClock is a Clock that moves only when told to.
+// fakeClock is a clock that moves only when told to.
 type fakeClock struct{ ns atomic.Int64 }
 
 func newFakeClock() *fakeClock { return &fakeClock{} }
@@ -20,9 +20,13 @@ func (c *fakeClock) Advance(d time.Duration)               { c.ns.Add(int64(d)) 
 func (c *fakeClock) Set(t time.Time)                       { c.ns.Store(t.UnixNano()) }
 func (c *fakeClock) Elapsed(since time.Time) time.Duration { return c.Now().Sub(since) }
 
-func newTestWindow(t testing.TB, capacity int, ttl time.Duration, c Clock) *Window {
+func newTestWindow(t testing.TB, capacity int, ttl time.Duration, c *fakeClock) *Window {
 	t.Helper()
-	w, err := New(Options{Capacity: capacity, TTL: ttl, Clock: c})
+	opts := Options{Capacity: capacity, TTL: ttl}
+	if c != nil {
+		opts.Now = c.Now
+	}
+	w, err := New(opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -46,22 +50,22 @@ func TestWindowOptions(t *testing.T) {
 			if tt.ok != (err == nil) {
 				t.Fatalf("New(%+v) error = %v; want ok=%v", tt.opts, err, tt.ok)
 			}
-			if err != nil && !errors.Is(err, ErrInvalidOptions) {
-				t.Errorf("New(%+v) error = %v; want it to wrap ErrInvalidOptions", tt.opts, err)
+			if err != nil && !errors.Is(err, errInvalidOptions) {
+				t.Errorf("New(%+v) error = %v; want it to wrap errInvalidOptions", tt.opts, err)
 			}
-			if err == nil && w.Capacity() < max(tt.opts.Capacity, MinCapacity) {
-				t.Errorf("Capacity() = %d; want >= %d", w.Capacity(), max(tt.opts.Capacity, MinCapacity))
+			if err == nil && w.capacity() < max(tt.opts.Capacity, minCapacity) {
+				t.Errorf("Capacity() = %d; want >= %d", w.capacity(), max(tt.opts.Capacity, minCapacity))
 			}
 		})
 	}
 	w := newTestWindow(t, 0, 0, nil)
-	if got, want := w.Capacity(), DefaultCapacity; got != want {
+	if got, want := w.capacity(), defaultCapacity; got != want {
 		t.Errorf("default Capacity() = %d; want %d", got, want)
 	}
-	if got, want := w.TTL(), DefaultTTL; got < want || got > want+want/16 {
+	if got, want := w.ttl(), defaultTTL; got < want || got > want+want/16 {
 		t.Errorf("default TTL() = %v; want within [%v, %v]", got, want, want+want/16)
 	}
-	if got := w.Bytes() / w.Capacity(); got != 16 {
+	if got := w.bytes() / w.capacity(); got != 16 {
 		t.Errorf("bytes per key at capacity = %d; want 16", got)
 	}
 }
@@ -166,7 +170,7 @@ func TestWindowSweep(t *testing.T) {
 	const ttl = time.Second
 	c := newFakeClock()
 	w := newTestWindow(t, 0, ttl, c)
-	n := w.Capacity() / 2
+	n := w.capacity() / 2
 	for i := 0; i < n; i++ {
 		w.SeenOrAdd(uint64(i))
 	}
@@ -196,14 +200,14 @@ func TestWindowSweep(t *testing.T) {
 // TestWindowCapacity fills the window to its capacity with random keys and
 // checks that none is lost.
 func TestWindowCapacity(t *testing.T) {
-	capacities := []int{MinCapacity, 1 << 20}
+	capacities := []int{minCapacity, 1 << 20}
 	if raceEnabled || testing.Short() {
 		capacities = capacities[:1]
 	}
 	for _, capacity := range capacities {
 		w := newTestWindow(t, capacity, time.Hour, newFakeClock())
 		rng := rand.New(rand.NewPCG(uint64(capacity), 7))
-		keys := make([]uint64, w.Capacity())
+		keys := make([]uint64, w.capacity())
 		for i := range keys {
 			keys[i] = rng.Uint64()
 			if w.SeenOrAdd(keys[i]) {
@@ -219,7 +223,7 @@ func TestWindowCapacity(t *testing.T) {
 		st := w.Stats()
 		if missing != 0 || st.Evictions != 0 || st.Live != len(keys) {
 			t.Errorf("capacity %d: %d keys missing, Stats() = %+v; want none missing, no evictions, Live %d",
-				w.Capacity(), missing, st, len(keys))
+				w.capacity(), missing, st, len(keys))
 		}
 	}
 }
@@ -228,8 +232,8 @@ func TestWindowCapacity(t *testing.T) {
 // what is evicted is old: the most recent quarter of the keys all survive.
 func TestWindowOverCapacity(t *testing.T) {
 	c := newFakeClock()
-	w := newTestWindow(t, MinCapacity, time.Hour, c)
-	n := 2 * w.Capacity()
+	w := newTestWindow(t, minCapacity, time.Hour, c)
+	n := 2 * w.capacity()
 	keys := make([]uint64, n)
 	for i := range keys {
 		keys[i] = rand.Uint64()
@@ -240,7 +244,7 @@ func TestWindowOverCapacity(t *testing.T) {
 	}
 	st := w.Stats()
 	if st.Evictions == 0 {
-		t.Fatalf("Stats().Evictions = 0 after adding %d keys to capacity %d", n, w.Capacity())
+		t.Fatalf("Stats().Evictions = 0 after adding %d keys to capacity %d", n, w.capacity())
 	}
 	if got, want := st.Live+int(st.Evictions), n; got != want {
 		t.Errorf("Live %d + Evictions %d = %d; want %d", st.Live, st.Evictions, got, want)
@@ -289,9 +293,9 @@ func TestWindowRaceOneKey(t *testing.T) {
 // the keys expired: in each round every key is new to exactly one caller.
 func TestWindowRaceManyKeys(t *testing.T) {
 	c := newFakeClock()
-	w := newTestWindow(t, MinCapacity, time.Second, c)
+	w := newTestWindow(t, minCapacity, time.Second, c)
 	goroutines := 8 * runtime.GOMAXPROCS(0)
-	keys := make([]uint64, w.Capacity()/2)
+	keys := make([]uint64, w.capacity()/2)
 	for i := range keys {
 		keys[i] = rand.Uint64()
 	}
@@ -334,7 +338,7 @@ func TestWindowRaceManyKeys(t *testing.T) {
 // wall clock, so that a slow run (-race) sees the same amount of expiry.
 func TestWindowRaceWithRemove(t *testing.T) {
 	c := newFakeClock()
-	w := newTestWindow(t, MinCapacity, time.Millisecond, c)
+	w := newTestWindow(t, minCapacity, time.Millisecond, c)
 	var workers sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		workers.Add(1)
@@ -388,8 +392,8 @@ func TestWindowNoAllocs(t *testing.T) {
 // sharing their buckets come and go, so that racing adds see different free
 // slots and claim different ones: the case the rival check exists for.
 func TestWindowRaceWithChurn(t *testing.T) {
-	w := newTestWindow(t, MinCapacity, time.Hour, nil)
-	fillers := make([]uint64, w.Capacity()/2)
+	w := newTestWindow(t, minCapacity, time.Hour, nil)
+	fillers := make([]uint64, w.capacity()/2)
 	for i := range fillers {
 		fillers[i] = rand.Uint64()
 		w.SeenOrAdd(fillers[i])

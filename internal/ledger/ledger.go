@@ -1,0 +1,315 @@
+package ledger
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// Ledger errors. Store-specific failures (a closed store, a disk that refuses
+// writes, an unreachable server) are wrapped with %w and returned as they
+// are; the sentinels below are the ledger's own verdicts.
+var (
+	// ErrNotFound is returned by Get, Commit, Fail and Extend for a key the
+	// ledger has no record of (never begun, or expired after Retention).
+	ErrNotFound = errors.New("dedupe: no ledger record for key")
+	// ErrStaleToken is returned by Commit, Fail and Extend when the caller's
+	// fencing token is no longer current: its lease expired and another
+	// worker took the work over, or the work was already committed or
+	// failed. The caller must not report its effect as the result.
+	ErrStaleToken = errors.New("dedupe: fencing token is stale")
+	// ErrFingerprintMismatch is returned by Begin under MismatchReject when a
+	// key comes back with a different payload fingerprint.
+	ErrFingerprintMismatch = errors.New("dedupe: key reused with a different payload")
+	// ErrResultTooLarge is returned by Commit for a result larger than the
+	// ledger's MaxResultBytes.
+	ErrResultTooLarge = errors.New("dedupe: result too large for the ledger")
+	// ErrInvalidLedger is wrapped by the error a ledger constructor returns
+	// for options it cannot honour.
+	ErrInvalidLedger = errors.New("dedupe: invalid ledger options")
+	// ErrCorruptRecord is returned when a stored record cannot be decoded.
+	ErrCorruptRecord = errors.New("dedupe: corrupt ledger record")
+	// ErrClosed is returned by every method of a ledger after Close.
+	ErrClosed = errors.New("dedupe: ledger is closed")
+)
+
+// Ledger is the durable record of each intent: "being done by an owner until
+// a deadline", then "done, with this result" or "given up, for this reason".
+// It is what makes a side effect happen at most once when everything else
+// fails.
+//
+// The protocol for one unit of work:
+//
+//	c, err := l.Begin(ctx, key, ledger.BeginOptions{Owner: id, Fingerprint: fp, Lease: 30 * time.Second})
+//	switch c.Status {
+//	case ledger.StatusCommitted: // done before: return c.Record.Result, ack
+//	case ledger.StatusFailed:    // given up before: dead-letter, ack
+//	case ledger.StatusHeld:      // another worker is on it: retry after c.RetryAfter
+//	case ledger.StatusTakenOver: // its previous holder died: reconcile one-shot effects, then as New
+//	case ledger.StatusNew:       // ours: do the effect, keep the lease alive with Extend, then
+//		err = l.Commit(ctx, key, c.Lease.Token, result)
+//	}
+//
+// Commit, Fail and Extend succeed only with the current fencing token, so a
+// worker that stalled past its lease and woke after another took over cannot
+// overwrite the new holder's outcome: it gets ErrStaleToken.
+//
+// Implementations are safe for concurrent use by multiple goroutines and,
+// where the store allows it, by multiple processes. Package ledgertest holds
+// the conformance suite every implementation passes.
+type Ledger interface {
+	// Begin claims key for the caller, or reports why it cannot.
+	Begin(ctx context.Context, key dedupe.Key, opts BeginOptions) (Claim, error)
+	// Extend renews a lease held with token for d from now, and returns the
+	// lease to use from then on (its token may differ).
+	Extend(ctx context.Context, key dedupe.Key, token uint64, d time.Duration) (Lease, error)
+	// Commit records the work as done with result. It is durable when
+	// Commit returns.
+	Commit(ctx context.Context, key dedupe.Key, token uint64, result Result) error
+	// Fail records the work as given up, for reason. Later Begins return
+	// StatusFailed.
+	Fail(ctx context.Context, key dedupe.Key, token uint64, reason string) error
+	// Get returns the record of key.
+	Get(ctx context.Context, key dedupe.Key) (Record, error)
+	// Pending lists the records whose work is in progress, or was when its
+	// holder stopped renewing it.
+	Pending(ctx context.Context) iter.Seq2[Record, error]
+	// Close releases the ledger. It does not close a store the caller
+	// passed in.
+	Close() error
+}
+
+// BeginOptions are the caller's side of a claim.
+type BeginOptions struct {
+	// Owner names the worker, for inspection: a host and process, a pod.
+	Owner string
+	// Fingerprint is the payload's fingerprint, compared with the one the
+	// record was begun with.
+	Fingerprint dedupe.Fingerprint
+	// Lease is how long the claim holds without Extend. It must be positive.
+	Lease time.Duration
+	// Volatile says the claim need not survive a crash: the effect it
+	// guards is replayable at a sink that dedupes by the key, so if the
+	// process dies before the commit, doing the effect again is harmless.
+	// A ledger that one process owns (the Badger ledger) then keeps the claim,
+	// and its renewals, in memory only, saving a write and an fsync per
+	// claim; within the process it holds, fences and commits exactly as a
+	// durable claim does, and after a crash the key is simply new again. A
+	// ledger shared by processes (the JetStream KV ledger) writes every
+	// claim, since the others must see it. Never set it for a one-shot
+	// effect: its retry must find the claim to know to reconcile.
+	Volatile bool
+}
+
+// Status is Begin's verdict.
+type Status uint8
+
+const (
+	// StatusNew means the caller holds a new lease on work nobody began.
+	StatusNew Status = iota + 1
+	// StatusCommitted means the work was done; Claim.Record.Result has the
+	// stored result. Do nothing else.
+	StatusCommitted
+	// StatusHeld means another worker holds a live lease; retry after
+	// Claim.RetryAfter.
+	StatusHeld
+	// StatusTakenOver means a previous holder's lease expired without a
+	// commit: it died or stalled. The caller now holds the work with a
+	// higher fencing token. The effect may or may not have happened: a
+	// one-shot effect must be reconciled (ask the world) before it is sent.
+	StatusTakenOver
+	// StatusFailed means the work was given up; Claim.Record.Reason says why.
+	StatusFailed
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusNew:
+		return "new"
+	case StatusCommitted:
+		return "committed"
+	case StatusHeld:
+		return "held"
+	case StatusTakenOver:
+		return "taken-over"
+	case StatusFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("Status(%d)", uint8(s))
+}
+
+// Claim is the result of Begin.
+type Claim struct {
+	// Status is Begin's verdict.
+	Status Status
+	// Lease is the caller's lease, for StatusNew and StatusTakenOver.
+	Lease Lease
+	// RetryAfter is the time left on the other holder's lease, for
+	// StatusHeld.
+	RetryAfter time.Duration
+	// Mismatch reports that the record was begun with a different payload
+	// fingerprint: the same intent, reworded.
+	Mismatch bool
+	// Record is the record as Begin left it.
+	Record Record
+}
+
+// Lease is a claim's fencing token and deadline.
+type Lease struct {
+	Token uint64    // the fencing token Commit, Fail and Extend must present
+	Until time.Time // when the lease runs out without Extend
+}
+
+// State is where a record stands.
+type State uint8
+
+const (
+	// StatePending is work begun and not finished.
+	StatePending State = iota + 1
+	// StateCommitted is work done, with its result.
+	StateCommitted
+	// StateFailed is work given up, with the reason.
+	StateFailed
+)
+
+func (s State) String() string {
+	switch s {
+	case StatePending:
+		return "pending"
+	case StateCommitted:
+		return "committed"
+	case StateFailed:
+		return "failed"
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Record is what the ledger stores for one key.
+type Record struct {
+	Key   dedupe.Key // the intent's key
+	State State      // where the work stands
+	// Owner is the worker that holds or last held the lease.
+	Owner string
+	// Token is the current fencing token. It only grows.
+	Token uint64
+	// LeaseUntil is the holder's deadline, while pending.
+	LeaseUntil time.Time
+	// Attempts counts the claims: 1 for the first, one more per takeover.
+	Attempts uint32
+	// Fingerprint is the payload fingerprint the work was begun with.
+	Fingerprint dedupe.Fingerprint
+	// Mismatches counts the takeovers that came with a different payload
+	// fingerprint. (A Begin that finds the work held or done reports a
+	// mismatch in Claim.Mismatch and writes nothing.)
+	Mismatches uint32
+	// Created and Updated are when the record was first written and last
+	// changed.
+	Created, Updated time.Time
+	// Expires is when the record is forgotten: Retention after Updated.
+	Expires time.Time
+	// Result is the outcome of committed work.
+	Result Result
+	// Reason is why failed work was given up.
+	Reason string
+}
+
+// Result is what committed work produced: enough for a retry to answer as
+// the first attempt did, without doing anything.
+type Result struct {
+	// DownstreamID is the id the side effect's target gave the work: a
+	// ticket number, a message id, a charge id.
+	DownstreamID string
+	// ModelRef refers to the model output the effect was built from (an LLM
+	// cache key).
+	ModelRef string
+	// Response is the response to return to later retries.
+	Response []byte
+	// Committed is when the work was committed; the ledger sets it.
+	Committed time.Time
+}
+
+// MismatchPolicy says what Begin does when a key returns with a different
+// payload fingerprint.
+type MismatchPolicy uint8
+
+const (
+	// MismatchAccept treats the new payload as the same work, counts it on
+	// the record and reports it in Claim.Mismatch. It is right for agents,
+	// whose retries regenerate their requests in other words.
+	MismatchAccept MismatchPolicy = iota
+	// MismatchReject makes Begin fail with ErrFingerprintMismatch, as a
+	// payment API rejects an idempotency key reused with other parameters.
+	MismatchReject
+)
+
+// Ledger defaults.
+const (
+	// DefaultRetention is how long a record is kept when Options
+	// leaves Retention zero. It must outlive the longest retry or re-plan:
+	// a record that expires before a late retry arrives lets the effect
+	// happen again.
+	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultMaxResultBytes bounds Result.Response and the other result
+	// fields together when Options leaves MaxResultBytes zero.
+	DefaultMaxResultBytes = 64 << 10
+)
+
+// Options configures a ledger. The zero value means the defaults.
+type Options struct {
+	// Retention is how long a record lives after its last change. The
+	// default is DefaultRetention.
+	Retention time.Duration
+	// MaxResultBytes bounds a committed result. The default is
+	// DefaultMaxResultBytes.
+	MaxResultBytes int
+	// Mismatch is the policy for a key reused with another payload. The
+	// default is MismatchAccept.
+	Mismatch MismatchPolicy
+	// Clock supplies the time for leases and records. The default is the
+	// system clock. Leases compare wall-clock times, so workers sharing a
+	// ledger need clocks that agree to well within a lease.
+	Clock Clock
+}
+
+// CheckRetention reports an error if records kept for retention could expire
+// before the last redelivery of a trigger: a stream that keeps messages for
+// maxAge, or a consumer that redelivers up to maxDeliver times with the given
+// backoff (the last backoff value repeats). Either horizon may be zero for
+// "not bounded by this".
+func CheckRetention(retention, maxAge time.Duration, maxDeliver int, backoff []time.Duration) error {
+	var horizon time.Duration
+	for i := 0; i < maxDeliver-1; i++ {
+		switch {
+		case len(backoff) == 0:
+		case i < len(backoff):
+			horizon += backoff[i]
+		default:
+			horizon += backoff[len(backoff)-1]
+		}
+	}
+	if maxAge > horizon {
+		horizon = maxAge
+	}
+	if retention < horizon {
+		return fmt.Errorf("%w: retention %v is shorter than the redelivery horizon %v: a late redelivery would find no record and run its effect again",
+			ErrInvalidLedger, retention, horizon)
+	}
+	return nil
+}
+
+// Clock tells the time. A ledger reads time only through its Clock, so
+// tests can move it.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+}
+
+// WindowKey returns the 64 bits of k that a window (package window) keeps:
+// its first 8 bytes, little endian. Distinct keys may share them; the
+// ledger, which compares all 128 bits, stays authoritative.
+func WindowKey(k dedupe.Key) uint64 { return binary.LittleEndian.Uint64(k[:8]) }

@@ -1,0 +1,29 @@
+// Package mark holds what package dedupe and the ledger's Do machinery
+// (package ledger, which imports dedupe) must both see: the context mark of
+// taken-over work and the error type of Permanent. It imports nothing, so
+// that dedupe can import it without a cycle.
+package mark
+
+import "context"
+
+type takenOverKey struct{}
+
+// WithTakenOver returns ctx marked as that of work taken over from a
+// holder that stopped before it committed.
+func WithTakenOver(ctx context.Context) context.Context {
+	return context.WithValue(ctx, takenOverKey{}, true)
+}
+
+// TakenOver reports whether ctx was marked by WithTakenOver.
+func TakenOver(ctx context.Context) bool {
+	v, _ := ctx.Value(takenOverKey{}).(bool)
+	return v
+}
+
+// PermanentError is the error dedupe.Permanent returns: Err, marked final.
+type PermanentError struct {
+	Err error // the error marked final
+}
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
