@@ -10,11 +10,15 @@
 //	cc, _ := cons.Consume(h)
 //
 // The wrapped handler acks, naks and terms the message itself, as
-// Oncegate's consumer decides: a duplicate of committed work, or of work
-// another message's handler holds (that message comes back if its worker
-// dies), is acked without running the handler; the message's own
-// redelivery while its first worker is silent is put back until the lease
-// runs out; the handler's error naks the message for a retry (or,
+// Oncegate's consumer decides: a duplicate of committed work is acked
+// without running the handler; a duplicate of work another message's
+// handler holds is put back and looks again after RetryDelay (or when the
+// holder's lease runs out, if sooner), and is acked only once the work is
+// committed: acked on the holder's word, it would be lost if the holder's
+// message was itself a stale delivery that another worker had acked; the
+// message's own redelivery while its first worker is silent is put back
+// until the lease runs out; the handler's error naks the message for a
+// retry (or,
 // wrapped with dedupe.Permanent, terms it and records the work given up);
 // a message that cannot be keyed is termed. While the handler runs, the
 // message is kept in progress and the ledger lease renewed. The handler's
@@ -41,7 +45,8 @@ type Options struct {
 	// the consumer's AckWait. The default is 30s.
 	Lease time.Duration
 	// RetryDelay is how long a message waits before it is delivered again
-	// after the handler failed. The default is 1s.
+	// after the handler failed, or to look again at work another message
+	// holds. The default is 1s.
 	RetryDelay time.Duration
 	// OnTerm, if set, is called with a message the handler terms and why:
 	// a payload that cannot be keyed, or work given up. Publish it to a
@@ -77,8 +82,8 @@ func Handler(l dedupe.Ledger, keyer *dedupe.Keyer, fn func(ctx context.Context, 
 			return
 		}
 		// The owner names the message, so that a duplicate can tell work
-		// held for another message (which comes back if its holder dies:
-		// this one can be acked) from its own redelivery.
+		// held for another message (likely alive and soon done) from its
+		// own redelivery (whose first worker is silent).
 		ref := "?"
 		if meta, err := m.Metadata(); err == nil {
 			ref = meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10)
@@ -94,12 +99,14 @@ func Handler(l dedupe.Ledger, keyer *dedupe.Keyer, fn func(ctx context.Context, 
 		switch {
 		case err == nil:
 			_ = m.Ack()
-		case errors.As(err, &held) && held.Owner != owner:
-			_ = m.Ack() // a duplicate: the holder's own message carries the work
 		case errors.As(err, &held):
-			// This message, redelivered while its holder is silent: wait
-			// for the lease to run out.
-			_ = m.NakWithDelay(held.RetryAfter + 10*time.Millisecond)
+			// Wait for the work to be settled. This message's own earlier
+			// delivery holds it while silent: until the lease runs out.
+			d := held.RetryAfter + 10*time.Millisecond
+			if held.Owner != owner {
+				d = min(d, opts.RetryDelay)
+			}
+			_ = m.NakWithDelay(d)
 		case errors.Is(err, dedupe.ErrGivenUp), dedupe.IsPermanent(err):
 			term(m, err)
 		default:

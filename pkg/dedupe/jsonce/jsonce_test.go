@@ -113,3 +113,103 @@ func orderOf(b []byte) string {
 	fmt.Sscanf(string(b), `{"order":%q`, &o)
 	return o
 }
+
+// TestDuplicateWaitsForHeldWork: a duplicate of work another message's
+// handler holds is not acked on the holder's word; it comes back and is
+// acked once the work is committed. (Acked at once, it is lost if the
+// holder's message was a stale delivery another worker had acked.)
+func TestDuplicateWaitsForHeldWork(t *testing.T) {
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, "ORDERS", jetstream.ConsumerConfig{Durable: "charge", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, err := badgerledger.Open(t.TempDir(), badgerledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ledger.Close()
+	keyer, err := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "orders", Step: "charge", Fields: []string{"/order"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseWork := func() { releaseOnce.Do(func() { close(release) }) }
+	var mu sync.Mutex
+	deliveries := map[string]int{} // by delivery field
+	var runs int
+	h := jsonce.Handler(ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
+		mu.Lock()
+		runs++
+		mu.Unlock()
+		<-release
+		return dedupe.Result{DownstreamID: "ch_1"}, nil
+	}, jsonce.Options{RetryDelay: 20 * time.Millisecond})
+	count := func(m jetstream.Msg) {
+		mu.Lock()
+		deliveries[string(m.Data())]++
+		mu.Unlock()
+		h(m)
+	}
+	first, second := `{"order":"o-1","delivery":1}`, `{"order":"o-1","delivery":2}`
+	if _, err := js.Publish(ctx, "orders.new", []byte(first)); err != nil {
+		t.Fatal(err)
+	}
+	// The first is fetched and handled on a goroutine of its own (a
+	// Consume's handler holding it would hold that Consume's buffer too).
+	batch, err := cons.Fetch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer releaseWork() // before the wait, should the test fail first
+	for m := range batch.Messages() {
+		wg.Go(func() { count(m) })
+	}
+	waitUntil(t, "the first message's handler to run", func() bool { mu.Lock(); defer mu.Unlock(); return runs == 1 })
+	cc, err := cons.Consume(count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Stop()
+	if _, err := js.Publish(ctx, "orders.new", []byte(second)); err != nil {
+		t.Fatal(err)
+	}
+	// While the first holds the work, the second keeps coming back.
+	waitUntil(t, "the duplicate to come back twice (acked at once, it does not)", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return deliveries[second] >= 3
+	})
+	if info, err := cons.Info(ctx); err != nil || info.NumAckPending != 2 {
+		t.Fatalf("consumer %+v, %v; want both messages unacked while the work is held", info, err)
+	}
+	releaseWork()
+	waitUntil(t, "both messages to be acked", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if runs != 1 {
+		t.Errorf("the handler ran %d times; want 1", runs)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 20s waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
