@@ -51,7 +51,6 @@ type gate struct {
 	dedupeWindow time.Duration
 	maxResult    int
 
-	calls   ledgerCalls // claims and commits, combined across workers or not
 	set     *settler
 	h       Handler
 	flights flights // the work this process holds
@@ -250,7 +249,7 @@ func (g *gate) claimStage(next Handler) Handler {
 		}
 		var held, waiting []*Trigger
 		spans := g.spans(ts, "oncegate.ledger.claim", trace.SpanKindClient)
-		for i, r := range g.beginAll(ctx, reqs) {
+		for i, r := range ledger.BeginAll(ctx, g.ledger, reqs) {
 			t := ts[i]
 			if spans != nil {
 				if sp := spans[i]; sp.IsRecording() && r.Err == nil {
@@ -547,7 +546,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 		return
 	}
 	spans := g.spans(done, "oncegate.ledger.commit", trace.SpanKindClient)
-	for i, err := range g.commitAll(ctx, commits) {
+	for i, err := range ledger.CommitAll(ctx, g.ledger, commits) {
 		t := done[i]
 		if spans != nil {
 			endSpan(spans[i], err)

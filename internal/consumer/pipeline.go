@@ -133,11 +133,6 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	if js, ok := g.sink.(*sink.JetStream); ok && g.step == nil {
 		g.js, batch = js, batchMax
 	}
-	if batch == 1 && g.ledger != nil {
-		// One trigger per worker: the workers' claims and commits are
-		// combined into batches instead.
-		g.combine()
-	}
 	g.set = &settler{
 		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, maxDeliver: cfg.MaxDeliver,
 		retryDelay: cfg.RetryDelay, ledger: g.ledger, n: &p.n,

@@ -1,4 +1,4 @@
-package consumer
+package combine
 
 import (
 	"context"
@@ -10,11 +10,11 @@ import (
 // TestCombiner checks that callers arriving while a call is under way are
 // served by one call for all of them, each with the results of its own
 // requests, and that a caller alone is served at once.
-func TestCombiner(t *testing.T) {
+func TestRun(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var calls [][]int
-	c := &combiner[int, int]{do: func(_ context.Context, qs []int) []int {
+	c := New(func(_ context.Context, qs []int) []int {
 		mu.Lock()
 		calls = append(calls, append([]int(nil), qs...))
 		first := len(calls) == 1
@@ -27,14 +27,14 @@ func TestCombiner(t *testing.T) {
 			rs[i] = -q
 		}
 		return rs
-	}}
+	})
 	ctx := context.Background()
 
 	const callers = 20
 	var wg sync.WaitGroup
 	errs := make(chan string, callers+1)
 	check := func(qs []int) {
-		rs := c.run(ctx, qs)
+		rs := c.Run(ctx, qs)
 		if len(rs) != len(qs) {
 			errs <- "wrong number of results"
 			return
@@ -62,7 +62,7 @@ func TestCombiner(t *testing.T) {
 	}
 
 	// Alone, a caller makes its own call at once.
-	if rs := c.run(ctx, []int{7}); len(rs) != 1 || rs[0] != -7 || len(calls) != 3 {
+	if rs := c.Run(ctx, []int{7}); len(rs) != 1 || rs[0] != -7 || len(calls) != 3 {
 		t.Errorf("alone: results %v after %d calls; want [-7] from a third call", rs, len(calls))
 	}
 }
