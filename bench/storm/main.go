@@ -404,6 +404,9 @@ func memoryLines(rssBefore, peak uint64, memBefore, memPeak memSample, c int, wh
 	}
 	fmt.Printf("  memory: RSS %d MiB before the storm, %d MiB at its peak: %.1f KiB more per trigger in flight (%d in flight at most; %s)\n",
 		rssBefore>>20, peak>>20, float64(peak-rssBefore)/1024/float64(c), c, who)
+	if c < 1000 {
+		fmt.Println("  (with few triggers in flight the growth is mostly what the storm stores: triggers, answers, records; run -concurrency 4096 -latency 1s for the in-flight figure)")
+	}
 	per := func(after, before uint64) float64 { return float64(int64(after)-int64(before)) / 1024 / float64(c) }
 	fmt.Printf("  of which, per trigger in flight at the peaks: goroutine stacks %.1f KiB (%.1f goroutines each), live heap %.1f KiB (as of the last GC cycle, without the garbage the heap holds until the next)\n",
 		per(memPeak.stacks, memBefore.stacks), float64(int64(memPeak.goroutines)-int64(memBefore.goroutines))/float64(c), per(memPeak.live, memBefore.live))
