@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,10 +14,10 @@ import (
 )
 
 // calls measures the calls cell: n model calls and nothing else, the floor
-// under the full cell. The client is configured as app.Start configures the
-// model client (a clone of the default transport, 256 idle connections per
-// host), without the cache in front; each call carries the default alerts
-// step's system prompt and a user prompt of a trigger's size.
+// under the full cell. The client speaks to the stand-in as app.Start's
+// does (HTTP/2 with prior knowledge), without the cache in front; each call
+// carries the default alerts step's system prompt and a user prompt of a
+// trigger's size.
 func (b *bench) calls(ctx context.Context, n int) (result, error) {
 	r := result{mode: modeCalls, n: n, unique: n, expected: n}
 	s, err := standin.New(standin.Options{})
@@ -30,13 +29,8 @@ func (b *bench) calls(ctx context.Context, n int) (result, error) {
 		return r, err
 	}
 	defer stop()
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 256
-	defer tr.CloseIdleConnections()
-	oc := openai.DefaultConfig("standin")
-	oc.BaseURL = url
-	oc.HTTPClient = &http.Client{Transport: tr}
-	client := openai.NewClientWithConfig(oc)
+	client, closeIdle := standin.Client(url)
+	defer closeIdle()
 
 	def := config.Default()
 	step := def.Pipelines[0].Step

@@ -32,7 +32,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -426,12 +425,8 @@ func (o options) calls(ctx context.Context, name string) (result, error) {
 		return result{}, err
 	}
 	defer stop()
-	tr := standin.Transport()
-	defer tr.CloseIdleConnections()
-	oc := openai.DefaultConfig("standin")
-	oc.BaseURL = url
-	oc.HTTPClient = &http.Client{Transport: tr}
-	client := openai.NewClientWithConfig(oc)
+	client, closeIdle := standin.Client(url)
+	defer closeIdle()
 	def := config.Default()
 	step := def.Pipelines[0].Step
 	c := o.concurrency

@@ -454,8 +454,12 @@ func (g *gate) hold(ctx context.Context, held []*Trigger) (context.Context, func
 		if stopped {
 			return
 		}
+		// The next renewal is due every after this one began, not after
+		// it ended: a pass over many leases on a slow store (a KV bucket
+		// electing a leader) must not stretch the interval past a lease.
+		start := time.Now()
 		g.renew(ctx, held, cancel, expire)
-		tick.Reset(every)
+		tick.Reset(max(every-time.Since(start), 0))
 	})
 	mu.Unlock()
 	return ctx, func() {

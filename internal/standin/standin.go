@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	openai "github.com/sashabaranov/go-openai"
 )
 
 // Label starts the content of every answer.
@@ -258,6 +260,17 @@ func Transport() *http.Transport {
 	tr.Protocols = new(http.Protocols)
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	return tr
+}
+
+// Client returns a go-openai client of the stand-in at baseURL (see
+// [Server.Start]), speaking to it over [Transport], and a function that
+// closes the client's idle connections.
+func Client(baseURL string) (*openai.Client, func()) {
+	tr := Transport()
+	oc := openai.DefaultConfig("standin")
+	oc.BaseURL = baseURL
+	oc.HTTPClient = &http.Client{Transport: tr}
+	return openai.NewClientWithConfig(oc), tr.CloseIdleConnections
 }
 
 // ServeHTTP answers one OpenAI API request; see the package documentation.
