@@ -738,3 +738,63 @@ func TestDuplicateAwaitsLocalWork(t *testing.T) {
 		t.Errorf("stats %+v; want 2 deliveries, 1 ledger duplicate acked on its first delivery, none held", s)
 	}
 }
+
+// slowExtend is a ledger whose lease renewals take longer and longer to
+// be written, as on a KV bucket electing a leader: the first at once, the
+// second after delays[0], every later one after delays[1].
+type slowExtend struct {
+	ledger.Ledger
+	delays [2]time.Duration
+	calls  atomic.Int32
+}
+
+func (l *slowExtend) Extend(ctx context.Context, key dedupe.Key, token uint64, d time.Duration) (ledger.Lease, error) {
+	switch n := l.calls.Add(1); {
+	case n == 2:
+		time.Sleep(l.delays[0])
+	case n > 2:
+		time.Sleep(l.delays[1])
+	}
+	return l.Ledger.Extend(ctx, key, token, d)
+}
+
+// slowSink is a sink whose first call takes a while before it goes
+// through: work that outlasts its lease.
+type slowSink struct {
+	sink.Sink
+	once sync.Once
+	took time.Duration
+}
+
+func (s *slowSink) Deliver(ctx context.Context, e sink.Effect) (sink.Result, error) {
+	s.once.Do(func() { time.Sleep(s.took) })
+	return s.Sink.Deliver(ctx, e)
+}
+
+// TestSlowRenewalKeepsTheLease: a held trigger's lease is renewed every
+// third of the lease from when the last renewal began, not from when it
+// ended. With a 3s lease, renewals due every 1s and taking 0s, 1.5s, then
+// 2.4s each are written at 1s, 3.5s, 5.9s, 8.3s: each within the lease of
+// the one before. Counted from their ends, the third was written at 6.9s,
+// after the second's lease ran out at 6.5s: the work was cancelled and
+// another delivery took it over.
+func TestSlowRenewalKeepsTheLease(t *testing.T) {
+	const lease = 3 * time.Second
+	var f *fixture
+	out := &slowSink{took: 8500 * time.Millisecond}
+	f = start(t, func(c *config.Config) {
+		c.Ledger.Lease = lease
+		for i := range c.Pipelines {
+			c.Pipelines[i].AckWait = lease
+		}
+	}, standin.Options{}, func(o *consumer.Options) {
+		out.Sink = webhooksSink(t, o)
+		o.Sinks = map[string]sink.Sink{"webhooks": out}
+		o.Ledger = &slowExtend{Ledger: o.Ledger, delays: [2]time.Duration{lease / 2, lease * 8 / 10}}
+	})
+	f.publish("triggers.webhooks", []byte(`{"event":"invoice.paid","invoice":{"id":"in_1"},"delivery_id":"a"}`))
+	waitFor(t, 30*time.Second, "the trigger settled", func() bool { return f.allAcked("webhooks") && f.stats("webhooks").Effects == 1 }, f)
+	if s := f.stats("webhooks"); s.Deliveries != 1 || s.Retries != 0 || s.TakenOver != 0 || s.Stale != 0 {
+		t.Errorf("stats %+v; want the one delivery settled on its first try, no retry, takeover or stale commit", s)
+	}
+}
