@@ -10,6 +10,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/procstat"
 	"github.com/oncegate/oncegate/internal/standin"
 )
 
@@ -43,7 +44,7 @@ func (b *bench) calls(ctx context.Context, n int) (result, error) {
 	var firstErr error
 	var once sync.Once
 	var wg sync.WaitGroup
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), procstat.CPU()
 	for range workers {
 		wg.Go(func() {
 			for {
@@ -67,7 +68,7 @@ func (b *bench) calls(ctx context.Context, n int) (result, error) {
 		})
 	}
 	wg.Wait()
-	r.took, r.cpu = time.Since(start), cpuTime()-cpu0
+	r.took, r.cpu = time.Since(start), procstat.CPU()-cpu0
 	r.effects = uint64(answered.Load())
 	if firstErr != nil {
 		return r, fmt.Errorf("model call: %w", firstErr)

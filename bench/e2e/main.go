@@ -81,6 +81,7 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/ops"
+	"github.com/oncegate/oncegate/internal/procstat"
 )
 
 // Modes, as -only names them.
@@ -277,15 +278,6 @@ func (r result) rate() float64 { return float64(r.n) / r.took.Seconds() }
 // when other programs share the machine.
 func (r result) cpuPerTrigger() float64 { return float64(r.cpu.Microseconds()) / float64(r.n) }
 
-// cpuTime returns the user and system CPU time the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 type bench struct {
 	o   options
 	tmp string
@@ -352,7 +344,7 @@ func (b *bench) cell(ctx context.Context, mode string, dup, n int, profile bool)
 			return r, err
 		}
 	}
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), procstat.CPU()
 	if err := sys.start(); err != nil {
 		return r, err
 	}
@@ -363,7 +355,7 @@ func (b *bench) cell(ctx context.Context, mode string, dup, n int, profile bool)
 		}
 	}()
 	err = waitAcked(ctx, cons, n, sys.settled)
-	r.took, r.cpu = time.Since(start), cpuTime()-cpu0
+	r.took, r.cpu = time.Since(start), procstat.CPU()-cpu0
 	if stopProfile != nil {
 		if perr := stopProfile(); err == nil {
 			err = perr

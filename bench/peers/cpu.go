@@ -5,22 +5,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
 // clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on
 // Linux).
 const clockTicks = 100
-
-// selfCPU returns the CPU time (user + system) this process has used.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // treeCPU returns the CPU time (user + system) used by the live processes
 // of the tree rooted at pid (a server and the backends it forked), or 0

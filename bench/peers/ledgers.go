@@ -19,6 +19,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
+	"github.com/oncegate/oncegate/internal/procstat"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
@@ -326,10 +327,10 @@ func measure(ctx context.Context, p pairer, keys *keySource, workers, batch int,
 	}
 	time.Sleep(d / 5)
 	counted.Store(true)
-	start, cpu0 := time.Now(), selfCPU()+treeCPU(pid)
+	start, cpu0 := time.Now(), procstat.CPU()+treeCPU(pid)
 	time.Sleep(d)
 	n := done.Load()
-	elapsed, cpu := time.Since(start), selfCPU()+treeCPU(pid)-cpu0
+	elapsed, cpu := time.Since(start), procstat.CPU()+treeCPU(pid)-cpu0
 	stop.Store(true)
 	wg.Wait()
 	s := sample{rate: float64(n) / elapsed.Seconds()}

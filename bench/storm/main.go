@@ -52,6 +52,7 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/procstat"
 	"github.com/oncegate/oncegate/internal/standin"
 )
 
@@ -321,10 +322,10 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 		limitText = fmt.Sprintf("%.0f/min", limit)
 	}
 	fmt.Printf("run %s: llm.rate_limit.requests_per_minute %s\n", name, limitText)
-	rssBefore, peak := rss(), uint64(0)
+	rssBefore, peak := procstat.RSS(), uint64(0)
 	memBefore := readMem()
 	var memPeak memSample
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), procstat.CPU()
 	if err := publish(ctx, js, o.triggers); err != nil {
 		return result{}, err
 	}
@@ -335,7 +336,7 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 	nextLog := start.Add(10 * time.Second)
 	profiled := o.memprofile == ""
 	for {
-		peak = max(peak, rss())
+		peak = max(peak, procstat.RSS())
 		memPeak = memPeak.max(readMem())
 		if !profiled && time.Since(start) >= o.memAt {
 			profiled = true
@@ -385,7 +386,7 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 			return result{}, err
 		}
 	}
-	cpu := cpuTime() - cpu0
+	cpu := procstat.CPU() - cpu0
 	fmt.Printf("  settled in %v; CPU %v (user+system, the whole process), %.0f µs per trigger\n", r.elapsed.Round(time.Millisecond),
 		cpu.Round(time.Millisecond), float64(cpu.Microseconds())/float64(o.triggers))
 	c := o.concurrency
@@ -435,10 +436,10 @@ func (o options) calls(ctx context.Context, name string) (result, error) {
 	}
 	fmt.Printf("run %s: a plain go-openai loop, %d goroutines\n", name, c)
 
-	rssBefore, peak := rss(), uint64(0)
+	rssBefore, peak := procstat.RSS(), uint64(0)
 	memBefore := readMem()
 	var memPeak memSample
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), procstat.CPU()
 	var next atomic.Int64
 	var failed atomic.Int64
 	done := make(chan struct{})
@@ -468,7 +469,7 @@ func (o options) calls(ctx context.Context, name string) (result, error) {
 		wg.Wait()
 	}()
 	for waiting := true; waiting; {
-		peak = max(peak, rss())
+		peak = max(peak, procstat.RSS())
 		memPeak = memPeak.max(readMem())
 		select {
 		case <-done:
@@ -477,7 +478,7 @@ func (o options) calls(ctx context.Context, name string) (result, error) {
 		}
 	}
 	r := result{name: name, intents: o.triggers, elapsed: time.Since(start), model: s.Stats()}
-	cpu := cpuTime() - cpu0
+	cpu := procstat.CPU() - cpu0
 	fmt.Printf("  done in %v (%.0f calls/s); CPU %v (user+system, the whole process), %.0f µs per call; %d calls failed\n",
 		r.elapsed.Round(time.Millisecond), float64(o.triggers)/r.elapsed.Seconds(), cpu.Round(time.Millisecond),
 		float64(cpu.Microseconds())/float64(o.triggers), failed.Load())
@@ -508,15 +509,6 @@ func readMem() memSample {
 	return m
 }
 
-// cpuTime returns the user and system CPU time the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // writeHeapProfile writes the heap profile to path, after a collection,
 // so that it shows what is live.
 func writeHeapProfile(path string) error {
@@ -530,23 +522,6 @@ func writeHeapProfile(path string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// rss is the process's resident set size in bytes, from /proc/self/status;
-// 0 where that is not available.
-func rss() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb uint64
-			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // waitsOver reads the wait histogram the app's metrics expose and returns,
