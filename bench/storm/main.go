@@ -348,7 +348,7 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 				return result{}, err
 			}
 		}
-		left, err := outstanding(ctx, js, cfg)
+		left, err := a.Outstanding(ctx)
 		if err != nil {
 			return result{}, err
 		}
@@ -595,24 +595,6 @@ func waitReady(ctx context.Context, a *app.App) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return a.WaitReady(ctx)
-}
-
-// outstanding returns the triggers the pipelines' durable consumers have
-// not had acknowledged or termed.
-func outstanding(ctx context.Context, js jetstream.JetStream, cfg *config.Config) (uint64, error) {
-	var n uint64
-	for _, p := range cfg.Pipelines {
-		c, err := js.Consumer(ctx, cfg.Stream.Name, consumer.Durable(p.Name))
-		if err != nil {
-			return 0, err
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return 0, err
-		}
-		n += info.NumPending + uint64(info.NumAckPending)
-	}
-	return n, nil
 }
 
 // countEffects reads the effects published on subject and returns how many

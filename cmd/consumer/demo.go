@@ -21,7 +21,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/internal/app"
-	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/sink"
@@ -224,7 +223,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	deadline := time.Now().Add(*timeout)
 	prog.setPhase("settling")
 	for {
-		left, err := outstanding(ctx, js, cfg.Stream.Name, cfg.Pipelines)
+		left, err := a.Outstanding(ctx)
 		if err != nil {
 			return err
 		}
@@ -244,24 +243,6 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	stats = append(stats, a.Consumer.Stats())
 	prog.setPhase("counting the effects")
 	return demoReport(ctx, stdout, a, js, w, stats, effectFaults.Load(), time.Since(start))
-}
-
-// outstanding returns the messages the pipelines' durable consumers have
-// not yet had acknowledged or termed.
-func outstanding(ctx context.Context, js jetstream.JetStream, stream string, pipes []config.Pipeline) (uint64, error) {
-	var n uint64
-	for _, p := range pipes {
-		c, err := js.Consumer(ctx, stream, consumer.Durable(p.Name))
-		if err != nil {
-			return 0, err
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return 0, err
-		}
-		n += info.NumPending + uint64(info.NumAckPending)
-	}
-	return n, nil
 }
 
 // pace spreads the burst over a few seconds, as real traffic arrives.

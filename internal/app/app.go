@@ -454,6 +454,27 @@ func (a *App) WaitReady(ctx context.Context) error {
 	}
 }
 
+// Outstanding returns how many triggers the pipelines' durable consumers
+// hold that are not yet acknowledged or termed: pending delivery, or
+// delivered and unacknowledged. It is the server's count, redeliveries
+// included; a caller waits for it to reach 0 to know that every trigger
+// published is settled.
+func (a *App) Outstanding(ctx context.Context) (uint64, error) {
+	var n uint64
+	for _, p := range a.Config.Pipelines {
+		c, err := a.JS.Consumer(ctx, a.Config.Stream.Name, consumer.Durable(p.Name))
+		if err != nil {
+			return 0, err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n += info.NumPending + uint64(info.NumAckPending)
+	}
+	return n, nil
+}
+
 // Run runs the consumer until ctx is done, then drains it.
 func (a *App) Run(ctx context.Context) error { return a.Consumer.Run(ctx) }
 
