@@ -46,7 +46,10 @@ type Options struct {
 	Lease time.Duration
 	// RetryDelay is how long a message waits before it is delivered again
 	// after the handler failed, or to look again at work another message
-	// holds. The default is 1s.
+	// holds. Each look is a delivery: a consumer with a MaxDeliver must
+	// allow for as many as the longest work takes RetryDelays, or the
+	// server drops the duplicate while the work may still fail. The
+	// default is 1s.
 	RetryDelay time.Duration
 	// OnTerm, if set, is called with a message the handler terms and why:
 	// a payload that cannot be keyed, or work given up. Publish it to a

@@ -20,25 +20,8 @@ import (
 // duplicates and redeliveries, on two consumers of one durable, retries
 // after its own error, and terms what cannot be keyed.
 func TestHandlerOnce(t *testing.T) {
-	s := natstest.RunServer(t)
-	_, js := natstest.Connect(t, s)
 	ctx := context.Background()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}}); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, "ORDERS", jetstream.ConsumerConfig{Durable: "charge", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger, err := badgerledger.Open(t.TempDir(), badgerledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ledger.Close()
-	keyer, err := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "orders", Step: "charge", Fields: []string{"/order"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, cons, ledger, keyer := orders(t)
 
 	var mu sync.Mutex
 	calls := map[string]int{}
@@ -108,17 +91,11 @@ func TestHandlerOnce(t *testing.T) {
 	}
 }
 
-func orderOf(b []byte) string {
-	var o string
-	fmt.Sscanf(string(b), `{"order":%q`, &o)
-	return o
-}
-
-// TestDuplicateWaitsForHeldWork: a duplicate of work another message's
-// handler holds is not acked on the holder's word; it comes back and is
-// acked once the work is committed. (Acked at once, it is lost if the
-// holder's message was a stale delivery another worker had acked.)
-func TestDuplicateWaitsForHeldWork(t *testing.T) {
+// orders sets up an ORDERS stream with a durable consumer "charge" on an
+// embedded server, a Badger ledger (closed at the test's end) and a keyer
+// of the order id.
+func orders(t *testing.T) (jetstream.JetStream, jetstream.Consumer, *badgerledger.Ledger, *dedupe.Keyer) {
+	t.Helper()
 	s := natstest.RunServer(t)
 	_, js := natstest.Connect(t, s)
 	ctx := context.Background()
@@ -133,11 +110,27 @@ func TestDuplicateWaitsForHeldWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ledger.Close()
+	t.Cleanup(func() { ledger.Close() })
 	keyer, err := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "orders", Step: "charge", Fields: []string{"/order"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js, cons, ledger, keyer
+}
+
+func orderOf(b []byte) string {
+	var o string
+	fmt.Sscanf(string(b), `{"order":%q`, &o)
+	return o
+}
+
+// TestDuplicateWaitsForHeldWork: a duplicate of work another message's
+// handler holds is not acked on the holder's word; it comes back and is
+// acked once the work is committed. (Acked at once, it is lost if the
+// holder's message was a stale delivery another worker had acked.)
+func TestDuplicateWaitsForHeldWork(t *testing.T) {
+	ctx := context.Background()
+	js, cons, ledger, keyer := orders(t)
 	release := make(chan struct{})
 	var releaseOnce sync.Once
 	releaseWork := func() { releaseOnce.Do(func() { close(release) }) }
