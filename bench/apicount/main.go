@@ -4,7 +4,10 @@
 // embedded ones included), and lists the exported names without a doc
 // comment.
 //
-//	go run ./bench/apicount ./pkg/dedupe/...
+//	go run -C bench ./apicount ./pkg/dedupe/...
+//
+// Package patterns are relative to the repository's root (it lists them
+// there, in the oncegate module), wherever the command runs.
 //
 // It reads the non-test .go files of each directory, whatever their build
 // constraints.
@@ -29,7 +32,14 @@ func main() {
 	if len(pats) == 0 {
 		pats = []string{"./pkg/dedupe/..."}
 	}
-	out, err := exec.Command("go", append([]string{"list", "-f", "{{.ImportPath}} {{.Dir}}"}, pats...)...).Output()
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/oncegate/oncegate").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "apicount: go list -m github.com/oncegate/oncegate:", err)
+		os.Exit(1)
+	}
+	cmd := exec.Command("go", append([]string{"list", "-f", "{{.ImportPath}} {{.Dir}}"}, pats...)...)
+	cmd.Dir = strings.TrimSpace(string(root))
+	out, err := cmd.Output()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "apicount: go list:", err)
 		os.Exit(1)

@@ -41,10 +41,10 @@
 // way app.Start wires them, except that the ledger skips its fsyncs (app
 // has no switch for that); the full cell always goes through app.Start.
 //
-//	go run ./bench/e2e                  # 50,000 triggers per cell (full: 5,000), 3 rounds: ~1.5 minutes
-//	go run ./bench/e2e -n 2000 -reps 1  # quick (CI)
-//	go run ./bench/e2e -only raw,gate-ledger -dup 0 -cpuprofile /tmp/e2e
-//	go run ./bench/e2e -sync=false -concurrency 256
+//	go run -C bench ./e2e                  # 50,000 triggers per cell (full: 5,000), 3 rounds: ~1.5 minutes
+//	go run -C bench ./e2e -n 2000 -reps 1  # quick (CI)
+//	go run -C bench ./e2e -only raw,gate-ledger -dup 0 -cpuprofile /tmp/e2e
+//	go run -C bench ./e2e -sync=false -concurrency 256
 //
 // Everything lives in a temporary directory removed at exit (also on
 // Ctrl-C). Nothing is written elsewhere, except the CPU profiles asked for.
@@ -175,7 +175,7 @@ func run() error {
 	}
 	defer os.RemoveAll(tmp)
 
-	srv, err := natsrun.StartEmbedded(config.Embedded{Listen: "127.0.0.1:0", StoreDir: filepath.Join(tmp, "nats")}, tmp, o.log.With("component", "nats-server"))
+	srv, err := natsrun.StartEmbedded(tmp, natsrun.Options{Listen: "127.0.0.1:0", StoreDir: filepath.Join(tmp, "nats"), Logger: o.log.With("component", "nats-server")})
 	if err != nil {
 		return err
 	}
@@ -290,7 +290,7 @@ type bench struct {
 }
 
 func (b *bench) connect(ctx context.Context) error {
-	nc, err := natsrun.Connect(ctx, config.NATS{}, b.url, "bench-e2e-producer", b.o.log.With("component", "producer"))
+	nc, err := natsrun.Connect(ctx, b.url, natsrun.Options{Name: "bench-e2e-producer", Logger: b.o.log.With("component", "producer")})
 	if err != nil {
 		return err
 	}
@@ -442,7 +442,7 @@ func (b *bench) startRaw(ctx context.Context, prefix string) (*system, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc, err := natsrun.Connect(ctx, def.NATS, b.url, "bench-e2e-raw", b.o.log.With("component", "raw"))
+	nc, err := natsrun.Connect(ctx, b.url, app.NATSOptions(def.NATS, "bench-e2e-raw", b.o.log.With("component", "raw")))
 	if err != nil {
 		return nil, err
 	}
@@ -653,7 +653,7 @@ func (b *bench) startNoSync(ctx context.Context, cfg *config.Config) (*consumer.
 			closers[i]()
 		}
 	}
-	nc, err := natsrun.Connect(ctx, cfg.NATS, cfg.NATS.URL, "oncegate", b.o.log.With("component", "nats"))
+	nc, err := natsrun.Connect(ctx, cfg.NATS.URL, app.NATSOptions(cfg.NATS, "oncegate", b.o.log.With("component", "nats")))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,8 +6,8 @@
 // compare with — a raw synchronous JetStream publish to a file-backed stream
 // on the same server.
 //
-//	go run ./bench/ledger                 # default: 3s per cell
-//	go run ./bench/ledger -dur 10s -workers 1,16,256,1024
+//	go run -C bench ./ledger                 # default: 3s per cell
+//	go run -C bench ./ledger -dur 10s -workers 1,16,256,1024
 //
 // Every cell runs in this process, one after another, against stores in a
 // temporary directory that is removed at exit. Nothing is written elsewhere.

@@ -10,8 +10,8 @@
 // second with -workers concurrent workers, and the hit's p50 as a share
 // of the direct call's (the target: under 5% at 1 ms).
 //
-//	go run ./bench/llmcache                    # 1 ms model, 3s per cell
-//	go run ./bench/llmcache -latency 50ms -dur 5s
+//	go run -C bench ./llmcache                    # 1 ms model, 3s per cell
+//	go run -C bench ./llmcache -latency 50ms -dur 5s
 //
 // The cache lives in a temporary directory removed at exit.
 package main
@@ -32,6 +32,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
+	"github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
 )
 
 func main() {
@@ -69,7 +70,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	cache, err := llmcache.Open(dir, llmcache.Options{})
+	cache, err := badgerstore.Open(dir, llmcache.Options{})
 	if err != nil {
 		return err
 	}

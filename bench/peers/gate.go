@@ -58,7 +58,7 @@ type gateBench struct {
 
 func runGate(ctx context.Context, o options, dir string, w io.Writer) error {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := natsrun.StartEmbedded(config.Embedded{Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "nats")}, dir, log)
+	srv, err := natsrun.StartEmbedded(dir, natsrun.Options{Listen: "127.0.0.1:0", StoreDir: filepath.Join(dir, "nats"), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func runGate(ctx context.Context, o options, dir string, w io.Writer) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	nc, err := natsrun.Connect(ctx, config.NATS{}, srv.ClientURL(), "bench-peers-producer", log)
+	nc, err := natsrun.Connect(ctx, srv.ClientURL(), natsrun.Options{Name: "bench-peers-producer", Logger: log})
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/internal/natsrun"
 )
@@ -192,16 +191,16 @@ func runLedger(ctx context.Context, o options, dir string, w io.Writer) error {
 	}
 	for _, js := range []struct {
 		name string
-		sync config.SyncInterval
+		sync time.Duration
 		what string
 	}{
 		{peerJSKV, 0, "JetStream KV ledger, R1 file storage, embedded server fsyncing every 100ms (Oncegate's default)"},
-		{peerJSKVAlways, config.SyncAlways, "JetStream KV ledger, R1 file storage, embedded server with sync_interval always"},
+		{peerJSKVAlways, natsrun.SyncAlways, "JetStream KV ledger, R1 file storage, embedded server with sync_interval always"},
 	} {
 		if !selected(js.name) {
 			continue
 		}
-		srv, err := natsrun.StartEmbedded(config.Embedded{Listen: "127.0.0.1:0", SyncInterval: js.sync}, filepath.Join(dir, js.name), log)
+		srv, err := natsrun.StartEmbedded(filepath.Join(dir, js.name), natsrun.Options{Listen: "127.0.0.1:0", SyncInterval: js.sync, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -210,7 +209,7 @@ func runLedger(ctx context.Context, o options, dir string, w io.Writer) error {
 			defer cancel()
 			_ = srv.Shutdown(sctx)
 		}()
-		nc, err := natsrun.Connect(ctx, config.NATS{}, srv.ClientURL(), "bench-peers", log)
+		nc, err := natsrun.Connect(ctx, srv.ClientURL(), natsrun.Options{Name: "bench-peers", Logger: log})
 		if err != nil {
 			return err
 		}

@@ -19,8 +19,8 @@
 // lasts about as long. The ratio is each cell's triggers/s to the
 // one-replica cell's.
 //
-//	go run ./bench/scale                        # 200ms model, concurrency 16, 400 triggers per replica
-//	go run ./bench/scale -latency 500ms -concurrency 32
+//	go run -C bench ./scale                        # 200ms model, concurrency 16, 400 triggers per replica
+//	go run -C bench ./scale -latency 500ms -concurrency 32
 //
 // The machine may be shared: the figures are for comparing cells of one
 // run, not for quoting alone.
@@ -150,6 +150,9 @@ func run(o options) error {
 		return err
 	}
 	defer sub.Unsubscribe()
+	if err := awaitInterest(servers, updateSubject+".probe"); err != nil {
+		return err
+	}
 
 	model, err := standin.New(standin.Options{Latency: o.latency})
 	if err != nil {
@@ -293,6 +296,28 @@ func startServers(servers []*server.Server, dir string, ports []int, routes []*u
 			return nil, errors.New("no JetStream meta leader with every server after 60s")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// awaitInterest waits until every server knows of a subscriber to subject:
+// a stream update a replica sends to a server the harness's subscription
+// has not yet reached by route is answered "no responders".
+func awaitInterest(servers []*server.Server, subject string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n := 0
+		for _, s := range servers {
+			if s.GlobalAccount().SubscriptionInterest(subject) {
+				n++
+			}
+		}
+		if n == len(servers) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the harness's subscription to %s reached %d of %d servers in 30s", subject, n, len(servers))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -159,7 +160,7 @@ func clusterStreams(o options) []jetstream.StreamConfig {
 	dup := duplicateWindow(o)
 	return []jetstream.StreamConfig{
 		{Name: "ONCEGATE", Subjects: []string{"triggers.>"}, Duplicates: dup, MaxAge: 72 * time.Hour, Discard: jetstream.DiscardNew},
-		{Name: "ONCEGATE_EFFECTS", Subjects: []string{"effects.triage"}, Duplicates: dup},
+		{Name: "ONCEGATE_EFFECTS", Subjects: []string{"effects.triage", "effects.poison"}, Duplicates: dup},
 		{Name: "ONCEGATE_DEAD", Subjects: dead},
 		{Name: "ONCEGATE_OUTBOX", Subjects: []string{"oncegate.outbox.>"}, Duplicates: dup, Retention: jetstream.WorkQueuePolicy},
 	}
@@ -358,4 +359,29 @@ func (h *harness) partition(ctx context.Context, i int, d time.Duration) {
 	set(true)
 	sleepCtx(ctx, d)
 	set(false)
+}
+
+// stepDown asks the leader of stream to step down: the stream's replicas
+// elect another one.
+func (h *harness) stepDown(ctx context.Context, stream string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := h.nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil)
+	if err != nil {
+		return err
+	}
+	var resp struct {
+		Success bool                `json:"success"`
+		Error   *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("step-down response %q: %w", msg.Data, err)
+	}
+	if resp.Error != nil {
+		return resp.Error
+	}
+	if !resp.Success {
+		return fmt.Errorf("step-down not done: %s", msg.Data)
+	}
+	return nil
 }

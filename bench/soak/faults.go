@@ -22,6 +22,8 @@ const (
 	fServerKill = "server-kill" // restart the nats-server after SIGKILL
 	fClock      = "clock-jump"  // jump a replica's ledger clock forward (SIGUSR1)
 	fPartition  = "partition"   // cut a cluster node off from the others for a while
+	fOutage     = "outage"      // SIGKILL every replica and keep them all down for a while
+	fBlip       = "ledger-blip" // step the ledger bucket's leader down, or refuse ledger writes for a while
 )
 
 // Targets of a node restart, with -cluster.
@@ -29,6 +31,9 @@ const (
 	tTriggerLeader = "leader of ONCEGATE"
 	tLedgerLeader  = "leader of KV_oncegate-ledger"
 )
+
+// ledgerStream is the stream of the ledger's KV bucket.
+const ledgerStream = "KV_oncegate-ledger"
 
 // fault is one entry of the schedule.
 type fault struct {
@@ -65,6 +70,10 @@ func (f fault) String() string {
 		return fmt.Sprintf("%7.2fs  cut node n%d off from the others for %v", f.at.Seconds(), f.replica, f.pause.Round(time.Millisecond))
 	case fClock:
 		return fmt.Sprintf("%7.2fs  jump replica-%d's ledger clock forward (SIGUSR1)", f.at.Seconds(), f.replica)
+	case fOutage:
+		return fmt.Sprintf("%7.2fs  SIGKILL every replica, all down for %v", f.at.Seconds(), f.down.Round(time.Millisecond))
+	case fBlip:
+		return fmt.Sprintf("%7.2fs  ledger blip", f.at.Seconds())
 	}
 	return f.kind
 }
@@ -131,6 +140,18 @@ func newSchedule(rng *rand.Rand, o options) []fault {
 			kind: fClock, replica: rng.IntN(o.replicas),
 		})
 	}
+	for j := range o.outages {
+		fs = append(fs, fault{
+			at:   time.Duration(d * (float64(j) + 0.3 + 0.4*rng.Float64()) / float64(o.outages)),
+			kind: fOutage, replica: -1, down: o.outageFor,
+		})
+	}
+	for j := range o.ledgerBlips {
+		fs = append(fs, fault{
+			at:   time.Duration(d * (float64(j) + 0.1 + 0.8*rng.Float64()) / float64(o.ledgerBlips)),
+			kind: fBlip, replica: -1, down: o.ledgerBlipFor,
+		})
+	}
 	slices.SortStableFunc(fs, func(a, b fault) int { return cmp.Compare(a.at, b.at) })
 	return fs
 }
@@ -148,6 +169,12 @@ const (
 	evClock      = "ledger clock jump"
 	evPartition  = "node cut off"
 	evHealed     = "partition healed"
+	evOutage     = "every replica down"
+	evOutageOver = "replicas restarting"
+	evBlip       = "ledger blip"
+	evPoisonKill = "SIGKILL by a poison trigger"
+	evPanic      = "consumer died of a panic"
+	evCrash      = "consumer died"
 )
 
 type event struct {
@@ -237,6 +264,10 @@ func (h *harness) apply(ctx context.Context, f fault) {
 	switch f.kind {
 	case fPartition:
 		h.cutNode(ctx, f)
+	case fOutage:
+		h.outage(ctx, f)
+	case fBlip:
+		h.blip(ctx, f)
 	case fKill:
 		r := h.replicas[f.replica]
 		c := running("kill")
@@ -358,6 +389,71 @@ func (h *harness) cutNode(ctx context.Context, f fault) {
 		return
 	}
 	h.events.add(event{kind: evHealed, replica: nd.idx, detail: nd.name})
+}
+
+// outage SIGKILLs every replica at once and keeps them all down for
+// f.down: longer than the duplicate window of the stream the hooks
+// pipeline's effects land in, so that a redo of work whose holder died
+// after its effect would land past it.
+func (h *harness) outage(ctx context.Context, f fault) {
+	until := time.Now().Add(f.down)
+	for _, r := range h.replicas {
+		r.hold(until)
+	}
+	n := 0
+	for _, r := range h.replicas {
+		if c := r.current(); c != nil && c.running() {
+			c.killed.Store(true)
+			if c.signal(syscall.SIGKILL) == nil {
+				n++
+			}
+			c.signal(syscall.SIGCONT)
+		}
+	}
+	h.outageKills.Add(int64(n))
+	h.events.add(event{kind: evOutage, replica: -1, detail: fmt.Sprintf("%d processes killed, all down for %v", n, f.down.Round(time.Millisecond))})
+	sleepCtx(ctx, time.Until(until))
+	h.events.add(event{kind: evOutageOver, replica: -1})
+}
+
+// blip makes the ledger unavailable for a moment: on a cluster, the ledger
+// bucket's stream leader steps down (an election follows); on one server,
+// every running replica's ledger refuses writes for f.down (SIGUSR2 to an
+// oncegate_faults build, as a full disk would).
+func (h *harness) blip(ctx context.Context, f fault) {
+	if len(h.nodes) > 0 {
+		h.serverMu.Lock() // not while a node is down: the election needs a quorum
+		defer h.serverMu.Unlock()
+		if err := h.stepDown(ctx, ledgerStream); err != nil {
+			h.missed(f, "ledger leader step-down: "+err.Error())
+			return
+		}
+		h.events.add(event{kind: evBlip, replica: -1, detail: "step-down of the leader of " + ledgerStream})
+		if err := h.waitHealthy(ctx, 2*time.Minute); err != nil && ctx.Err() == nil {
+			h.fatal(fmt.Errorf("after the step-down of the leader of %s: %w", ledgerStream, err))
+		}
+		return
+	}
+	// Wait for a replica to be up (not during an outage, say).
+	deadline := time.Now().Add(60 * time.Second)
+	n := 0
+	for n == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, r := range h.replicas {
+			// Only a process that is consuming has its ledger wrapped: a
+			// SIGUSR2 before that would end it.
+			if c := r.current(); c != nil && c.running() && !c.paused.Load() && strings.Contains(c.output(), "msg=consuming") && c.signal(syscall.SIGUSR2) == nil {
+				n++
+			}
+		}
+		if n == 0 {
+			sleepCtx(ctx, 100*time.Millisecond)
+		}
+	}
+	if n == 0 {
+		h.missed(f, "ledger blip: no replica running")
+		return
+	}
+	h.events.add(event{kind: evBlip, replica: -1, detail: fmt.Sprintf("ledger writes refused for %v on %d replicas", f.down.Round(time.Millisecond), n)})
 }
 
 // missed records that fault f could not be applied, and why.

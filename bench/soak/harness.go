@@ -10,13 +10,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/standin"
+	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // harness owns everything a run starts.
@@ -40,6 +43,7 @@ type harness struct {
 	proxy    *modelProxy
 	pay      *paymentSink
 	shot     *oneShotSink
+	alerts   *alertReceivers // the alerts pipeline's PagerDuty and Slack
 	urls     serviceURLs
 	stops    []func()
 	callLogs []*callLog
@@ -51,6 +55,10 @@ type harness struct {
 	schedule []fault
 	pub      *publisher
 	t0       time.Time
+
+	outageKills atomic.Int64 // replica processes the outages killed
+	controls    *controls    // approvals and cancels of notify's one-shot effects
+	redriver    *redriver    // with -redrive: the runs of the redrive command
 
 	bg      sync.WaitGroup
 	cancel  context.CancelCauseFunc
@@ -115,12 +123,33 @@ func waitGroup(wg *sync.WaitGroup, d time.Duration) {
 	}
 }
 
+// historyPath is the file where a replica's processes record their ledger
+// operations, one after the other.
+func (h *harness) historyPath(replica int) string {
+	return filepath.Join(h.dir, "logs", fmt.Sprintf("ledger-history-replica-%d.jsonl", replica))
+}
+
+// linearizabilityHTML is where the visualization of a ledger history that
+// is not linearizable goes: beside the plot, or in the run's directory.
+func (h *harness) linearizabilityHTML() string {
+	if h.o.plot == "" {
+		return filepath.Join(h.dir, "ledger-history.html")
+	}
+	return strings.TrimSuffix(h.o.plot, filepath.Ext(h.o.plot)) + "-ledger-history.html"
+}
+
 // logHint says where a log is, or how to keep it.
 func (h *harness) logHint(path string) string {
 	if h.o.keep {
 		return " (log: " + path + ")"
 	}
 	return " (run with -keep to keep its log)"
+}
+
+// secretsEnv is the environment from which the configuration under test
+// reads its secrets: PagerDuty's routing key and Slack's webhook URL.
+func (h *harness) secretsEnv() []string {
+	return []string{envRoutingKey + "=" + routingKey, envSlackURL + "=" + h.urls.slack}
 }
 
 // consumerEnv is the environment of a replica's process: its own model
@@ -131,8 +160,14 @@ func (h *harness) consumerEnv(replica int) []string {
 		fmt.Sprintf("ONCEGATE_LLM_BASE_URL=%s/r%d/v1", h.urls.modelRoot, replica),
 		fmt.Sprintf("ONCEGATE_CLOCK_JUMP=%s", 2*h.o.lease), // a SIGUSR1 jumps the ledger clock
 	}
+	env = append(env, h.secretsEnv()...)
+	env = append(env, "ONCEGATE_FAULTS_LEDGER_HISTORY="+h.historyPath(replica),
+		fmt.Sprintf("ONCEGATE_FAULTS_LEDGER_OUTAGE=%s", h.o.ledgerBlipFor)) // a SIGUSR2 refuses ledger writes that long
 	if h.o.broken {
 		env = append(env, "ONCEGATE_BROKEN=ack-early")
+	}
+	if h.o.brokenLedger {
+		env = append(env, "ONCEGATE_BROKEN=commit-skips-token")
 	}
 	return env
 }
@@ -156,7 +191,7 @@ func (h *harness) run(parent context.Context) error {
 func (h *harness) runCtx(ctx context.Context) error {
 	o := h.o
 	rng := rand.New(rand.NewPCG(o.seed, 0x736f616b)) // "soak"
-	h.w = newWorkload(rng, o.intents, o.hostile, o.duration*8/10, o.duration)
+	h.w = newWorkload(rng, o.intents, o.hostile, o.duration*8/10, o.duration, o.extras())
 	h.schedule = newSchedule(rng, o)
 	h.printPlan()
 
@@ -174,6 +209,15 @@ func (h *harness) runCtx(ctx context.Context) error {
 	}
 	if err := h.writeConfig(); err != nil {
 		return err
+	}
+	if o.approvals {
+		keyer, err := h.keyer(pNotify)
+		if err != nil {
+			return err
+		}
+		if h.controls, err = newControls(o.seed, h.w, keyer, h.nc); err != nil {
+			return err
+		}
 	}
 	if _, err := h.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: hooksStream, Subjects: []string{"effects.hooks"}, Storage: jetstream.FileStorage, Duplicates: h.o.hooksWindow, Replicas: max(1, h.o.cluster),
@@ -199,6 +243,21 @@ func (h *harness) runCtx(ctx context.Context) error {
 	h.bg.Go(func() { pubDone <- h.pub.run(ctx, h.t0) })
 	faultsDone := make(chan struct{})
 	h.bg.Go(func() { h.inject(ctx, h.t0, h.schedule); close(faultsDone) })
+	windowOver := make(chan struct{})
+	redriveDone := make(chan struct{})
+	if o.redrive {
+		h.redriver = &redriver{h: h, fixed: make(chan struct{})}
+		h.bg.Go(func() { h.refuse(ctx, h.t0, h.redriver) })
+		h.bg.Go(func() { h.redriver.during(ctx, windowOver); close(redriveDone) })
+	} else {
+		close(redriveDone)
+	}
+	controlsDone := make(chan struct{})
+	if h.controls != nil {
+		h.bg.Go(func() { h.controls.run(ctx, h.t0); close(controlsDone) })
+	} else {
+		close(controlsDone)
+	}
 	tick := time.NewTicker(progressEvery)
 	defer tick.Stop()
 	var pubErr error
@@ -218,10 +277,11 @@ func (h *harness) runCtx(ctx context.Context) error {
 		}
 	}
 	window := time.Since(h.t0)
+	close(windowOver)
 	fmt.Printf("soak: fault window over after %.1fs; every process resumed, nats-server up; waiting for every trigger to settle\n", window.Seconds())
 
 	t = time.Now()
-	settled, why := h.settle(ctx)
+	settled, why := h.settle(ctx, controlsDone)
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
@@ -230,6 +290,16 @@ func (h *harness) runCtx(ctx context.Context) error {
 		fmt.Printf("soak: settled %.1fs after the fault window\n", settleTime.Seconds())
 	} else {
 		fmt.Printf("soak: NOT settled %v after the fault window: %s\n", o.settleTimeout, why)
+	}
+	if h.redriver != nil && settled {
+		<-redriveDone
+		slow = whileSlow("redriving the dead letters again, after the faults")
+		settled, why = h.redriver.after(ctx)
+		slow()
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		fmt.Printf("soak: redrive command run %d times; the last republished nothing: %v\n", len(h.redriver.passes), settled)
 	}
 	t = time.Now()
 	var wg sync.WaitGroup
@@ -248,6 +318,11 @@ func (h *harness) runCtx(ctx context.Context) error {
 		return fmt.Errorf("checking: %w", err)
 	}
 	rep.settled, rep.settleWhy, rep.window, rep.settleTime = settled, why, window, settleTime
+	if o.keep {
+		if err := h.writeAnswers(); err != nil {
+			fmt.Fprintln(os.Stderr, "soak: writing the model's answers:", err)
+		}
+	}
 	rep.print(os.Stdout, h)
 	if o.plot != "" {
 		if err := h.plot(rep, o.plot); err != nil {
@@ -257,7 +332,7 @@ func (h *harness) runCtx(ctx context.Context) error {
 		}
 	}
 	if !rep.pass() {
-		fmt.Printf("soak: FAIL — replay with: go run ./bench/soak -seed %d (same flags), add -keep for the logs\n", o.seed)
+		fmt.Printf("soak: FAIL — replay with: go run -C bench ./soak -seed %d (same flags), add -keep for the logs\n", o.seed)
 		return errFailed
 	}
 	fmt.Println("soak: PASS")
@@ -278,9 +353,20 @@ func (h *harness) printPlan() {
 	for _, p := range h.w.pubs {
 		kinds[p.kind]++
 	}
-	fmt.Printf("soak: %d intents (%s %d, %s %d, %s %d, %s %d, hostile %d) in %d triggers (%d originals, %d provider retries, %d redeliveries, %d reworded, %d hostile)\n",
+	resolves := 0
+	for _, in := range h.w.intents {
+		if in.alert != nil && in.alert.status == statusResolved {
+			resolves++
+		}
+	}
+	fmt.Printf("soak: %d intents (%s %d, %s %d, %s %d, %s %d, hostile %d, %s %d, %s %d of which %d resolves) in %d triggers (%d originals, %d provider retries, %d redeliveries, %d reworded, %d hostile)\n",
 		len(h.w.intents), pTriage, byPipe[pTriage], pCharges, byPipe[pCharges], pNotify, byPipe[pNotify], pHooks, byPipe[pHooks], hostile,
+		pPoison, byPipe[pPoison], pAlerts, byPipe[pAlerts], resolves,
 		len(h.w.pubs), kinds["original"], kinds["retry"], kinds["redelivery"], kinds["reworded"], kinds["hostile"])
+	if h.o.redrive {
+		fmt.Printf("soak: redrive phase: the payment sink refuses new charges from %.0fs to %.0fs; the redrive command runs every %v from 3s after\n",
+			h.o.duration.Seconds()*refuseFrom, h.o.duration.Seconds()*refuseTo, redriveEvery)
+	}
 	n := map[string]int{}
 	armed := 0
 	for _, f := range h.schedule {
@@ -295,8 +381,15 @@ func (h *harness) printPlan() {
 	}
 	fmt.Printf("soak: faults over %v: %d SIGKILLs of %d replicas (%d restarts armed with a crash point), %d SIGSTOP/SIGCONT pauses past the %v lease, %d %s (%d SIGTERM, %d SIGKILL), %d partitions of a node for %v, %d ledger clock jumps of +%v\n",
 		h.o.duration, n[fKill], h.o.replicas, armed, n[fZombie], h.o.lease, n[fServerTerm]+n[fServerKill], server, n[fServerTerm], n[fServerKill], n[fPartition], h.o.partitionFor, n[fClock], 2*h.o.lease)
-	fmt.Printf("soak: model: %.0f%% errors, %.0f%% timeouts; payment sink drops %.0f%% of responses; one-shot sink drops %.0f%%; broken build: %v\n",
-		100*h.o.modelErrors, 100*h.o.modelTimeouts, 100*h.o.lostResponses, 100*h.o.oneShotLost, h.o.broken)
+	broken := "no"
+	switch {
+	case h.o.broken:
+		broken = "ack-early"
+	case h.o.brokenLedger:
+		broken = "commit-skips-token"
+	}
+	fmt.Printf("soak: model: %.0f%% errors, %.0f%% timeouts; payment sink drops %.0f%% of responses; one-shot sink drops %.0f%%; broken build: %s\n",
+		100*h.o.modelErrors, 100*h.o.modelTimeouts, 100*h.o.lostResponses, 100*h.o.oneShotLost, broken)
 	if h.o.verbose {
 		for _, f := range h.schedule {
 			fmt.Println("  schedule:", f)
@@ -346,17 +439,14 @@ func (h *harness) printProgress(ctx context.Context) {
 		time.Since(h.t0).Seconds(), published, len(h.w.pubs), retries, effects, kills, restarts, h.events.count(evPause))
 }
 
-// moduleRoot returns the directory of the main module.
+// moduleRoot returns the directory of the oncegate module: the repository's
+// root, which bench's go.mod replaces it with.
 func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/oncegate/oncegate").Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", fmt.Errorf("go list -m github.com/oncegate/oncegate: %w (run soak from the repository: go run -C bench ./soak)", err)
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("run soak from within the oncegate module")
-	}
-	return filepath.Dir(mod), nil
+	return strings.TrimSpace(string(out)), nil
 }
 
 func (h *harness) build(ctx context.Context) error {
@@ -420,11 +510,23 @@ func (h *harness) startServices() error {
 		return err
 	}
 	h.stops = append(h.stops, stopShot)
-	h.urls = serviceURLs{model: modelURL + "/v1", modelRoot: modelURL, pay: payURL + "/v1/charges", shot: shotURL + "/v1/messages"}
+	h.alerts = newAlertReceivers()
+	pdURL, stopPD, err := serveHTTP(h.alerts.pdLog)
+	if err != nil {
+		return err
+	}
+	h.stops = append(h.stops, stopPD)
+	slackURL, stopSlack, err := serveHTTP(h.alerts.slackLog)
+	if err != nil {
+		return err
+	}
+	h.stops = append(h.stops, stopSlack)
+	h.urls = serviceURLs{model: modelURL + "/v1", modelRoot: modelURL, pay: payURL + "/v1/charges", shot: shotURL + "/v1/messages",
+		pagerDuty: pdURL + "/v2/enqueue", slack: slackURL + slackPath}
 	return nil
 }
 
-type serviceURLs struct{ model, modelRoot, pay, shot string }
+type serviceURLs struct{ model, modelRoot, pay, shot, pagerDuty, slack string }
 
 // startServer starts the nats-server child, or with -cluster the cluster's
 // nodes, and connects the harness.
@@ -519,7 +621,7 @@ pipelines:
     subject: triggers.notify
     key:
       fields: [/msg/id]
-    effect: {sink: http, url: "%[8]s", class: one-shot}
+    effect: {sink: http, url: "%[8]s", class: one-shot%[14]s}
     ack_wait: %[5]s
     max_deliver: %[6]d
   - name: hooks
@@ -534,12 +636,89 @@ pipelines:
     ack_wait: 1s
     backoff: [1s, 2s, 4s]
     max_deliver: %[10]d
+  - name: poison
+    subject: triggers.poison
+    key:
+      fields: [/job/id]
+    # Each trigger carries Oncegate-Fault: its work panics, or kills the
+    # process, when it reaches the effect. It must be dead-lettered within
+    # max_deliver deliveries, and take its process down no more often.
+    effect: {sink: jetstream, subject: effects.poison}
+    ack_wait: %[5]s
+    max_deliver: %[15]d
+  - name: alerts
+    subject: triggers.alerts
+    # A firing and its resolve are distinct work on one alert identity
+    # (key.status); the resolve skips the model step and closes, by the
+    # identity (the pagerduty preset's dedup_key), the incident its firing
+    # opened.
+    key:
+      fields: [/alert/fingerprint]
+      version: /alert/startsAt
+      status: /status
+    step:
+      name: alert-triage
+      skip_when: 'status == "resolved"'
+      prompt: "Triage alert {{.alert.labels.alertname}} on {{.alert.labels.instance}} ({{.alert.labels.severity}}, ref {{.alert.annotations.ref}}): {{.alert.annotations.summary}}"
+    effects:
+      pagerduty:
+        preset: pagerduty
+        url: "%[16]s"
+        routing_key_env: SOAK_PAGERDUTY_ROUTING_KEY
+      slack:
+        preset: slack
+        url_env: SOAK_SLACK_WEBHOOK_URL
+        text: '{{if eq .status "resolved"}}Resolved: {{end}}{{.trigger.alert.labels.alertname}} on {{.trigger.alert.labels.instance}} ({{.trigger.alert.annotations.ref}}){{if .answer_text}}: {{truncate 200 .answer_text}}{{end}}'
+    routes:
+      - name: resolved-page
+        when: 'status == "resolved" && trigger.alert.labels.severity == "critical"'
+        effects: [pagerduty, slack]
+      - name: resolved
+        when: 'status == "resolved"'
+        effects: [slack]
+      - name: page
+        when: 'trigger.alert.labels.severity == "critical"'
+        effects: [pagerduty]
+      - name: rest
+        effects: [slack]
+    ack_wait: %[5]s
+    max_deliver: %[6]d
 `
 
 // renderConfig fills consumerConfig in.
-func renderConfig(o options, dataDir, natsURL, modelURL, payURL, shotURL string) string {
-	return fmt.Sprintf(consumerConfig, dataDir, natsURL, o.lease, modelURL, o.ackWait, o.maxDeliver, payURL, shotURL, max(1, o.cluster), o.hooksMaxDel, duplicateWindow(o), o.logLevel, 2*o.lease)
+func renderConfig(o options, dataDir, natsURL, modelURL, payURL, shotURL, pdURL string) string {
+	approval := ""
+	if o.approvals {
+		approval = ", approval_subject: " + approvalSubject
+		if o.approvalWait > 0 {
+			approval += fmt.Sprintf(", approval_timeout: %s", o.approvalWait)
+		}
+	}
+	return fmt.Sprintf(consumerConfig, dataDir, natsURL, o.lease, modelURL, o.ackWait, o.maxDeliver, payURL, shotURL, max(1, o.cluster), o.hooksMaxDel, duplicateWindow(o), o.logLevel, 2*o.lease,
+		approval, poisonMaxDeliver, pdURL)
 }
+
+// keyer returns the keyer of pipeline as the configuration under test
+// defines it.
+func (h *harness) keyer(pipeline string) (*dedupe.Keyer, error) {
+	data, err := os.ReadFile(h.configPath)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Parse(data, h.configPath)
+	if err != nil {
+		return nil, fmt.Errorf("the configuration under test: %w", err)
+	}
+	for i := range cfg.Pipelines {
+		if p := &cfg.Pipelines[i]; p.Name == pipeline {
+			return dedupe.NewKeyer(p.KeySpec())
+		}
+	}
+	return nil, fmt.Errorf("no pipeline %s in the configuration under test", pipeline)
+}
+
+// approvalSubject is where the soak approves notify's one-shot effects.
+const approvalSubject = "oncegate.approve.notify"
 
 // duplicateWindow covers every pipeline's redelivery horizon: each
 // delivery waits at most the longest of its ack wait, Oncegate's retry
@@ -553,7 +732,7 @@ const hooksStream = "ONCEGATE_HOOKS"
 
 func (h *harness) writeConfig() error {
 	h.configPath = filepath.Join(h.dir, "oncegate.yaml")
-	cfg := renderConfig(h.o, filepath.Join(h.dir, "replica-data"), h.natsURL(), h.urls.model, h.urls.pay, h.urls.shot)
+	cfg := renderConfig(h.o, filepath.Join(h.dir, "replica-data"), h.natsURL(), h.urls.model, h.urls.pay, h.urls.shot, h.urls.pagerDuty)
 	return os.WriteFile(h.configPath, []byte(cfg), 0o644)
 }
 
@@ -602,13 +781,18 @@ func (h *harness) startReplicas(ctx context.Context) error {
 // settle waits until every durable consumer has nothing pending and
 // nothing unacknowledged, and the sinks nothing in flight, several times in
 // a row.
-func (h *harness) settle(ctx context.Context) (bool, string) {
+func (h *harness) settle(ctx context.Context, controlsDone <-chan struct{}) (bool, string) {
 	deadline := time.Now().Add(h.o.settleTimeout)
 	lastPrint := time.Now()
 	streak := 0
 	why := ""
 	for {
 		ok, w := h.settledOnce(ctx)
+		select {
+		case <-controlsDone:
+		default:
+			ok, w = false, "approvals and cancels still being sent; "+w
+		}
 		if ok {
 			streak++
 			if streak >= 6 {
@@ -655,7 +839,11 @@ func (h *harness) settledOnce(ctx context.Context) (bool, string) {
 		check("ONCEGATE", consumer.Durable(p), p)
 	}
 	check("ONCEGATE_OUTBOX", consumer.Durable(pNotify)+"-dispatch", pNotify+" dispatcher")
-	if n := h.pay.busy() + h.shot.busy(); n > 0 {
+	check("ONCEGATE_OUTBOX", consumer.Durable(pAlerts)+"-dispatch", pAlerts+" dispatcher")
+	if h.o.approvals {
+		check("ONCEGATE_OUTBOX", consumer.Durable(pNotify)+"-parked", pNotify+" waiting for approval")
+	}
+	if n := h.pay.busy() + h.shot.busy() + h.alerts.busy(); n > 0 {
 		busy = append(busy, fmt.Sprintf("%d sink calls in flight", n))
 	}
 	if n := h.proxy.busy(); len(busy) > 0 && n > 0 {

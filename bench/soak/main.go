@@ -25,7 +25,30 @@
 //
 // Four pipelines share the work: triage (model step, JetStream effect),
 // charges (model step, HTTP payment sink), notify (one-shot HTTP effect
-// through the outbox) and hooks (gate-ledger, batched JetStream effect).
+// through the outbox; with -approvals each effect waits for an approval)
+// and hooks (gate-ledger, batched JetStream effect). A fifth, poison
+// (max_deliver 2), gets -poison triggers that carry Oncegate-Fault: half
+// panic when their work reaches the effect, half SIGKILL their process
+// there. A sixth, alerts, is the last mile: -alerts (a share of -intents)
+// Alertmanager-shaped alerts, each firing (sent 1 to 3 times), 70% of them
+// resolved later under the same fingerprint and one in 25 first seen
+// resolved. It keys by the alert's identity and status (key.status),
+// triages firings with the model and skips the step for resolves
+// (skip_when), and routes: critical firings to PagerDuty (the pagerduty
+// preset, replayable), other firings to Slack (the slack preset,
+// one-shot through the outbox), resolves to Slack and, for critical
+// alerts, to PagerDuty with event_action resolve. PagerDuty and Slack are
+// the schema-checking receivers of package internal/receiver, served from
+// this process.
+//
+// The redrive phase (-redrive, on by default): the payment sink refuses
+// every new charge (400) from 25% to 45% of the fault window, so that
+// dead letters (permanent_effect) pile up, then it is fixed, and the soak
+// runs the consumer binary's redrive command (`consumer redrive -yes
+// -json -pipeline charges -reason permanent_effect`, through the
+// replicas' admin service, or on the stores when no replica answers)
+// every 5s while the faults go on, and again once everything settled
+// until a pass republishes nothing.
 // Each of -intents intents is published 1 to 4 times: exact provider
 // retries, redeliveries with a new delivery id and time, and reworded
 // duplicates (same key fields, other words). A share (-hostile) are hostile
@@ -44,7 +67,19 @@
 // with SIGTERM and SIGKILL (-server-restarts), and a replica's ledger clock
 // jumps forward by twice the lease (-clock-jumps, SIGUSR1 to an
 // oncegate_faults build): it then takes over work that healthy replicas
-// hold, and fencing must turn their late commits away.
+// hold, and fencing must turn their late commits away. Every replica is
+// killed at once and all are kept down for longer than the duplicate
+// window of the stream the hooks pipeline's effects land in (-outages,
+// -outage-for): a redo of work whose holder died after its effect would
+// land past the window, so it must be refused. The ledger blips
+// (-ledger-blips): on a cluster its bucket's stream leader steps down; on
+// one server every replica's ledger refuses writes for -ledger-blip-for
+// (SIGUSR2 to an oncegate_faults build), as a full disk would. With
+// -approvals the soak plays the person who approves notify's one-shot
+// effects: it approves most soon after they are published, cancels some
+// (some of them after approving, as they may be going out), and, with
+// -approval-timeout, never approves others, which must be dead-lettered
+// not_approved.
 //
 // When the schedule is over, every process is resumed and the run waits
 // until the durable consumers (and the one-shot dispatcher) have nothing
@@ -54,25 +89,63 @@
 //
 //   - committed: exactly one effect where the sink honours the key, at most
 //     one (and exactly one sent) at the one-shot sink;
+//   - cancelled: a one-shot effect whose cancel was answered "cancelled",
+//     and which was never sent;
 //   - dead-lettered, with the reason (every hostile copy must be);
 //   - unknown: a one-shot effect whose dispatcher died mid-send, reported
 //     with reason unknown_outcome and never resent;
+//   - redriven: dead-lettered by the payment sink's refusal, redriven,
+//     and committed with exactly one charge (its dead letters are not
+//     final outcomes);
 //   - lost: no effect and no dead letter;
 //   - duplicated: two effects or more.
 //
-// Lost and duplicated must be zero: soak exits 1 otherwise, or if the run
-// did not settle. It also reports model calls against the minimum (one per
+// An alerts intent is classified by the receivers its route names:
+// committed when each got exactly one effect (PagerDuty: one effect key,
+// however often sent, since PagerDuty collapses events by dedup_key;
+// Slack: one message), and so on. A PagerDuty event is attributed by its
+// dedup_key alone, which must be the alert's identity as the pipeline's
+// keyer derives it: a resolve whose event does not carry its firing's
+// dedup_key is unmatched, and its intent lost.
+//
+// Every replica's processes record each ledger operation they make, its
+// invocation and its response (ONCEGATE_FAULTS_LEDGER_HISTORY, package
+// internal/ledger/history), and the checker checks these histories for
+// linearizability against a sequential model of the ledger, key by key,
+// with Porcupine (linearize.go says what the model holds to); for keys
+// whose history is not linearizable it writes Porcupine's visualization
+// beside the plot (-plot's name with -ledger-history.html).
+//
+// Lost and duplicated must be zero, and the ledger histories
+// linearizable: soak exits 1 otherwise, or if the run did not settle, or if
+// a poison intent was not dead-lettered (reason panic or exhausted) within
+// max_deliver deliveries, or the replicas were restarted after more deaths
+// than the kill poison allows (max_deliver per trigger: no crash loop), or a
+// cancel answered "cancelled" was sent all the same, or a dead letter names
+// work the ledger has committed, or a ledger claim is still pending after
+// everything settled, or an alerts message reached a receiver its route
+// does not name, a PagerDuty event named no alert's identity, a resolve
+// routed to PagerDuty did not reach it with its firing's dedup_key, a
+// resolve caused a model call, or a receiver refused a request; or, in the
+// redrive phase, nothing was redriven, a dead letter was republished by
+// two runs, the last run (every dead letter again, after everything
+// settled) republished anything or found a dead letter neither redriven
+// nor committed, or a refused intent did not end with exactly one charge.
+// It also reports model calls against the minimum (one per
 // intent with a model step) and tokens spent against the minimum, and
 // draws effects, kills, pauses and restarts over time to -plot.
 //
-//	go run ./bench/soak                                            # 10,000 intents, 20 kills, 3 restarts, 3 zombies
-//	go run ./bench/soak -intents 1000 -kills 5 -server-restarts 1  # CI, about a minute
-//	go run ./bench/soak -intents 1000 -kills 5 -server-restarts 1 -broken   # must fail: lost intents
-//	go run ./bench/soak -seed 1234 -keep                           # replay a seed, keep logs
+//	go run -C bench ./soak                                            # 10,000 intents, 20 kills, 3 restarts, 3 zombies
+//	go run -C bench ./soak -intents 1000 -kills 5 -server-restarts 1  # CI, about two minutes
+//	go run -C bench ./soak -intents 1000 -kills 5 -server-restarts 1 -broken   # must fail: lost intents
+//	go run -C bench ./soak -intents 1000 -kills 5 -server-restarts 1 -broken-ledger -clock-jumps 30 -zombies 8   # must fail: not linearizable
+//	go run -C bench ./soak -seed 1234 -keep                           # replay a seed, keep logs
 //
 // -broken runs the consumers with ONCEGATE_BROKEN=ack-early, a deliberate
 // ack-before-effect bug in the oncegate_faults build; the checker must
-// report lost intents. -consumer-bin runs a consumer binary built elsewhere
+// report lost intents. -broken-ledger runs them with
+// ONCEGATE_BROKEN=commit-skips-token, a ledger whose commit skips the
+// fencing-token check; the linearizability check must fail the run. -consumer-bin runs a consumer binary built elsewhere
 // (with -tags oncegate_faults) instead of building one from the module.
 // -oneshot-lost makes the one-shot sink act and then drop the response, a
 // fault a one-shot effect must survive without being sent twice.
@@ -134,6 +207,7 @@ type options struct {
 	syncInterval   string
 	settleTimeout  time.Duration
 	broken         bool
+	brokenLedger   bool
 	plot           string
 	keep           bool
 	logLevel       string
@@ -143,7 +217,20 @@ type options struct {
 	strictTokens   bool
 	partitions     int
 	partitionFor   time.Duration
+	poison         int
+	approvals      bool
+	approvalWait   time.Duration
+	outages        int
+	outageFor      time.Duration
+	ledgerBlips    int
+	ledgerBlipFor  time.Duration
+	alerts         float64
+	redrive        bool
 }
+
+// poisonMaxDeliver is the max_deliver of the poison pipeline: each of its
+// triggers may take its process down at most this many times.
+const poisonMaxDeliver = 2
 
 func parseFlags(args []string) (options, []string, error) {
 	var o options
@@ -171,15 +258,25 @@ func parseFlags(args []string) (options, []string, error) {
 	fs.StringVar(&o.syncInterval, "sync-interval", "100ms", "nats-server jetstream sync_interval (a duration or \"always\")")
 	fs.DurationVar(&o.settleTimeout, "settle-timeout", 12*time.Minute, "how long to wait, after the fault window, for every trigger to settle (more than the LLM cache's 10m fill timeout: a hung model call can pin an intent that long)")
 	fs.BoolVar(&o.broken, "broken", false, "run the consumers with ONCEGATE_BROKEN=ack-early (ack before the effect): the checker must fail the run")
+	fs.BoolVar(&o.brokenLedger, "broken-ledger", false, "run the consumers with ONCEGATE_BROKEN=commit-skips-token (the ledger commits without checking the fencing token): the linearizability check of the ledger histories must fail the run")
 	fs.StringVar(&o.plot, "plot", "soak.png", "PNG `file` of effects, kills and restarts over time (empty: none)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory (logs, stores, sink call logs)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log.level of the consumers (debug logs every verdict: with -keep, the trail of each intent)")
 	fs.StringVar(&o.consumerBin, "consumer-bin", "", "use this consumer `binary` (built with -tags oncegate_faults) instead of building one")
 	fs.BoolVar(&o.verbose, "v", false, "print every fault as it happens")
 	fs.IntVar(&o.cluster, "cluster", 0, "run a cluster of this many nats-server nodes (routes through TCP proxies of the harness, streams and buckets with that many replicas) instead of one server; -server-restarts then restart nodes (default 6, including the leaders of the trigger stream and of the ledger bucket)")
-	fs.BoolVar(&o.strictTokens, "strict-tokens", false, "fail the run when the tokens spent pass the minimum by more than 0.05% (always reported). Off by default: a consumer killed while answers it paid for wait for their store loses them, which the model-call bound (one extra answer per kill) allows and 0.05% of a short run's tokens does not")
+	fs.BoolVar(&o.strictTokens, "strict-tokens", true, "fail the run when the tokens spent pass the minimum, plus what the answers lost in flight cost again (see the model-call bound), by more than 0.05% (always reported; -strict-tokens=false reports it only)")
 	fs.IntVar(&o.partitions, "partitions", 1, "with -cluster: partitions of one node from the others, for -partition-for each")
 	fs.DurationVar(&o.partitionFor, "partition-for", 0, "with -cluster: how long a partition lasts (0: twice the lease)")
+	fs.IntVar(&o.poison, "poison", 8, "poison intents (pipeline poison, max_deliver 2), one trigger each, half of which panic at the effect and half SIGKILL their process there (Oncegate-Fault): each must be dead-lettered, panic or exhausted, within max_deliver deliveries, and the processes restart no more often than the soak's kills and the kill triggers' max_deliver allow")
+	fs.BoolVar(&o.approvals, "approvals", true, "the notify pipeline's one-shot effects wait for an approval: the soak approves most, cancels some (some as they may be going out) and never approves others; a cancel answered \"cancelled\" must never have its effect sent")
+	fs.DurationVar(&o.approvalWait, "approval-timeout", 20*time.Second, "with -approvals: the notify pipeline's approval_timeout, after which an entry never approved is dead-lettered not_approved (0: Oncegate's default, a day, and every entry is approved or cancelled)")
+	fs.IntVar(&o.outages, "outages", 1, "outages of every consumer replica at once (all SIGKILLed and kept down for -outage-for), longer than the duplicate window of the stream the hooks pipeline's effects land in")
+	fs.DurationVar(&o.outageFor, "outage-for", 0, "how long an outage keeps every replica down (0: the -hooks-window plus 3s)")
+	fs.IntVar(&o.ledgerBlips, "ledger-blips", 2, "ledger blips: on a cluster, step-downs of the ledger bucket's stream leader; on one server, windows of -ledger-blip-for during which every replica's ledger writes fail (SIGUSR2 to an oncegate_faults build)")
+	fs.DurationVar(&o.ledgerBlipFor, "ledger-blip-for", 4*time.Second, "on one server, how long a ledger blip refuses writes")
+	fs.Float64Var(&o.alerts, "alerts", 0.1, "alerts, as a share of -intents, to the alerts pipeline: each fires (1 to 3 triggers), 70% are resolved later under the same fingerprint (key.status; no model call), one in 25 is first seen resolved; routes send critical firings to PagerDuty, the others to Slack, resolves to Slack and, for critical alerts, to PagerDuty with the firing's dedup_key (0: none)")
+	fs.BoolVar(&o.redrive, "redrive", true, "the redrive phase: the payment sink refuses new charges (400) from 25% to 45% of the fault window (dead letters pile up), is fixed, and the soak redrives them with the consumer's redrive command while faults continue, then again after they settle, which must republish nothing")
 	if err := fs.Parse(args); err != nil {
 		return o, nil, err
 	}
@@ -199,6 +296,15 @@ func parseFlags(args []string) (options, []string, error) {
 		return o, nil, errors.New("-lost-responses, -oneshot-lost and -crash-points must be in [0, 1]")
 	case o.lease <= 0 || o.ackWait <= 0 || o.maxDeliver < 1 || o.hooksMaxDel < 1 || o.hooksWindow <= 0:
 		return o, nil, errors.New("-lease, -ack-wait, -max-deliver, -hooks-max-deliver and -hooks-window must be positive")
+	case o.poison < 0 || o.outages < 0 || o.outageFor < 0 || o.ledgerBlips < 0 || o.ledgerBlipFor <= 0 || o.approvalWait < 0:
+		return o, nil, errors.New("-poison, -outages, -outage-for, -ledger-blips and -approval-timeout must not be negative, -ledger-blip-for must be positive")
+	case o.alerts < 0 || o.alerts > 10:
+		return o, nil, errors.New("-alerts must be in [0, 10]")
+	case o.intents+o.poison+int(2*o.alerts*float64(o.intents)) > 999_999:
+		return o, nil, errors.New("-intents, -poison and the alerts (two intents each at most) must add up to less than a million (payloads carry six digits)")
+	}
+	if o.outageFor == 0 {
+		o.outageFor = o.hooksWindow + 3*time.Second
 	}
 	if o.duration == 0 {
 		o.duration = max(30*time.Second, time.Duration(o.intents)*10*time.Millisecond)
@@ -206,6 +312,8 @@ func parseFlags(args []string) (options, []string, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
+	case o.broken && o.brokenLedger:
+		return o, nil, errors.New("-broken and -broken-ledger are two builds of one switch: pick one")
 	case o.cluster < 0 || o.cluster == 2 || o.cluster > 5:
 		return o, nil, errors.New("-cluster must be 0 (one server), 1, or 3 to 5 nodes")
 	case o.partitions < 0 || o.partitionFor < 0:
@@ -241,11 +349,16 @@ func run(ctx context.Context) error {
 	if o.seed == 0 {
 		o.seed = uint64(time.Now().UnixNano())%1_000_000_000 + 1
 	}
-	fmt.Printf("soak: seed %d (replay: %s)\n", o.seed, strings.Join(append([]string{"go run ./bench/soak", fmt.Sprintf("-seed %d", o.seed)}, replay...), " "))
+	fmt.Printf("soak: seed %d (replay: %s)\n", o.seed, strings.Join(append([]string{"go run -C bench ./soak", fmt.Sprintf("-seed %d", o.seed)}, replay...), " "))
 	h, err := newHarness(o)
 	if err != nil {
 		return err
 	}
 	defer h.close()
 	return h.run(ctx)
+}
+
+// extras are the workload's parts beyond the regular pipelines.
+func (o options) extras() extras {
+	return extras{poison: o.poison, approval: o.approvals, never: o.approvals && o.approvalWait > 0, alerts: int(o.alerts * float64(o.intents))}
 }

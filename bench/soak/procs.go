@@ -23,6 +23,7 @@ type child struct {
 	name    string
 	cmd     *exec.Cmd
 	started time.Time
+	ended   time.Time     // when it was reaped; set before done is closed
 	done    chan struct{} // closed once the process is reaped
 	state   *os.ProcessState
 	logPath string
@@ -120,6 +121,7 @@ func (ps *procs) start(name, bin string, args, extraEnv []string, logPath string
 	ps.live[c] = struct{}{}
 	go func() {
 		cmd.Wait()
+		c.ended = time.Now()
 		c.state = cmd.ProcessState
 		ps.mu.Lock()
 		delete(ps.live, c)
@@ -278,22 +280,72 @@ type replica struct {
 
 	mu       sync.Mutex
 	cur      *child
-	armed    string // ONCEGATE_CRASH_AT for the next start
+	lives    []*child  // every process started, in order
+	armed    string    // ONCEGATE_CRASH_AT for the next start
+	holdTill time.Time // no start before then (an outage)
 	stopping bool
 
 	starts       atomic.Int64
 	failedStarts atomic.Int64 // exits with an error status
 	crashKills   atomic.Int64 // deaths at an armed crash point
+	poisonKills  atomic.Int64 // deaths by a poison trigger's SIGKILL
+	panics       atomic.Int64 // deaths of a panic
+	crashes      atomic.Int64 // other deaths after it was consuming, not of the soak's doing
 	lastFailure  atomic.Value // string
 	done         chan struct{}
 }
 
 func (r *replica) name() string { return fmt.Sprintf("replica-%d", r.idx) }
 
+// diedAfter returns when the process of the replica that was running at t
+// ended, and how (see cause), if it ended; ok is false if no process was
+// running at t, or it has not ended.
+func (r *replica) diedAfter(t time.Time) (ended time.Time, how string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.lives {
+		if c.started.After(t) {
+			break
+		}
+		select {
+		case <-c.done:
+		default:
+			continue // still running: it did not end
+		}
+		if !c.ended.Before(t) {
+			return c.ended, c.cause(), true
+		}
+	}
+	return time.Time{}, "", false
+}
+
+// cause says how an ended process of a replica died: killed by the soak
+// (a scheduled SIGKILL, an outage), at an armed crash point, by a poison
+// trigger, or otherwise (a drain, a panic).
+func (c *child) cause() string {
+	out := c.output()
+	switch {
+	case c.killed.Load():
+		return "killed by the soak"
+	case strings.Contains(out, string(crashMarker)):
+		return "crash point"
+	case strings.Contains(out, string(poisonMarker)):
+		return "poison trigger"
+	}
+	return "other"
+}
+
 func (r *replica) current() *child {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cur
+}
+
+// hold keeps the replica from starting again before t.
+func (r *replica) hold(t time.Time) {
+	r.mu.Lock()
+	r.holdTill = t
+	r.mu.Unlock()
 }
 
 // arm makes the next start die at a point of the flow.
@@ -310,6 +362,13 @@ func (r *replica) supervise(ctx context.Context) {
 		if r.stopping || ctx.Err() != nil {
 			r.mu.Unlock()
 			return
+		}
+		if wait := time.Until(r.holdTill); wait > 0 {
+			r.mu.Unlock()
+			if !sleepCtx(ctx, wait) {
+				return
+			}
+			continue
 		}
 		env := r.h.consumerEnv(r.idx)
 		if r.armed != "" {
@@ -329,6 +388,7 @@ func (r *replica) supervise(ctx context.Context) {
 		r.starts.Add(1)
 		r.mu.Lock()
 		r.cur = c
+		r.lives = append(r.lives, c)
 		r.mu.Unlock()
 		<-c.done
 		r.mu.Lock()
@@ -345,33 +405,67 @@ func (r *replica) supervise(ctx context.Context) {
 	}
 }
 
-var crashMarker = []byte("oncegate_faults: SIGKILL at ")
+var (
+	crashMarker  = []byte("oncegate_faults: SIGKILL at ")
+	poisonMarker = []byte("oncegate_faults: SIGKILL by poison trigger")
+)
 
+// classifyExit records why a process of the replica ended. A death the
+// soak did not cause, once the process was consuming, counts against the
+// crash-loop bound: a poison trigger's SIGKILL is allowed for (up to
+// max_deliver times per trigger), a panic or any other death is not.
 func (r *replica) classifyExit(c *child) {
+	out := c.output()
+	consuming := strings.Contains(out, "msg=consuming")
 	switch sig := c.exitSignal(); {
 	case c.killed.Load():
 		// A kill of ours, recorded when it was sent.
-	case sig == syscall.SIGKILL:
-		out := c.output()
-		if i := bytes.Index([]byte(out), crashMarker); i >= 0 {
-			line := out[i+len(crashMarker):]
-			if j := strings.IndexByte(line, '\n'); j >= 0 {
-				line = line[:j]
-			}
-			point, _, _ := strings.Cut(line, " ")
-			r.crashKills.Add(1)
-			r.h.events.add(event{kind: evCrashPoint, replica: r.idx, detail: point})
-			return
+	case sig == syscall.SIGKILL && bytes.Contains([]byte(out), crashMarker):
+		i := bytes.Index([]byte(out), crashMarker)
+		line := out[i+len(crashMarker):]
+		if j := strings.IndexByte(line, '\n'); j >= 0 {
+			line = line[:j]
 		}
+		point, _, _ := strings.Cut(line, " ")
+		r.crashKills.Add(1)
+		r.h.events.add(event{kind: evCrashPoint, replica: r.idx, detail: point})
+	case sig == syscall.SIGKILL && bytes.Contains([]byte(out), poisonMarker):
+		r.poisonKills.Add(1)
+		r.h.events.add(event{kind: evPoisonKill, replica: r.idx, detail: lineWith(out, poisonMarker)})
+	case !consuming && (sig != 0 || c.state != nil && c.state.ExitCode() != 0):
+		// It did not start (the server was down, say): it is started again.
 		r.failedStarts.Add(1)
-		r.lastFailure.Store("killed by SIGKILL from elsewhere")
-	case sig != 0:
-		r.failedStarts.Add(1)
-		r.lastFailure.Store("died of " + sig.String())
-	case c.state != nil && c.state.ExitCode() != 0:
-		r.failedStarts.Add(1)
-		r.lastFailure.Store(c.lastLine())
+		if sig != 0 {
+			r.lastFailure.Store("died of " + sig.String())
+		} else {
+			r.lastFailure.Store(c.lastLine())
+		}
+	case strings.Contains(out, "\npanic: ") || strings.HasPrefix(out, "panic: "):
+		r.panics.Add(1)
+		r.lastFailure.Store("panicked: " + lineWith(out, []byte("panic: ")))
+		r.h.events.add(event{kind: evPanic, replica: r.idx, detail: lineWith(out, []byte("panic: "))})
+	case sig != 0 || c.state != nil && c.state.ExitCode() != 0:
+		r.crashes.Add(1)
+		why := c.lastLine()
+		if sig != 0 {
+			why = "died of " + sig.String()
+		}
+		r.lastFailure.Store(why)
+		r.h.events.add(event{kind: evCrash, replica: r.idx, detail: why})
 	}
+}
+
+// lineWith returns the first line of out that contains marker.
+func lineWith(out string, marker []byte) string {
+	i := strings.Index(out, string(marker))
+	if i < 0 {
+		return ""
+	}
+	line := out[i:]
+	if j := strings.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	return strings.TrimSpace(line)
 }
 
 // waitRunning returns the replica's process once it has been up for at

@@ -135,7 +135,12 @@ type paymentSink struct {
 	sinkState
 	keys map[string]*payment
 
-	calls, created, replayed, inFlight409, mismatch422, dropped, noKey atomic.Int64
+	// refusing makes the sink refuse every new charge, for good (400),
+	// while it is set: an account the provider has restricted. A charge it
+	// has performed is still replayed.
+	refusing atomic.Bool
+
+	calls, created, replayed, inFlight409, mismatch422, dropped, noKey, refused atomic.Int64
 }
 
 type payment struct {
@@ -172,6 +177,11 @@ func (s *paymentSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	p := s.keys[key]
 	switch {
+	case p == nil && s.refusing.Load():
+		s.mu.Unlock()
+		s.refused.Add(1)
+		logCall("400_refused")
+		http.Error(w, `{"error":{"type":"invalid_request_error","code":"account_restricted","message":"this account cannot create charges"}}`, http.StatusBadRequest)
 	case p == nil:
 		p = &payment{hash: h, intent: intent}
 		s.keys[key] = p
@@ -299,6 +309,7 @@ func newModelProxy(s *standin.Server) *modelProxy {
 type answerAt struct {
 	replica int
 	at      time.Time
+	tokens  int64
 }
 
 // replicaPrefix is how a replica's model base URL names it: /r<N>/v1.
@@ -341,7 +352,7 @@ func (m *modelProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			m.by[intent] = map[int]int{}
 		}
 		m.by[intent][replica]++
-		m.times[intent] = append(m.times[intent], answerAt{replica, time.Now()})
+		m.times[intent] = append(m.times[intent], answerAt{replica, time.Now(), resp.Usage.Total})
 		m.spent += resp.Usage.Total
 		if _, ok := m.first[intent]; !ok {
 			m.first[intent] = resp.Usage.Total

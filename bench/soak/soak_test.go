@@ -11,10 +11,13 @@ import (
 	"path/filepath"
 	"reflect"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/pkg/canon"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -36,10 +39,10 @@ func testOptions(t *testing.T) options {
 // the reason the checker expects.
 func TestWorkloadKeys(t *testing.T) {
 	o := testOptions(t)
-	o.intents, o.hostile = 3000, 0.1
-	w := newWorkload(rand.New(rand.NewPCG(o.seed, 1)), o.intents, o.hostile, time.Minute, 70*time.Second)
+	o.intents, o.hostile, o.approvals = 3000, 0.1, true
+	w := newWorkload(rand.New(rand.NewPCG(o.seed, 1)), o.intents, o.hostile, time.Minute, 70*time.Second, o.extras())
 	dir := t.TempDir()
-	cfg, err := config.Parse([]byte(renderConfig(o, dir, "nats://127.0.0.1:4222", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/c", "http://127.0.0.1:3/m")),
+	cfg, err := config.Parse([]byte(renderConfig(o, dir, "nats://127.0.0.1:4222", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/c", "http://127.0.0.1:3/m", "http://127.0.0.1:4/v2/enqueue")),
 		filepath.Join(dir, "oncegate.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +72,11 @@ func TestWorkloadKeys(t *testing.T) {
 			if err != nil {
 				t.Fatalf("intent %d copy %d (%s): %v", in.id, p.copy, p.kind, err)
 			}
+			if in.alert != nil {
+				// A resolve is keyed by the alert's identity and its
+				// status, as the consumer does with key.status.
+				got.Key = consumer.StatusKey(got.Key, in.alert.status)
+			}
 			if prev, ok := owner[got.Key]; ok && prev != in.id {
 				t.Fatalf("intents %d and %d share key %v", prev, in.id, got.Key)
 			}
@@ -87,9 +95,41 @@ func TestWorkloadKeys(t *testing.T) {
 	if len(owner) != valid {
 		t.Errorf("%d keys for %d valid intents", len(owner), valid)
 	}
-	for _, k := range []string{"original", "retry", "redelivery", "reworded", "hostile"} {
+	for _, k := range []string{"original", "retry", "redelivery", "reworded", "hostile", "poison"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s publications in %v", k, kinds)
+		}
+	}
+
+	// The poison: one trigger each, carrying its fault; the fates of the
+	// notify intents, all four drawn when the approvals time out.
+	faults, fates := map[string]int{}, map[string]int{}
+	for _, in := range w.intents {
+		if in.pipeline == pPoison {
+			if len(in.copies) != 1 || in.copies[0].header.Get(headerFault) != in.fault {
+				t.Errorf("poison intent %d: %d copies, header %v; want one carrying %s", in.id, len(in.copies), in.copies[0].header, in.fault)
+			}
+			faults[in.fault]++
+		}
+		if in.fate != "" {
+			fates[in.fate]++
+		}
+		if (in.fate != "") != (in.pipeline == pNotify && in.hostile == "") {
+			t.Errorf("intent %d of %s has fate %q", in.id, in.pipeline, in.fate)
+		}
+	}
+	if faults[poisonPanic] != o.poison/2 || faults[poisonKill] != o.poison-o.poison/2 {
+		t.Errorf("poison faults %v; want %d intents, half of each", faults, o.poison)
+	}
+	o.approvalWait = 20 * time.Second
+	w = newWorkload(rand.New(rand.NewPCG(o.seed, 1)), o.intents, o.hostile, time.Minute, 70*time.Second, o.extras())
+	fates = map[string]int{}
+	for _, in := range w.intents {
+		fates[in.fate]++
+	}
+	for _, f := range []string{fateApprove, fateCancel, fateApproveCancel, fateNever} {
+		if fates[f] == 0 {
+			t.Errorf("no notify intent is to be %s: %v", f, fates)
 		}
 	}
 }
@@ -115,7 +155,7 @@ func TestReplay(t *testing.T) {
 	o.intents = 500
 	draw := func() ([]*publication, []fault) {
 		rng := rand.New(rand.NewPCG(o.seed, 0x736f616b))
-		w := newWorkload(rng, o.intents, o.hostile, o.duration*8/10, o.duration)
+		w := newWorkload(rng, o.intents, o.hostile, o.duration*8/10, o.duration, o.extras())
 		return w.pubs, newSchedule(rng, o)
 	}
 	p1, s1 := draw()
@@ -234,7 +274,7 @@ func TestPlot(t *testing.T) {
 	o := testOptions(t)
 	o.duration = 20 * time.Second
 	h := &harness{o: o, events: &events{}, t0: time.Now().Add(-time.Minute)}
-	h.w = newWorkload(rand.New(rand.NewPCG(1, 2)), 100, 0.05, 16*time.Second, 20*time.Second)
+	h.w = newWorkload(rand.New(rand.NewPCG(1, 2)), 100, 0.05, 16*time.Second, 20*time.Second, o.extras())
 	rep := &report{}
 	for i, p := range h.w.pubs {
 		rep.published = append(rep.published, h.t0.Add(p.at))
@@ -246,6 +286,8 @@ func TestPlot(t *testing.T) {
 		{at: at(2), kind: evKill}, {at: at(3), kind: evCrashPoint}, {at: at(5), kind: evPause, replica: 1},
 		{at: at(9), kind: evResume, replica: 1}, {at: at(10), kind: evServerTerm}, {at: at(11), kind: evServerUp},
 		{at: at(14), kind: evServerKill}, {at: at(15), kind: evServerUp},
+		{at: at(16), kind: evOutage, replica: -1}, {at: at(18), kind: evOutageOver, replica: -1},
+		{at: at(17), kind: evBlip, replica: -1}, {at: at(19), kind: evPoisonKill, replica: 2},
 	} {
 		h.events.add(ev)
 	}
@@ -256,5 +298,161 @@ func TestPlot(t *testing.T) {
 	b, err := os.ReadFile(path)
 	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
 		t.Fatalf("plot %s: %d bytes, %v; want a PNG", path, len(b), err)
+	}
+}
+
+// TestClassifyExit runs real processes that end the ways a replica's can,
+// and checks which count against the crash-loop bound.
+func TestClassifyExit(t *testing.T) {
+	h := &harness{events: &events{}, procs: newProcs()}
+	defer h.procs.killAll()
+	r := &replica{h: h}
+	for _, tt := range []struct {
+		name, script string
+		counter      *atomic.Int64
+	}{
+		{"a poison trigger's SIGKILL", `echo "level=INFO msg=consuming"; echo "oncegate_faults: SIGKILL by poison trigger ONCEGATE:7, key ab12"; kill -9 $$`, &r.poisonKills},
+		{"a crash point", `echo "level=INFO msg=consuming"; echo "oncegate_faults: SIGKILL at after-effect (hit 1), key ab12"; kill -9 $$`, &r.crashKills},
+		{"a panic", `echo "level=INFO msg=consuming"; echo "panic: boom" >&2; exit 2`, &r.panics},
+		{"an error exit while consuming", `echo "level=INFO msg=consuming"; exit 1`, &r.crashes},
+		{"a SIGKILL from elsewhere", `echo "level=INFO msg=consuming"; kill -9 $$`, &r.crashes},
+		{"no start", `echo "nats: no servers available for connection"; exit 1`, &r.failedStarts},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := []int64{r.poisonKills.Load(), r.crashKills.Load(), r.panics.Load(), r.crashes.Load(), r.failedStarts.Load()}
+			c, err := h.procs.start("test", "/bin/sh", []string{"-c", tt.script}, nil, filepath.Join(t.TempDir(), "log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-c.done
+			r.classifyExit(c)
+			after := []int64{r.poisonKills.Load(), r.crashKills.Load(), r.panics.Load(), r.crashes.Load(), r.failedStarts.Load()}
+			changed := 0
+			for i := range before {
+				if after[i] != before[i] {
+					changed++
+				}
+			}
+			if changed != 1 || tt.counter.Load() == 0 {
+				t.Errorf("counters (poison kills, crash points, panics, crashes, failed starts) went from %v to %v; want the %s one up by one", before, after, tt.name)
+			}
+		})
+	}
+	// A kill of the soak's own counts nowhere.
+	c, err := h.procs.start("test", "/bin/sh", []string{"-c", `echo "level=INFO msg=consuming"; sleep 60`}, nil, filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.killed.Store(true)
+	c.signal(syscall.SIGKILL)
+	<-c.done
+	n := r.poisonKills.Load() + r.crashKills.Load() + r.panics.Load() + r.crashes.Load() + r.failedStarts.Load()
+	r.classifyExit(c)
+	if m := r.poisonKills.Load() + r.crashKills.Load() + r.panics.Load() + r.crashes.Load() + r.failedStarts.Load(); m != n {
+		t.Errorf("the soak's own SIGKILL was counted as a death (%d → %d)", n, m)
+	}
+}
+
+// TestAlertsWorkload checks the alerts intents against the real keyer: a
+// resolve shares its firing's identity (the PagerDuty dedup_key the
+// checker matches it by) and not its key, it goes out after every copy of
+// its firing, and the workload has firings, resolves and alerts first
+// seen resolved, of both severities.
+func TestAlertsWorkload(t *testing.T) {
+	o := testOptions(t)
+	o.intents = 1000
+	w := newWorkload(rand.New(rand.NewPCG(o.seed, 1)), o.intents, o.hostile, 24*time.Second, 30*time.Second, o.extras())
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte(renderConfig(o, dir, "nats://127.0.0.1:4222", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/c", "http://127.0.0.1:3/m", "http://127.0.0.1:4/v2/enqueue")),
+		filepath.Join(dir, "oncegate.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keyer *dedupe.Keyer
+	for i := range cfg.Pipelines {
+		if p := &cfg.Pipelines[i]; p.Name == pAlerts {
+			if keyer, err = dedupe.NewKeyer(p.KeySpec()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if keyer == nil {
+		t.Fatal("no alerts pipeline in the configuration under test")
+	}
+	identity := func(in *intent) dedupe.Key {
+		k, err := keyer.Intent(in.copies[0].data)
+		if err != nil {
+			t.Fatalf("intent %d: %v", in.id, err)
+		}
+		return k.Key
+	}
+	kinds := map[string]int{}
+	for _, in := range w.intents {
+		a := in.alert
+		if a == nil {
+			continue
+		}
+		kinds[a.status+" "+a.severity]++
+		switch {
+		case a.status == statusFiring && a.resolve != nil:
+			res := a.resolve
+			if identity(res) != identity(in) {
+				t.Errorf("resolve %d has identity %v, its firing %d %v", res.id, identity(res), in.id, identity(in))
+			}
+			if consumer.StatusKey(identity(res), statusResolved) == identity(in) {
+				t.Errorf("resolve %d has its firing's key", res.id)
+			}
+			for _, f := range in.copies {
+				if res.copies[0].at < f.at {
+					t.Errorf("resolve %d goes out at %v, before copy %d of its firing at %v", res.id, res.copies[0].at, f.copy, f.at)
+				}
+			}
+			kinds["resolved after firing"]++
+		case a.status == statusResolved && a.firing == nil:
+			kinds["first seen resolved"]++
+		}
+		if !needsModel(in) != (a.status == statusResolved) {
+			t.Errorf("intent %d (%s): needsModel %v", in.id, a.status, needsModel(in))
+		}
+	}
+	for _, k := range []string{"firing critical", "firing warning", "resolved critical", "resolved warning", "resolved after firing", "first seen resolved"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s alerts in %v", k, kinds)
+		}
+	}
+}
+
+// TestStoppedWith: an answer paid again counts as lost in flight when the
+// process that made the one before was stopped as it came (its socket took
+// it) or within lossWindow after, and before the next; not when its pause
+// ended before the answer, began long after it, or after the next answer.
+func TestStoppedWith(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	for _, tc := range []struct {
+		name            string
+		pause, resume   float64 // seconds; resume 0: still stopped
+		answer, nextAns float64
+		want            bool
+	}{
+		{"stopped as the answer came", 51.99, 57, 52.014, 64, true},
+		{"stopped just after", 52.3, 57, 52.0, 64, true},
+		{"still stopped", 52.3, 0, 52.0, 64, true},
+		{"paused and resumed before the answer", 40, 45, 52, 64, false},
+		{"stopped long after the answer", 60, 65, 52, 70, false},
+		{"stopped after the next answer", 52.5, 57, 52, 52.4, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &harness{events: &events{t0: t0}, t0: t0}
+			h.events.add(event{at: at(tc.pause), kind: evPause, replica: 1})
+			if tc.resume > 0 {
+				h.events.add(event{at: at(tc.resume), kind: evResume, replica: 1})
+			}
+			h.events.add(event{at: at(tc.pause), kind: evPause, replica: 2}) // another replica's pause counts for nothing
+			got := h.stoppedWith(answerAt{replica: 1, at: at(tc.answer)}, answerAt{replica: 0, at: at(tc.nextAns)})
+			if got != tc.want {
+				t.Errorf("stoppedWith = %v; want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -20,9 +21,35 @@ const (
 	pCharges = "charges" // model step, HTTP payment sink (Idempotency-Key)
 	pNotify  = "notify"  // one-shot HTTP effect through the outbox
 	pHooks   = "hooks"   // gate-ledger, batched JetStream effect
+	pPoison  = "poison"  // JetStream effect; every trigger panics or kills its process at the effect
+	pAlerts  = "alerts"  // key.status, model step skipped for resolves, routes to PagerDuty and Slack presets
 )
 
-var pipelines = []string{pTriage, pCharges, pNotify, pHooks}
+var pipelines = []string{pTriage, pCharges, pNotify, pHooks, pPoison, pAlerts}
+
+// regular are the pipelines the bulk of the workload goes to.
+var regular = pipelines[:4]
+
+// Fates of a notify intent when the notify pipeline waits for approvals
+// (what the soak's person does with it).
+const (
+	fateApprove       = "approve"        // approved soon after it is published
+	fateCancel        = "cancel"         // cancelled, never approved
+	fateApproveCancel = "approve-cancel" // approved, then cancelled as it may be going out
+	fateNever         = "never"          // never approved: dead-lettered not_approved after approval_timeout
+)
+
+// headerFault is the header by which a trigger carries a fault into an
+// oncegate_faults build (consumer.HeaderFault, which only such builds
+// declare).
+const headerFault = "Oncegate-Fault"
+
+// Faults a poison trigger carries (the Oncegate-Fault header of an
+// oncegate_faults build).
+const (
+	poisonPanic = "panic" // its work panics at the effect
+	poisonKill  = "kill"  // its process SIGKILLs itself at the effect
+)
 
 // hasStep reports whether a pipeline calls the model.
 func hasStep(p string) bool { return p == pTriage || p == pCharges }
@@ -31,8 +58,11 @@ func hasStep(p string) bool { return p == pTriage || p == pCharges }
 type intent struct {
 	id       int
 	pipeline string
-	hostile  string // the kind of hostile payload, or ""
-	reason   string // the dead-letter reason a hostile payload should get
+	hostile  string     // the kind of hostile payload, or ""
+	reason   string     // the dead-letter reason a hostile payload should get
+	fault    string     // poison: poisonPanic or poisonKill
+	fate     string     // notify with approvals: what the person does (fateApprove...)
+	alert    *alertInfo // alerts: a firing or a resolve
 	copies   []*publication
 }
 
@@ -44,6 +74,7 @@ type publication struct {
 	kind    string // original, retry, redelivery, reworded, hostile
 	subject string
 	data    []byte
+	header  nats.Header
 	msgID   string
 
 	// Set by the publisher.
@@ -77,14 +108,24 @@ var (
 	}
 )
 
+// extras are the parts of the workload beyond the four regular pipelines.
+type extras struct {
+	poison   int  // poison intents, one trigger each, half panic, half kill
+	approval bool // notify waits for approvals: draw each notify intent's fate
+	never    bool // some notify intents are never approved
+	alerts   int  // alerts (a firing, most of them resolved later; a few first seen resolved)
+}
+
 // newWorkload draws the intents and their publications from rng. The first
 // copy of intent i goes out at i/n of pubWindow; the others follow it by up
-// to half a second (racing it) or by up to eight seconds.
-func newWorkload(rng *rand.Rand, n int, hostileShare float64, pubWindow, end time.Duration) *workload {
+// to half a second (racing it) or by up to eight seconds. The poison
+// intents come after the n others, spread over pubWindow, and the alerts
+// intents after them (addAlerts).
+func newWorkload(rng *rand.Rand, n int, hostileShare float64, pubWindow, end time.Duration, x extras) *workload {
 	w := &workload{}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range n {
-		in := &intent{id: i, pipeline: pipelines[pick(rng, []int{30, 30, 20, 20})]}
+		in := &intent{id: i, pipeline: regular[pick(rng, []int{30, 30, 20, 20})]}
 		base := time.Duration(float64(pubWindow) * float64(i) / float64(n))
 		copies := 1 + rng.IntN(4)
 		if rng.Float64() < hostileShare {
@@ -124,7 +165,29 @@ func newWorkload(rng *rand.Rand, n int, hostileShare float64, pubWindow, end tim
 			in.copies = append(in.copies, p)
 			w.pubs = append(w.pubs, p)
 		}
+		if in.pipeline == pNotify && in.hostile == "" && x.approval {
+			weights := []int{65, 15, 10, 10}
+			if !x.never {
+				weights[3] = 0
+			}
+			in.fate = []string{fateApprove, fateCancel, fateApproveCancel, fateNever}[pick(rng, weights)]
+		}
 		w.intents = append(w.intents, in)
+	}
+	for j := range x.poison {
+		in := &intent{id: n + j, pipeline: pPoison, fault: []string{poisonPanic, poisonKill}[j%2]}
+		p := &publication{
+			at: time.Duration(float64(pubWindow) * (float64(j) + 0.5) / float64(x.poison)), intent: in, kind: "poison",
+			subject: "triggers." + pPoison, msgID: fmt.Sprintf("soak-%06d-0", in.id),
+			data:   fmt.Appendf(nil, `{"job":{"id":"soak%06d","fault":%q}}`, in.id, in.fault),
+			header: nats.Header{headerFault: []string{in.fault}},
+		}
+		in.copies = []*publication{p}
+		w.intents = append(w.intents, in)
+		w.pubs = append(w.pubs, p)
+	}
+	if x.alerts > 0 {
+		addAlerts(rng, w, x.alerts, n+x.poison, pubWindow, end)
 	}
 	slices.SortStableFunc(w.pubs, func(a, b *publication) int { return cmp.Compare(a.at, b.at) })
 	return w
@@ -292,7 +355,7 @@ func (p *publisher) publish(ctx context.Context, pub *publication) {
 	{
 		for attempt := 0; ; attempt++ {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			ack, err := p.js.Publish(pctx, pub.subject, pub.data, jetstream.WithMsgID(pub.msgID))
+			ack, err := p.js.PublishMsg(pctx, &nats.Msg{Subject: pub.subject, Data: pub.data, Header: pub.header}, jetstream.WithMsgID(pub.msgID))
 			cancel()
 			if err == nil {
 				pub.published, pub.seq = time.Now(), ack.Sequence

@@ -17,7 +17,7 @@ import (
 // The share of 429s and the redeliveries are logged, not asserted: both
 // depend on how long a loaded machine under the race detector stalls the
 // process (a stall bunches requests up; a trigger's keep-alive can come
-// late). `go run ./bench/storm` reports them, and fails on 429s over 1%.
+// late). `go run -C bench ./storm` reports them, and fails on 429s over 1%.
 func TestPacedStorm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the consumer and runs for a few seconds")

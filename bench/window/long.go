@@ -34,7 +34,6 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/bench/window/altset"
-	"github.com/oncegate/oncegate/internal/windowclock"
 	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
@@ -42,7 +41,7 @@ import (
 const (
 	clockEqual     = "equal"      // every set reads one clock the bench advances with the keys it adds
 	clockNative    = "native"     // each set reads the clock its users get: the window its default, the others time.Since
-	clockNoCounter = "native-off" // native, with ONCEGATE_WINDOW_COUNTER=off: the window on time.Since too
+	clockNoCounter = "native-off" // native, in a build with -tags oncegate_nocounter: the window on time.Since too
 	clockBoth      = "both"       // equal, native, and native-off where the window would read the counter; each in a process of its own
 )
 
@@ -96,6 +95,9 @@ func parseLongFlags(args []string, stderr io.Writer) (longConfig, error) {
 	default:
 		return cfg, fmt.Errorf("-clock: %q, want equal, native, native-off or both", cfg.clock)
 	}
+	if cfg.clock == clockNoCounter && !noCounterBuild {
+		return cfg, errors.New("-clock native-off: this build's window reads the counter where it can; run " + noCounterHow + " -long -clock native-off (-clock both builds it so)")
+	}
 	all := append([]altset.Impl{windowImpl(), windowBatchImpl()}, altset.Alternatives()...)
 	for name := range strings.SplitSeq(impl, ",") {
 		i := slices.IndexFunc(all, func(im altset.Impl) bool { return im.Name == strings.TrimSpace(name) })
@@ -145,7 +147,7 @@ Clock modes, each in a process of its own (a window decides its clock once per p
               time together, from their speeds measured first) and TTL = %[1]s / that rate, so %[1]s keys are live in each; time spent waiting for the next keys is
               not measured. Feeding them as fast as they go instead, the live keys would follow each set's speed, which drifts
               on a busy machine.
-  native-off  native with ONCEGATE_WINDOW_COUNTER=off (the window on time.Since too); run only where the window would read the
+  native-off  native in a build with -tags oncegate_nocounter (the window on time.Since too); run only where the window would read the
               counter: native against native-off is what the counter clock is worth.
 `
 
@@ -165,19 +167,27 @@ func runLong(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	modes := []string{clockEqual, clockNative}
-	if counterClock() {
+	exes := map[string]string{clockEqual: exe, clockNative: exe}
+	if windowReadsCounter(time.Minute) {
+		dir, err := os.MkdirTemp("", "window-nocounter-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		bin, err := buildNoCounter(ctx, dir)
+		if err != nil {
+			return err
+		}
 		modes = append(modes, clockNoCounter)
+		exes[clockNoCounter] = bin
 	} else {
-		fmt.Fprintln(stdout, "\n(no native-off: the window reads time.Since here already; the kernel does not keep time with the CPU's counter, or "+counterEnv+"=off)")
+		fmt.Fprintln(stdout, "\n(no native-off: the window reads time.Since here already; the kernel does not keep time with the CPU's counter, or this is an oncegate_nocounter build)")
 	}
 	ratios := map[string]float64{}
 	for _, mode := range modes {
 		childArgs := append(slices.Clone(args), "-clock", mode)
-		cmd := exec.CommandContext(ctx, exe, childArgs...)
+		cmd := exec.CommandContext(ctx, exes[mode], childArgs...)
 		cmd.Env = os.Environ()
-		if mode == clockNoCounter {
-			cmd.Env = append(cmd.Env, counterEnv+"=off")
-		}
 		cmd.Stderr = stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -222,13 +232,6 @@ func runLong(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "the counter clock: not measurable here (the window reads time.Since by default on this machine); native window/xsync %.2fx\n", n)
 	}
 	return nil
-}
-
-// counterClock reports whether a window with its default clock reads the
-// CPU's counter in this process.
-func counterClock() bool {
-	w, err := window.New(window.Options{TTL: time.Minute})
-	return err == nil && windowclock.Source(w) == "counter"
 }
 
 // equalTTL is the TTL of -clock equal, on the bench's clock.
@@ -693,7 +696,7 @@ func printLong(w io.Writer, cfg longConfig, sets []*longSet, clockCost time.Dura
 	ref := sets[slices.IndexFunc(sets, func(ls *longSet) bool { return ls.impl.Name == altset.Reference })]
 	clock := "every set reads time.Since, the window too"
 	for _, ls := range sets {
-		if wd := windowOf(ls.s); wd != nil && windowclock.Source(wd) == "counter" {
+		if wd := windowOf(ls.s); wd != nil && windowReadsCounter(ls.ttl) {
 			clock = "the window reads the CPU's time-stamp counter, the others time.Since"
 		}
 	}

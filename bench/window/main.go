@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/bench/window/altset"
-	"github.com/oncegate/oncegate/internal/windowclock"
 	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
@@ -117,15 +116,6 @@ func parseInts(s string, lo, hi int) ([]int, error) {
 	}
 	return ns, nil
 }
-
-// counterEnv is the environment variable with which this bench keeps its
-// windows on time.Since (windowclock.NoCounter), to compare clocks.
-const counterEnv = "ONCEGATE_WINDOW_COUNTER"
-
-// noCounter is set by counterEnv=off.
-var noCounter = os.Getenv(counterEnv) == "off"
-
-func init() { windowclock.NoCounter.Store(noCounter) }
 
 func windowImpl() altset.Impl {
 	return altset.Impl{Name: "window", New: func(capacity int, ttl time.Duration) (altset.Set, error) {
@@ -215,12 +205,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // windowClock says which sets read time.Since: all but the window, if a
 // window of the benchmark's TTL reads the counter.
 func windowClock() string {
-	w, err := window.New(window.Options{TTL: altset.TTL})
-	if err != nil {
-		return err.Error()
-	}
-	if windowclock.Source(w) == "counter" {
-		return "every set but the window, which reads the CPU's time-stamp counter (windowclock.NoCounter; " + counterEnv + "=off to turn it off here)"
+	if windowReadsCounter(altset.TTL) {
+		return "every set but the window, which reads the CPU's time-stamp counter (" + noCounterHow + " to keep it on time.Since)"
 	}
 	return "every set, the window too"
 }

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +41,7 @@ var repoRoot = filepath.Join("..", "..")
 type composeFile struct {
 	Services map[string]composeService `yaml:"services"`
 	Volumes  map[string]any            `yaml:"volumes"`
+	Secrets  map[string]any            `yaml:"secrets"`
 }
 
 type composeService struct {
@@ -51,7 +55,8 @@ type composeService struct {
 	Healthcheck *struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
-	Restart string `yaml:"restart"`
+	Restart string   `yaml:"restart"`
+	Secrets []string `yaml:"secrets"` // the short syntax: a top-level secret's name, mounted at /run/secrets/NAME
 }
 
 // mount is one short-syntax volume entry, source:target[:mode].
@@ -327,7 +332,7 @@ func TestComposeConsumer(t *testing.T) {
 	// The flags, parsed by the flag set runRun builds.
 	fs := flag.NewFlagSet(sub, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var c common
+	var c runFlags
 	c.register(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("consumer %s %q: %v", sub, args, err)
@@ -484,7 +489,7 @@ func TestComposePrometheus(t *testing.T) {
 	consumer := f.service(t, "consumer")
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var c common
+	var c runFlags
 	c.register(fs)
 	if len(consumer.Command) == 0 || fs.Parse(consumer.Command[1:]) != nil || c.metrics == "" {
 		t.Fatalf("consumer command %q: no -metrics address", consumer.Command)
@@ -510,5 +515,205 @@ func TestComposePrometheus(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("%s: no job scrapes %s", path, want)
+	}
+}
+
+// consumerFlags parses the consumer service's command with the run
+// command's flags.
+func consumerFlags(t *testing.T, s composeService) *runFlags {
+	t.Helper()
+	if len(s.Command) == 0 || s.Command[0] != "run" {
+		t.Fatalf("consumer command %q: want the run subcommand", s.Command)
+	}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c runFlags
+	c.register(fs)
+	if err := fs.Parse(s.Command[1:]); err != nil {
+		t.Fatalf("consumer command %q: %v", s.Command, err)
+	}
+	return &c
+}
+
+// hostVariable matches a value Compose takes from the host's environment:
+// ${VAR}, ${VAR:-} or ${VAR-}, with no default a secret could hide in.
+var hostVariable = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)(:?-)?\}$`)
+
+// TestComposeIngress: the consumer serves the webhook ingress on every
+// interface of its container, the port is published (on loopback), and
+// every source that authenticates gets its secret from the host's
+// environment or a mounted file, never from a value written in the file.
+func TestComposeIngress(t *testing.T) {
+	f := loadCompose(t)
+	s := f.service(t, "consumer")
+	c := consumerFlags(t, s)
+	if c.ingress == "" {
+		t.Fatalf("consumer command %q: no -ingress; webhooks could not reach the stack", s.Command)
+	}
+	host, port := hostPort(t, "-ingress", c.ingress)
+	if host != "0.0.0.0" {
+		t.Errorf("-ingress %s: want 0.0.0.0:PORT; another host is out of reach of the published port", c.ingress)
+	}
+	want := fmt.Sprintf("127.0.0.1:%d:%d", port, port)
+	if !slices.Contains(s.Ports, want) {
+		t.Errorf("ports %q: want %q, the ingress published on loopback", s.Ports, want)
+	}
+
+	c.file = s.hostPath(t, c.file)
+	containerEnv(t, s)
+	cfg, err := c.load()
+	if err != nil {
+		t.Fatalf("consumer configuration with the ingress: %v", err)
+	}
+	if cfg.Ingress.Listen != c.ingress || len(cfg.Ingress.Sources) == 0 {
+		t.Fatalf("ingress listen %q, %d sources; want %s and the file's sources", cfg.Ingress.Listen, len(cfg.Ingress.Sources), c.ingress)
+	}
+	secrets := 0
+	for _, src := range cfg.Ingress.Sources {
+		for _, ref := range []struct{ env, file string }{{src.SecretEnv, src.SecretFile}, {src.PreviousSecretEnv, src.PreviousSecretFile}} {
+			switch {
+			case ref.env != "":
+				v, ok := s.Environment[ref.env]
+				if !ok {
+					if ref.env == src.SecretEnv {
+						t.Errorf("source %s: its secret_env %s is not in the service's environment", src.Name, ref.env)
+					}
+					continue
+				}
+				m := hostVariable.FindStringSubmatch(v)
+				if m == nil {
+					t.Errorf("source %s: %s=%q; want it from the host (${%s:-}), not written in the file", src.Name, ref.env, v, ref.env)
+					continue
+				}
+				secrets++
+			case ref.file != "":
+				name, ok := strings.CutPrefix(ref.file, "/run/secrets/")
+				switch {
+				case ok && slices.Contains(s.Secrets, name):
+					if _, declared := f.Secrets[name]; !declared {
+						t.Errorf("source %s: secret %q is not declared under the top-level secrets", src.Name, name)
+					}
+				case ok:
+					t.Errorf("source %s: secret_file %s, but the service does not mount the secret %q", src.Name, ref.file, name)
+				default:
+					s.hostPath(t, ref.file) // a read-only bind mount of a file that exists
+				}
+				secrets++
+			}
+		}
+	}
+	if secrets == 0 {
+		t.Errorf("no ingress source gets a secret from the service")
+	}
+}
+
+// exactTag matches an image pinned to an exact version, with an optional
+// digest: nats:2.15.2-alpine, prom/prometheus:v3.5.0,
+// golang:1.26.8@sha256:….
+var exactTag = regexp.MustCompile(`^[a-z0-9][a-z0-9._/-]*:v?\d+\.\d+\.\d+(?:-[a-z0-9.]+)?(?:@sha256:[0-9a-f]{64})?$`)
+
+// TestComposePinnedImages: every image the stack pulls, and every base
+// image of the Dockerfile, names an exact version, so that a rebuild runs
+// what was tested rather than the latest patch release.
+func TestComposePinnedImages(t *testing.T) {
+	f := loadCompose(t)
+	for name, s := range f.Services {
+		if s.Build != nil {
+			continue // built here; its image is a local name
+		}
+		if !exactTag.MatchString(s.Image) {
+			t.Errorf("service %s: image %q floats; want an exact version (NAME:1.2.3[@sha256:…])", name, s.Image)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	froms := 0
+	for line := range strings.Lines(string(data)) {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || !strings.EqualFold(fields[0], "FROM") {
+			continue
+		}
+		froms++
+		if !exactTag.MatchString(fields[1]) {
+			t.Errorf("Dockerfile: FROM %s floats; want an exact version", fields[1])
+		}
+	}
+	if froms == 0 {
+		t.Errorf("Dockerfile: no FROM")
+	}
+	for _, bad := range []string{"nats:2.15-alpine", "golang:1.26", "alpine:3.22", "grafana/grafana:latest", "golang:1.26.8@sha256:abc"} {
+		if exactTag.MatchString(bad) {
+			t.Errorf("exactTag matches %q", bad)
+		}
+	}
+}
+
+// TestComposeHealthchecks: Prometheus and Grafana have healthchecks, and
+// Grafana waits for a healthy Prometheus.
+func TestComposeHealthchecks(t *testing.T) {
+	f := loadCompose(t)
+	for name, want := range map[string]string{"prometheus": ":9090/-/ready", "grafana": ":3000/api/health"} {
+		s := f.service(t, name)
+		if s.Healthcheck == nil || !strings.Contains(strings.Join(s.Healthcheck.Test, " "), want) {
+			t.Errorf("%s: healthcheck %v; want one that queries %s", name, s.Healthcheck, want)
+		}
+	}
+	deps, _ := f.service(t, "grafana").DependsOn.(map[string]any)
+	p, _ := deps["prometheus"].(map[string]any)
+	if p["condition"] != "service_healthy" {
+		t.Errorf("grafana depends_on %v; want prometheus: {condition: service_healthy}", f.service(t, "grafana").DependsOn)
+	}
+}
+
+// TestDockerfileCommand: the image's default command parses with the run
+// command's flags and asks for a NATS URL, and run with it and no URL
+// fails at once saying what to set, rather than start an embedded server
+// on the container's loopback.
+func TestDockerfileCommand(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmd []string
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "CMD "); ok {
+			if err := json.Unmarshal([]byte(rest), &cmd); err != nil {
+				t.Fatalf("Dockerfile: CMD %s: want the exec form: %v", rest, err)
+			}
+		}
+	}
+	c := consumerFlags(t, composeService{Command: cmd})
+	if !c.requireURL {
+		// Without it, run would start an embedded server and serve.
+		t.Fatalf("Dockerfile: CMD %q has no -require-nats-url", cmd)
+	}
+
+	for _, kv := range os.Environ() {
+		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, config.EnvPrefix) || strings.HasPrefix(k, "NATS_") {
+			t.Setenv(k, v)
+			os.Unsetenv(k)
+		}
+	}
+	args := append([]string{}, cmd...)
+	args = append(args, "-data", t.TempDir(), "-metrics", "off")
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+	if !errors.Is(err, errNoNATSURL) {
+		t.Fatalf("consumer %q without a NATS URL: %v; want errNoNATSURL", args, err)
+	}
+	if !strings.Contains(err.Error(), "ONCEGATE_NATS_URL") {
+		t.Errorf("error %q does not say to set ONCEGATE_NATS_URL", err)
+	}
+	t.Setenv("ONCEGATE_NATS_URL", "nats://nats:4222")
+	var c2 runFlags
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	c2.register(fs)
+	if err := fs.Parse(cmd[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.load(); err != nil {
+		t.Errorf("the default command with ONCEGATE_NATS_URL set: %v", err)
 	}
 }

@@ -29,3 +29,50 @@ func TestConfigCheck(t *testing.T) {
 		t.Errorf("config check of a file with a typo: %v; want ErrUnknownKey naming line 4", err)
 	}
 }
+
+// TestConfigCheckKeyFilePermissions: config check refuses a key file that
+// others can read, saying how to fix it.
+func TestConfigCheckKeyFilePermissions(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "oncegate.key")
+	if err := os.WriteFile(key, make([]byte, 32), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ONCEGATE_ENCRYPTION_KEY_FILE", key)
+	_, _, err := runCmd(t, "", "config", "check")
+	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+key) {
+		t.Errorf("config check with a key file of mode 0644: %v; want a refusal naming chmod 600 %s", err, key)
+	}
+	if err := os.Chmod(key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCmd(t, "", "config", "check"); err != nil {
+		t.Errorf("config check with a key file of mode 0600: %v", err)
+	}
+}
+
+// TestConfigCheckUnsetWebhookSecret: config check reports a webhook source
+// whose secret is not set, naming its variable, before any request finds
+// it out.
+func TestConfigCheckUnsetWebhookSecret(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "oncegate.yaml")
+	if err := os.WriteFile(file, []byte(`
+pipelines:
+  - {name: hooks, subject: triggers.webhooks, effect: {sink: jetstream, subject: effects.webhooks}}
+ingress:
+  listen: 127.0.0.1:8089
+  sources:
+    - {name: gh, kind: github, subject: triggers.webhooks, secret_env: CHECK_UNSET_WEBHOOK_SECRET}
+    - {name: lab, kind: gitlab, subject: triggers.webhooks, secret_env: CHECK_SET_WEBHOOK_SECRET}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CHECK_SET_WEBHOOK_SECRET", "set")
+	_, stderr, err := runCmd(t, "", "config", "check", file)
+	if err != nil {
+		t.Fatalf("config check: %v", err)
+	}
+	if !strings.Contains(stderr, "warning: ingress source gh: environment variable CHECK_UNSET_WEBHOOK_SECRET is not set") || strings.Contains(stderr, "source lab") {
+		t.Errorf("config check does not report the unset secret of gh alone:\n%s", stderr)
+	}
+}

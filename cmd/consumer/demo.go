@@ -31,12 +31,14 @@ import (
 // demoWorkload is what the demo publishes and what it knows to be true.
 type demoWorkload struct {
 	published  int // publish calls
-	ingestDups int // of them, dropped by the trigger stream's Nats-Msg-Id window
+	viaIngress int // triggers that came through the ingress (an Alertmanager group's alerts each), stored or dropped as duplicates
+	ingestDups int // of all triggers, dropped by the trigger stream's Nats-Msg-Id window
 	alertKeys  int // unique alert intents (fingerprint, occurrence)
 	hookKeys   int // unique webhook intents
 	malformed  int // payloads that must be dead-lettered
 	kinds      map[string]int
 	inStream   int // messages that entered the stream
+	redrive    *demoRedrive
 	ingress    ingressTally
 }
 
@@ -53,6 +55,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		errRate  = fs.Float64("model-errors", 0.08, "share of model calls answered 500")
 		rateRate = fs.Float64("model-429", 0.04, "share of model calls answered 429")
 		effRate  = fs.Float64("effect-errors", 0.1, "share of effects that fail (retryably) before they are sent")
+		amAlerts = fs.Int("recipe-alerts", 40, "distinct alerts for the Alertmanager recipe (PagerDuty and Slack in this process)")
 	)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: consumer demo [flags]\n\nStarts NATS, the ledger, the LLM cache and the stand-in model in this process, publishes a burst of\nwebhook and alert triggers with provider retries, redeliveries and reworded duplicates, restarts the\nconsumer half-way, and reports what each guard suppressed and what the effects were.")
@@ -64,7 +67,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	switch {
 	case fs.NArg() > 0:
 		return usageError{fmt.Errorf("demo: unexpected argument %q", fs.Arg(0))}
-	case *alerts < 0 || *hooks < 0:
+	case *alerts < 0 || *hooks < 0 || *amAlerts < 0:
 		return usageError{errors.New("demo: -alerts and -webhooks must not be negative")}
 	case *timeout <= 0:
 		return usageError{errors.New("demo: -timeout must be positive")}
@@ -100,6 +103,11 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	cfg.LLM.Timeout = 2 * time.Second
 	cfg.Ledger.Lease = 5 * time.Second
 	demoIngress(cfg)
+	rcv, err := demoRecipe(cfg)
+	if err != nil {
+		return err
+	}
+	defer rcv.Close()
 	for i := range cfg.Pipelines {
 		p := &cfg.Pipelines[i]
 		// Retries come back fast, so the demo ends quickly; NATS uses the
@@ -118,12 +126,18 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	frng := rand.New(rand.NewPCG(*seed, 2))
 	var fmu sync.Mutex
 	var effectFaults atomic.Int64
+	red := newDemoRedrive(*hooks)
 	a, err := app.Start(ctx, cfg, app.Options{
 		Logger: log, Getenv: demoGetenv,
 		// Some effects fail once after the model answered, as a sink that
 		// times out would: the retry must not pay for the model again.
-		WrapSink: func(_ string, s sink.Sink) sink.Sink {
-			return &flakySink{Sink: s, fail: func() int {
+		WrapSink: func(name string, s sink.Sink) sink.Sink {
+			if name == demoRecipeName+"/slack" {
+				// One-shot (an incoming webhook): a failure after sending
+				// would be reported unknown_outcome, never resent.
+				return s
+			}
+			return red.wrap(name, &flakySink{Sink: s, fail: func() int {
 				fmu.Lock()
 				defer fmu.Unlock()
 				if frng.Float64() >= *effRate {
@@ -131,7 +145,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 				}
 				effectFaults.Add(1)
 				return 1 + frng.IntN(2)
-			}}
+			}})
 		},
 		Standin: standin.Options{
 			Latency: 20 * time.Millisecond, ErrorRate: *errRate, RateLimitRate: *rateRate, Seed: *seed,
@@ -162,7 +176,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 
 	// With the same authentication as the consumer: the embedded server
 	// requires it when ONCEGATE_NATS_TOKEN (say) is set.
-	nc, err := natsrun.Connect(ctx, cfg.NATS, a.Embedded.ClientURL(), "oncegate-demo-publisher", log)
+	nc, err := natsrun.Connect(ctx, a.Embedded.ClientURL(), app.NATSOptions(cfg.NATS, "oncegate-demo-publisher", log))
 	if err != nil {
 		cancel()
 		return err
@@ -171,7 +185,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	js, _ := jetstream.New(nc)
 
 	rng := rand.New(rand.NewPCG(*seed, 1))
-	w := &demoWorkload{kinds: map[string]int{}}
+	w := &demoWorkload{kinds: map[string]int{}, redrive: red}
 	pub := newPublisher(ctx, js, w)
 	msgs := buildDemo(rng, *alerts, *hooks, w)
 	half := len(msgs) / 2
@@ -240,9 +254,21 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	prog.setPhase("the Alertmanager recipe")
+	rw, err := driveRecipe(ctx, a, js, rng, *amAlerts, *timeout)
+	if err != nil {
+		return err
+	}
+	// The last act: a receiver bug refused a few webhooks for good; fix it
+	// and redrive their dead letters.
+	prog.setPhase("redriving after the fix")
+	if err := w.redrive.run(ctx, a, js, deadline); err != nil {
+		return err
+	}
 	stats = append(stats, a.Consumer.Stats())
 	prog.setPhase("counting the effects")
-	return demoReport(ctx, stdout, a, js, w, stats, effectFaults.Load(), time.Since(start))
+	err = demoReport(ctx, stdout, a, js, w, stats, effectFaults.Load(), time.Since(start))
+	return errors.Join(err, recipeReport(stdout, a, rcv, rw))
 }
 
 // pace spreads the burst over a few seconds, as real traffic arrives.
@@ -422,10 +448,15 @@ func (p *publisher) send(m demoMsg) error {
 	return nil
 }
 
-func sumStats(runs [][]consumer.PipelineStats) consumer.PipelineStats {
+// sumStats adds up the pipelines' figures of runs, less those of the
+// pipeline named except.
+func sumStats(runs [][]consumer.PipelineStats, except string) consumer.PipelineStats {
 	var t consumer.PipelineStats
 	for _, run := range runs {
 		for _, s := range run {
+			if s.Pipeline == except {
+				continue
+			}
 			t.Deliveries += s.Deliveries
 			t.Effects += s.Effects
 			t.DuplicatesWindow += s.DuplicatesWindow
@@ -484,7 +515,9 @@ func errOr(err error) error {
 }
 
 func demoReport(ctx context.Context, out io.Writer, a *app.App, js jetstream.JetStream, w *demoWorkload, runs [][]consumer.PipelineStats, faults int64, took time.Duration) error {
-	total := sumStats([][]consumer.PipelineStats{runs[0], runs[len(runs)-1]}) // the first run, and the second's final figures
+	// The first run, and the second's final figures, of the alerts and
+	// webhooks pipelines: the recipe's pipeline has its own report.
+	total := sumStats([][]consumer.PipelineStats{runs[0], runs[len(runs)-1]}, demoRecipeName)
 	alertN, alertDistinct, err := countEffects(ctx, js, a.Config.Stream.Name+"_EFFECTS", "effects.alerts")
 	if err != nil {
 		return err
@@ -513,16 +546,28 @@ func demoReport(ctx context.Context, out io.Writer, a *app.App, js jetstream.Jet
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "\n== Oncegate demo report (%.1fs) ==\n", took.Seconds())
-	fmt.Fprintf(tw, "triggers published\t%d\t(%d originals, %d provider retries, %d redeliveries, %d reworded duplicates, %d malformed)\n",
+	redriven := w.redrive.redriven()
+	suppressed := int64(w.ingestDups) + total.DuplicatesWindow + total.DuplicatesLedger
+	// Every trigger that came in, and every one a redrive republished, is
+	// one of three: the one that did its intent's work, a duplicate
+	// suppressed, or a dead letter.
+	in := w.published + w.viaIngress
+	adds := "OK"
+	if int64(in+redriven) != int64(unique)+suppressed+total.DeadLetters {
+		adds = "MISMATCH"
+	}
+	fmt.Fprintf(tw, "triggers in\t%d\t(the rows below add up: %d + %d redriven = %d unique intents + %d duplicates suppressed + %d dead letters: %s)\n",
+		in, in, redriven, unique, suppressed, total.DeadLetters, adds)
+	fmt.Fprintf(tw, "  published to NATS\t%d\t(%d originals, %d provider retries, %d redeliveries, %d reworded duplicates, %d malformed)\n",
 		w.published, w.kinds["original"], w.kinds["provider retry"], w.kinds["redelivery"], w.kinds["reworded duplicate"], w.kinds["malformed"])
 	if t := w.ingress; t.requests > 0 {
-		fmt.Fprintf(tw, "webhooks through the ingress\t%d\t(%d GitHub pushes, %d Alertmanager groups of 2 alerts, %d Stripe events, %d ping; %d provider retries; each answered 200 after its PubAck)\n",
-			t.requests, t.github, t.groups, t.stripe, t.pings, t.retries)
+		fmt.Fprintf(tw, "  through the webhook ingress\t%d\t(%d requests: %d GitHub pushes, %d Alertmanager groups of 2 alerts, %d Stripe events, %d ping with no trigger; %d provider retries; each answered 200 after its PubAck)\n",
+			w.viaIngress, t.requests, t.github, t.groups, t.stripe, t.pings, t.retries)
 	}
 	fmt.Fprintf(tw, "unique intents\t%d\t(%d alerts to triage, %d webhooks to forward)\n", unique, w.alertKeys, w.hookKeys)
 	// The three trigger guards add up to the total; the effect stream's
 	// count is of effects, not triggers, and stands apart.
-	fmt.Fprintf(tw, "duplicate triggers suppressed\t%d\t(the sum of the three rows below)\n", int64(w.ingestDups)+total.DuplicatesWindow+total.DuplicatesLedger)
+	fmt.Fprintf(tw, "duplicate triggers suppressed\t%d\t(the sum of the three rows below)\n", suppressed)
 	fmt.Fprintf(tw, "  by the trigger stream (Nats-Msg-Id)\t%d\t(dropped at publish: never delivered)\n", w.ingestDups)
 	fmt.Fprintf(tw, "  by the in-memory window\t%d\t(delivered, acked as duplicates)\n", total.DuplicatesWindow)
 	fmt.Fprintf(tw, "  by the durable ledger\t%d\t(delivered, found committed or held: the window was emptied by the restart, or the duplicate raced the first)\n", total.DuplicatesLedger)
@@ -533,7 +578,8 @@ func demoReport(ctx context.Context, out io.Writer, a *app.App, js jetstream.Jet
 	}
 	fmt.Fprintf(tw, "effects performed\t%d\t(%d triages, %d forwarded webhooks) — equals unique intents: %s\n", effects, alertN, hookN, check)
 	fmt.Fprintf(tw, "duplicate effects\t%d\t(distinct keys in the effect stream: %d)\n", dupEffects, alertDistinct+hookDistinct)
-	fmt.Fprintf(tw, "dead letters\t%d\t(malformed published: %d; see subject oncegate.dead.<pipeline>)\n", total.DeadLetters, w.malformed)
+	fmt.Fprintf(tw, "dead letters\t%d\t(malformed published: %d, refused by the receiver bug: %d; see consumer dead)\n", total.DeadLetters, w.malformed, w.redrive.deadLetters())
+	redriveErr := w.redrive.report(tw)
 	fmt.Fprintf(tw, "faults worked through\t\t%d model errors, %d rate limits, %d effect failures, 1 consumer restart (%d retried deliveries)\n",
 		model.ServerErrors, model.RateLimited, faults, total.Retries)
 	fmt.Fprintf(tw, "model calls made\t%d\t(answered %d; the rest failed and were retried)\n", model.Requests, model.Completions)
@@ -542,8 +588,14 @@ func demoReport(ctx context.Context, out io.Writer, a *app.App, js jetstream.Jet
 	fmt.Fprintf(tw, "tokens saved\t%d\t($%.6f at the configured gpt-4o-mini price)\n", llm.SavedPromptTokens+llm.SavedCompletionTokens, llm.CostSaved)
 	tw.Flush()
 	fmt.Fprintf(out, "answers come from the offline stand-in model (%q); set llm.base_url to use a real one.\n", standin.Label)
-	if check != "OK" || total.DeadLetters != int64(w.malformed) {
-		return fmt.Errorf("demo: effects %d for %d unique intents, %d duplicate effects, %d dead letters for %d malformed", effects, unique, dupEffects, total.DeadLetters, w.malformed)
+	if check != "OK" || total.DeadLetters != int64(w.malformed+w.redrive.deadLetters()) {
+		return fmt.Errorf("demo: effects %d for %d unique intents, %d duplicate effects, %d dead letters for %d malformed and %d refused", effects, unique, dupEffects, total.DeadLetters, w.malformed, w.redrive.deadLetters())
+	}
+	if adds != "OK" {
+		return fmt.Errorf("demo: %d triggers in and %d redriven, against %d unique intents, %d duplicates suppressed and %d dead letters", in, redriven, unique, suppressed, total.DeadLetters)
+	}
+	if redriveErr != nil {
+		return redriveErr
 	}
 	return nil
 }

@@ -88,6 +88,7 @@ func driveIngress(ctx context.Context, base string, cfg *config.Config, rng *ran
 		}
 		w.inStream += a.Stored
 		w.ingestDups += a.Duplicates
+		w.viaIngress += a.Stored + a.Duplicates
 		return nil
 	}
 	// Each delivery is sent once, and retried by its provider a third of

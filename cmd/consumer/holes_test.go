@@ -22,6 +22,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/natstest"
+	"github.com/oncegate/oncegate/internal/outcome"
 )
 
 // These tests kill a real consumer process to show a hole in "once"
@@ -187,8 +188,8 @@ func TestLastDeliveryCrash(t *testing.T) {
 		for _, d := range streamSubject(t, js, "ONCEGATE_DEAD", "oncegate.dead.tickets") {
 			reasons = append(reasons, d.Headers().Get(consumer.HeaderReason))
 		}
-		if !slices.Contains(reasons, string(consumer.ReasonExhausted)) {
-			t.Errorf("dead letter reasons %v; want one %s", reasons, consumer.ReasonExhausted)
+		if !slices.Contains(reasons, string(outcome.ReasonExhausted)) {
+			t.Errorf("dead letter reasons %v; want one %s", reasons, outcome.ReasonExhausted)
 		}
 	}
 }

@@ -13,17 +13,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/dirlock"
-	"github.com/oncegate/oncegate/internal/ledger"
-	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
-	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
-	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/llmcache"
+	llmbadger "github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
 )
 
 const inspectUsage = `usage: consumer inspect [flags] <what>
@@ -34,10 +30,11 @@ what:
   pending                             work in progress, or whose holder stopped renewing its lease
   cache                               what the LLM cache holds: answers, their tokens, budgets spent
 
-A Badger ledger and the cache belong to one process: inspect them with the consumer stopped
-(a running consumer's figures are on its /metrics). A Badger ledger keeps the claims of
-replayable effects in the consumer's memory only, so pending shows one-shot work there. A KV
-ledger (ledger.store: kv) can be inspected while consumers run.
+key, record and pending ask the running consumer's admin service, or, with none running, open
+the ledger themselves; the answers are the same either way. The cache belongs to one process:
+inspect it with the consumer stopped (a running consumer's figures are on its /metrics and its
+console). A Badger ledger keeps the claims of replayable effects in the consumer's memory only,
+so with the consumer stopped pending shows one-shot work only. Flags may follow the arguments.
 `
 
 func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -46,23 +43,20 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	var c common
 	c.register(fs)
 	pipeline := fs.String("pipeline", "", "pipeline `name`, for inspect key (default: the first)")
+	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, inspectUsage)
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
+	if len(pos) == 0 {
 		fs.Usage()
 		return flag.ErrHelp
 	}
-	what, rest := fs.Arg(0), fs.Args()[1:]
-	// Flags may also follow the subcommand: inspect key -pipeline alerts.
-	if err := parseFlags(fs, rest); err != nil {
-		return err
-	}
-	rest = fs.Args()
+	what, rest := pos[0], pos[1:]
 	cfg, err := c.load()
 	if err != nil {
 		return err
@@ -70,21 +64,25 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	switch what {
 	case "cache":
 		return inspectCache(stdout, cfg)
-	case "key", "record", "pending":
+	case "key", "pending":
+		if len(rest) != 0 {
+			return usageError{fmt.Errorf("inspect %s: unexpected argument %q", what, rest[0])}
+		}
+	case "record":
+		if len(rest) != 1 {
+			return usageError{errors.New("inspect record: want one key")}
+		}
 	default:
 		fs.Usage()
-		return fmt.Errorf("inspect: unknown %q", what)
+		return usageError{fmt.Errorf("inspect: unknown %q", what)}
 	}
-	ledger, closeLedger, err := openLedger(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer closeLedger()
+	var req admin.RecordRequest
 	switch what {
 	case "key":
+		// The key needs no ledger: derive it here, before anything opens.
 		p, err := pickPipeline(cfg, *pipeline)
 		if err != nil {
-			return err
+			return fmt.Errorf("inspect: %w", err)
 		}
 		keyer, err := dedupe.NewKeyer(p.KeySpec())
 		if err != nil {
@@ -98,37 +96,67 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		if err != nil {
 			return fmt.Errorf("inspect key: the payload cannot be keyed (it would be dead-lettered): %w", err)
 		}
-		fmt.Fprintf(stdout, "pipeline:    %s\nkey:         %s\nfingerprint: %s\n", p.Name, in.Key, in.Fingerprint)
-		return printRecord(ctx, stdout, ledger, in.Key)
-	case "record":
-		if len(rest) != 1 {
-			return errors.New("inspect record: want one key")
+		req = admin.RecordRequest{Key: in.Key.String(), Pipeline: p.Name}
+		if !*asJSON {
+			fmt.Fprintf(stdout, "pipeline:    %s\nkey:         %s\nfingerprint: %s\n", p.Name, in.Key, in.Fingerprint)
 		}
+	case "record":
 		k, err := dedupe.ParseKey(rest[0])
 		if err != nil {
-			return err
+			return usageError{err}
 		}
-		return printRecord(ctx, stdout, ledger, k)
-	default: // pending
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY\tOWNER\tTOKEN\tATTEMPTS\tLEASE\t")
-		n := 0
-		now := time.Now()
-		for rec, err := range ledger.Pending(ctx) {
-			if err != nil {
-				return err
-			}
-			lease := "expired " + now.Sub(rec.LeaseUntil).Round(time.Millisecond).String() + " ago"
-			if now.Before(rec.LeaseUntil) {
-				lease = "live for " + rec.LeaseUntil.Sub(now).Round(time.Millisecond).String()
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t\n", rec.Key, rec.Owner, rec.Token, rec.Attempts, lease)
-			n++
+		req = admin.RecordRequest{Key: k.String(), Pipeline: *pipeline}
+	}
+	conn, err := openAdmin(ctx, cfg, "inspect")
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
+	defer conn.close()
+	if what == "pending" {
+		r, err := conn.api.Pending(ctx, admin.PendingRequest{})
+		if err != nil {
+			return fmt.Errorf("inspect pending: %w", err)
 		}
-		tw.Flush()
-		fmt.Fprintf(stdout, "%d pending\n", n)
+		if *asJSON {
+			return printJSON(stdout, r)
+		}
+		printPending(stdout, r, time.Now())
 		return nil
 	}
+	r, err := conn.api.Record(ctx, req)
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", what, err)
+	}
+	if *asJSON {
+		return printJSON(stdout, r)
+	}
+	if !r.Ledger {
+		fmt.Fprintln(stdout, "ledger:      none (the pipeline is gate-window: its window alone decides)")
+		return nil
+	}
+	printRecord(stdout, "ledger:", r.Record)
+	if r.Dispatch != nil {
+		printRecord(stdout, "dispatch:", r.Dispatch)
+	}
+	return nil
+}
+
+func printPending(w io.Writer, r admin.PendingReply, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tOWNER\tTOKEN\tATTEMPTS\tLEASE\t")
+	for _, rec := range r.Records {
+		lease := "expired " + now.Sub(rec.LeaseUntil).Round(time.Millisecond).String() + " ago"
+		if now.Before(rec.LeaseUntil) {
+			lease = "live for " + rec.LeaseUntil.Sub(now).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t\n", rec.Key, rec.Owner, rec.Token, rec.Attempts, lease)
+	}
+	tw.Flush()
+	more := ""
+	if r.More {
+		more = " (and more)"
+	}
+	fmt.Fprintf(w, "%d pending%s\n", len(r.Records), more)
 }
 
 func pickPipeline(cfg *config.Config, name string) (*config.Pipeline, error) {
@@ -139,58 +167,16 @@ func pickPipeline(cfg *config.Config, name string) (*config.Pipeline, error) {
 		}
 		names = append(names, cfg.Pipelines[i].Name)
 	}
-	return nil, fmt.Errorf("inspect: no pipeline %q (have %s)", name, strings.Join(names, ", "))
+	return nil, fmt.Errorf("no pipeline %q in the configuration (it has %s)", name, strings.Join(names, ", "))
 }
 
-func openLedger(ctx context.Context, cfg *config.Config) (ledger.Ledger, func(), error) {
-	if cfg.Ledger.Store == config.StoreKV {
-		if cfg.NATS.URL == "" {
-			return nil, nil, errors.New("inspect: a KV ledger is read through NATS: give -nats-url (or nats.url)")
-		}
-		nc, err := natsrun.Connect(ctx, cfg.NATS, cfg.NATS.URL, "oncegate-inspect", nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		js, err := jetstream.New(nc)
-		if err != nil {
-			nc.Close()
-			return nil, nil, err
-		}
-		l, err := jskvstore.New(ctx, js, jskvstore.Options{Options: cfg.Ledger.Options(), Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas})
-		if err != nil {
-			nc.Close()
-			return nil, nil, err
-		}
-		return l, func() { l.Close(); nc.Close() }, nil
+// printRecord prints a ledger record under label ("ledger:").
+func printRecord(w io.Writer, label string, rec *admin.Record) {
+	if rec == nil {
+		fmt.Fprintf(w, "%-12s no record (new work, or forgotten after the retention)\n", label)
+		return
 	}
-	if err := haveData(cfg.BadgerDir()); err != nil {
-		return nil, nil, err
-	}
-	db, err := badgerstore.Open(cfg.BadgerDir(), badgerstore.OpenOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
-	if err != nil {
-		if errors.Is(err, badgerstore.ErrLocked) {
-			return nil, nil, fmt.Errorf("inspect: %s is held by a running consumer; stop it first, or read its /metrics", cfg.BadgerDir())
-		}
-		return nil, nil, err
-	}
-	l, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options()})
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return l, func() { l.Close(); db.Close() }, nil
-}
-
-func printRecord(ctx context.Context, w io.Writer, l ledger.Ledger, k dedupe.Key) error {
-	rec, err := l.Get(ctx, k)
-	if errors.Is(err, ledger.ErrNotFound) {
-		fmt.Fprintln(w, "ledger:      no record (new work, or forgotten after the retention)")
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "ledger:      %s, token %d, %d attempt(s), owner %s\n", rec.State, rec.Token, rec.Attempts, rec.Owner)
+	fmt.Fprintf(w, "%-12s %s, token %d, %d attempt(s), owner %s\n", label, rec.State, rec.Token, rec.Attempts, rec.Owner)
 	fmt.Fprintf(w, "created:     %s\nupdated:     %s\nexpires:     %s\n", rec.Created.Format(time.RFC3339Nano), rec.Updated.Format(time.RFC3339Nano), rec.Expires.Format(time.RFC3339))
 	if !rec.LeaseUntil.IsZero() {
 		fmt.Fprintf(w, "lease until: %s\n", rec.LeaseUntil.Format(time.RFC3339Nano))
@@ -201,19 +187,18 @@ func printRecord(ctx context.Context, w io.Writer, l ledger.Ledger, k dedupe.Key
 	if rec.Reason != "" {
 		fmt.Fprintf(w, "reason:      %s\n", rec.Reason)
 	}
-	if r := rec.Result; !r.Committed.IsZero() {
-		fmt.Fprintf(w, "committed:   %s\n", r.Committed.Format(time.RFC3339Nano))
-		if r.DownstreamID != "" {
-			fmt.Fprintf(w, "downstream:  %s\n", r.DownstreamID)
+	if !rec.Committed.IsZero() {
+		fmt.Fprintf(w, "committed:   %s\n", rec.Committed.Format(time.RFC3339Nano))
+		if rec.DownstreamID != "" {
+			fmt.Fprintf(w, "downstream:  %s\n", rec.DownstreamID)
 		}
-		if r.ModelRef != "" {
-			fmt.Fprintf(w, "model ref:   %s (LLM cache key)\n", r.ModelRef)
+		if rec.ModelRef != "" {
+			fmt.Fprintf(w, "model ref:   %s (LLM cache key)\n", rec.ModelRef)
 		}
-		if len(r.Response) > 0 {
-			fmt.Fprintf(w, "response:    %d bytes: %.300s\n", len(r.Response), r.Response)
+		if len(rec.Response) > 0 {
+			fmt.Fprintf(w, "response:    %d bytes: %.300s\n", len(rec.Response), rec.Response)
 		}
 	}
-	return nil
 }
 
 func inspectCache(w io.Writer, cfg *config.Config) error {
@@ -225,7 +210,7 @@ func inspectCache(w io.Writer, cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	c, err := llmcache.OpenEncrypted(dir, key, llmcache.Options{})
+	c, err := llmbadger.OpenEncrypted(dir, key, llmcache.Options{})
 	if err != nil {
 		if dirlock.Held(dir) {
 			return fmt.Errorf("inspect: %s is held by a running consumer; stop it first, or read its /metrics (oncegate_llm_*)", dir)

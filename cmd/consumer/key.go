@@ -6,28 +6,33 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/pkg/canon"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
+// runKey prints the key a pipeline of the configuration (-config, else the
+// built-in one; -pipeline, else its first) derives from the payload on
+// standard input. The key flags (-step, -fields, -volatile, -version,
+// -scope, -hash) override the pipeline's key spec, to try another.
 func runKey(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("key", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		spec     dedupe.KeySpec
+		file     = fs.String("config", "", "configuration `file` whose pipeline's key spec to use (default: the built-in configuration)")
+		pipeline = fs.String("pipeline", "", "pipeline `name` (default: the configuration's first)")
+		step     = fs.String("step", "", "step `name` (default: the pipeline's)")
 		fields   listFlag
 		volatile listFlag
-		scope    = fs.String("scope", "input", "key `scope`: input (same input, same key in every run) or run (needs -run)")
-		hash     = fs.String("hash", "xxh", "key `hash`: xxh, or sha256 for payloads from untrusted parties")
+		version  = fs.String("version", "", "JSON `pointer` to a version field that starts new work when it changes (default: the pipeline's)")
+		scope    = fs.String("scope", "", "key `scope`: input (same input, same key in every run) or run (needs -run) (default: the pipeline's)")
+		hash     = fs.String("hash", "", "key `hash`: xxh, or sha256 for payloads from untrusted parties (default: the pipeline's)")
 		runID    = fs.String("run", "", "run `id`, for -scope run")
 		maxBytes = fs.Int("max-bytes", 0, "largest payload accepted, in `bytes` (0: 1 MiB)")
 	)
-	fs.StringVar(&spec.Pipeline, "pipeline", "demo", "pipeline `name`")
-	fs.StringVar(&spec.Step, "step", "effect", "step `name`")
-	fs.Var(&fields, "fields", "comma-separated JSON `pointers` that identify the work (default: the whole payload)")
-	fs.Var(&volatile, "volatile", "comma-separated JSON `pointers` dropped from the whole payload (timestamps, delivery ids)")
-	fs.StringVar(&spec.Version, "version", "", "JSON `pointer` to a version field that starts new work when it changes")
+	fs.Var(&fields, "fields", "comma-separated JSON `pointers` that identify the work (default: the pipeline's)")
+	fs.Var(&volatile, "volatile", "comma-separated JSON `pointers` dropped from the whole payload (timestamps, delivery ids) (default: the pipeline's)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: consumer key [flags] < payload.json")
 		fs.PrintDefaults()
@@ -38,18 +43,44 @@ func runKey(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("key: unexpected argument %q (the payload is read from standard input)", fs.Arg(0))}
 	}
-	spec.Fields, spec.Volatile = fields, volatile
+	cfg, err := config.Load(*file)
+	if err != nil {
+		return err
+	}
+	p, err := pickPipeline(cfg, *pipeline)
+	if err != nil {
+		return fmt.Errorf("key: %w", err)
+	}
+	spec := p.KeySpec()
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["step"] {
+		spec.Step = *step
+	}
+	if set["fields"] {
+		spec.Fields = fields
+	}
+	if set["volatile"] {
+		spec.Volatile = volatile
+	}
+	if set["version"] {
+		spec.Version = *version
+	}
 	spec.Limits = canon.Options{MaxBytes: *maxBytes}
 	switch *scope {
-	case "input":
-	case "run":
+	case "":
+	case config.ScopeInput:
+		spec.PerRun = false
+	case config.ScopeRun:
 		spec.PerRun = true
 	default:
 		return fmt.Errorf("key: -scope %q: want input or run", *scope)
 	}
 	switch *hash {
-	case "xxh":
-	case "sha256":
+	case "":
+	case config.HashXXH:
+		spec.SHA256 = false
+	case config.HashSHA256:
 		spec.SHA256 = true
 	default:
 		return fmt.Errorf("key: -hash %q: want xxh or sha256", *hash)
@@ -80,6 +111,7 @@ func runKey(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(stdout, "pipeline:    %s (step %s)\n", p.Name, spec.Step)
 	fmt.Fprintf(stdout, "canonical:   %s\n", doc)
 	fmt.Fprintf(stdout, "key:         %s\n", in.Key)
 	fmt.Fprintf(stdout, "fingerprint: %s\n", in.Fingerprint)

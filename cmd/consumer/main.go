@@ -5,6 +5,9 @@
 //	consumer demo                      # the whole story, embedded, in under a minute
 //	consumer run [-config FILE]        # the pipelines, until SIGTERM
 //	consumer inspect [flags]           # keys, ledger records, leases, cache figures
+//	consumer dead [flags] [SEQ...]     # dead letters; dead show SEQ: one with its payload
+//	consumer redrive [flags] [SEQ...]  # republish dead letters, fenced (dry run unless -yes)
+//	consumer forget [flags] KEY        # clear a failed ledger record
 //	consumer config check [FILE]       # validate and explain a configuration
 //	consumer key [flags] < payload.json
 //	consumer version                   # version, commit, Go version
@@ -12,8 +15,9 @@
 //
 // The key command reads one trigger payload from standard input, validates it
 // as I-JSON, and prints its RFC 8785 canonical form, the intent key that a
-// pipeline step with the given key spec derives from it, and the payload's
-// fingerprint. It exits with status 1 and a message naming the problem and
+// pipeline of the configuration (-config, else the built-in one; -pipeline,
+// else its first) derives from it, its key spec overridden by any key flags
+// given, and the payload's fingerprint. It exits with status 1 and a message naming the problem and
 // its byte offset when the payload is rejected.
 package main
 
@@ -66,6 +70,9 @@ commands:
            a burst of triggers with retries and duplicates, and a report
   run      run the pipelines until SIGINT/SIGTERM (embedded NATS unless -nats-url)
   inspect  show a trigger's key and ledger record, pending leases, cache figures
+  dead     list dead letters (dead show SEQ: one, with its payload and headers)
+  redrive  republish dead letters once their cause is fixed, fenced by the ledger (dry run unless -yes)
+  forget   clear an intent's failed ledger record, so that its next trigger runs anew
   config   check FILE: validate a configuration and explain it
   key      derive the intent key of a payload read from standard input
   version  print the version, the commit and the Go version of this build
@@ -88,6 +95,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runDemo(ctx, args[1:], stdin, stdout, stderr)
 	case "inspect":
 		return runInspect(ctx, args[1:], stdin, stdout, stderr)
+	case "dead":
+		return runDead(ctx, args[1:], stdin, stdout, stderr)
+	case "redrive":
+		return runRedrive(ctx, args[1:], stdin, stdout, stderr)
+	case "forget":
+		return runForget(ctx, args[1:], stdin, stdout, stderr)
 	case "config":
 		return runConfig(ctx, args[1:], stdin, stdout, stderr)
 	case "version", "-version", "--version":

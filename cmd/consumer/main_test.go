@@ -5,9 +5,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 func runCmd(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {
@@ -49,7 +53,7 @@ func TestKeyCommandErrors(t *testing.T) {
 		{"duplicate member", `{"a":1,"a":2}`, []string{"key"}, "duplicate object member name"},
 		{"not json", `alert!`, []string{"key"}, "canon:"},
 		{"oversized", `{"a":"` + strings.Repeat("x", 2000) + `"}`, []string{"key", "-max-bytes", "1000"}, "too large"},
-		{"missing field", `{"a":1}`, []string{"key", "-fields", "/alert/id"}, "/alert/id"},
+		{"missing field", `{"alert":{"occurrence":1}}`, []string{"key", "-fields", "/alert/id"}, "/alert/id"},
 		{"run scope without run", `{}`, []string{"key", "-scope", "run"}, "run id"},
 		{"bad scope", `{}`, []string{"key", "-scope", "forever"}, "-scope"},
 		{"unknown command", ``, []string{"frobnicate"}, "unknown command"},
@@ -123,7 +127,11 @@ func TestHelpAndUsage(t *testing.T) {
 	}
 }
 
-// TestDemoReportAddsUp: the demo's duplicate rows add up to their total.
+// TestDemoReportAddsUp: the demo's rows add up. The duplicate rows add up
+// to their total, the triggers published to NATS and those that came
+// through the ingress to the triggers in, and the triggers in, with those
+// a redrive republished, to the unique intents, the duplicates suppressed
+// and the dead letters: each trigger is one of the three.
 func TestDemoReportAddsUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo")
@@ -148,5 +156,85 @@ func TestDemoReportAddsUp(t *testing.T) {
 	sum := field("by the trigger stream (Nats-Msg-Id)") + field("by the in-memory window") + field("by the durable ledger")
 	if total != sum || total == 0 {
 		t.Errorf("duplicate triggers suppressed %d; its rows add up to %d", total, sum)
+	}
+	in, nats, ingress := field("triggers in"), field("published to NATS"), field("through the webhook ingress")
+	if in != nats+ingress || ingress == 0 {
+		t.Errorf("triggers in %d; published to NATS %d and through the ingress %d add up to %d", in, nats, ingress, nats+ingress)
+	}
+	redriven, unique, dead := field("redriven after the fix"), field("unique intents"), field("dead letters")
+	if in+redriven != unique+total+dead {
+		t.Errorf("triggers in %d + redriven %d = %d; unique intents %d + suppressed %d + dead letters %d = %d",
+			in, redriven, in+redriven, unique, total, dead, unique+total+dead)
+	}
+}
+
+// TestKeyCommandUsesConfig checks that consumer key derives the key of a
+// pipeline the configuration has: by default the built-in configuration's
+// first pipeline (alerts), the same key the consumer gives the trigger;
+// with -config, that file's pipelines; a pipeline the configuration lacks
+// is an error that names those it has.
+func TestKeyCommandUsesConfig(t *testing.T) {
+	payload, err := os.ReadFile("../../examples/alert.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyOf := func(out string) string {
+		for _, line := range strings.Split(out, "\n") {
+			if k, ok := strings.CutPrefix(line, "key:"); ok {
+				return strings.TrimSpace(k)
+			}
+		}
+		t.Fatalf("no key line in %q", out)
+		return ""
+	}
+	wantKey := func(cfg *config.Config, name string) string {
+		for _, p := range cfg.Pipelines {
+			if p.Name == name {
+				k, err := dedupe.NewKeyer(p.KeySpec())
+				if err != nil {
+					t.Fatal(err)
+				}
+				in, err := k.Intent(payload)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return in.Key.String()
+			}
+		}
+		t.Fatalf("no pipeline %s", name)
+		return ""
+	}
+
+	out, _, err := runCmd(t, string(payload), "key")
+	if err != nil {
+		t.Fatalf("consumer key: %v", err)
+	}
+	if got, want := keyOf(out), wantKey(config.Default(), "alerts"); got != want {
+		t.Errorf("consumer key < alert.json = %s; want %s, the built-in alerts pipeline's key", got, want)
+	}
+
+	file := filepath.Join(t.TempDir(), "oncegate.yaml")
+	yaml := "pipelines:\n  - name: orders\n    subject: triggers.orders\n    key:\n      fields: [/alert/labels/alertname]\n    effect:\n      sink: jetstream\n      subject: effects.orders\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runCmd(t, string(payload), "key", "-config", file)
+	if err != nil {
+		t.Fatalf("consumer key -config: %v", err)
+	}
+	if got, want := keyOf(out), wantKey(cfg, "orders"); got != want {
+		t.Errorf("consumer key -config %s = %s; want %s, the orders pipeline's key", file, got, want)
+	}
+	if !strings.Contains(out, "pipeline:    orders (step gate)") {
+		t.Errorf("consumer key -config output %q; want it to name the orders pipeline", out)
+	}
+
+	_, _, err = runCmd(t, string(payload), "key", "-config", file, "-pipeline", "alerts")
+	if err == nil || !strings.Contains(err.Error(), `no pipeline "alerts"`) || !strings.Contains(err.Error(), "orders") {
+		t.Errorf("consumer key -pipeline alerts with a file of orders only: %v; want an error naming orders", err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/natstest"
+	"github.com/oncegate/oncegate/internal/outcome"
 )
 
 // These tests run the real consumer binary as a child process, built with
@@ -273,7 +274,7 @@ func TestCrashAtEachPoint(t *testing.T) {
 			unknown := map[string]bool{}
 			if streamCount(t, js, "ONCEGATE_DEAD") > 0 {
 				for _, m := range streamSubject(t, js, "ONCEGATE_DEAD", "oncegate.dead.messages") {
-					if r := m.Headers().Get(consumer.HeaderReason); r != string(consumer.ReasonUnknownOutcome) {
+					if r := m.Headers().Get(consumer.HeaderReason); r != string(outcome.ReasonUnknownOutcome) {
 						t.Errorf("one-shot dead letter with reason %s", r)
 					}
 					unknown[m.Headers().Get(consumer.HeaderKey)] = true

@@ -13,6 +13,8 @@ import (
 
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ingress"
 )
 
 // common holds the flags run, demo and inspect share. Flags override the
@@ -87,12 +89,56 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// errNoNATSURL is what run -require-nats-url returns without a NATS URL.
+var errNoNATSURL = errors.New("run: no NATS URL: set ONCEGATE_NATS_URL (or -nats-url, or nats.url in the file) " +
+	"to the NATS deployment to join, e.g. nats://nats:4222. -require-nats-url, as the container image's default " +
+	"command has it, does not start an embedded server: one on the container's loopback is out of every other container's reach")
+
+// runFlags are the run command's flags: the common ones and its own.
+type runFlags struct {
+	common
+	ingress    string
+	proxy      string
+	requireURL bool
+}
+
+func (r *runFlags) register(fs *flag.FlagSet) {
+	r.common.register(fs)
+	fs.StringVar(&r.ingress, "ingress", "", "serve the webhook ingress on `address` (host:port; \":8080\" is loopback, \"0.0.0.0:8080\" every interface; overrides ingress.listen)")
+	fs.StringVar(&r.proxy, "proxy", "", "serve the OpenAI-compatible proxy on `address` (host:port; \":8081\" is loopback; overrides proxy.listen; clients' keys come from proxy.keys_file)")
+	fs.BoolVar(&r.requireURL, "require-nats-url", false, "fail unless a NATS URL is set (nats.url, ONCEGATE_NATS_URL or -nats-url) rather than start an embedded server; the container image's default command sets it")
+}
+
+// load is common.load with the run command's own flags applied.
+func (r *runFlags) load() (*config.Config, error) {
+	cfg, err := r.common.load()
+	if err != nil {
+		return nil, err
+	}
+	if r.requireURL && cfg.NATS.URL == "" {
+		return nil, errNoNATSURL
+	}
+	if r.ingress != "" || r.proxy != "" {
+		if r.ingress != "" {
+			cfg.Ingress.Listen = r.ingress
+			cfg.SetByFlag("ingress.listen", "-ingress")
+		}
+		if r.proxy != "" {
+			cfg.Proxy.Listen = r.proxy
+			cfg.SetByFlag("proxy.listen", "-proxy")
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
 func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var c common
+	var c runFlags
 	c.register(fs)
-	ingressAddr := fs.String("ingress", "", "serve the webhook ingress on `address` (host:port; \":8080\" is loopback, \"0.0.0.0:8080\" every interface; overrides ingress.listen)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: consumer run [flags]\n\nRuns the pipelines until SIGINT or SIGTERM, then drains.")
 		fs.PrintDefaults()
@@ -107,14 +153,8 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	if *ingressAddr != "" {
-		cfg.Ingress.Listen = *ingressAddr
-		if err := cfg.Validate(); err != nil {
-			return err
-		}
-	}
 	log := newLogger(cfg, stderr)
-	a, err := app.Start(ctx, cfg, app.Options{Logger: log, Clock: faultClock()})
+	a, err := app.Start(ctx, cfg, app.Options{Logger: log, Clock: faultClock(), WrapLedger: faultLedger()})
 	if err != nil {
 		return err
 	}
@@ -135,6 +175,13 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 			fmt.Fprintf(stdout, "Oncegate: webhook ingress at http://%s/hooks/<source>\n", a.IngressAddr)
 		}
 	}
+	if a.Proxy != nil {
+		if cfg.Log.Format == config.LogJSON {
+			slog.New(slog.NewJSONHandler(stdout, nil)).Info("OpenAI-compatible proxy", "url", "http://"+a.ProxyAddr+"/v1")
+		} else {
+			fmt.Fprintf(stdout, "Oncegate: OpenAI-compatible proxy at http://%s/v1\n", a.ProxyAddr)
+		}
+	}
 	err = a.Run(ctx)
 	if cerr := a.Close(); err == nil {
 		err = cerr
@@ -146,7 +193,13 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 }
 
 func runConfig(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	const usage = "usage: consumer config check [FILE]\n\nValidates FILE (or the built-in configuration) with the ONCEGATE_* environment applied, and explains it."
+	const usage = `usage: consumer config check [FILE] [-sample TRIGGER.json [-header K=V ...] [-answer ANSWER] [-pipeline NAME]]
+
+Validates FILE (or the built-in configuration) with the ONCEGATE_* environment applied,
+reads the secrets its effects need from the environment and files as run does (an unset
+variable is the error run would give), and explains it. With -sample, it shows what a
+pipeline would do with that trigger: its key, the filter's and the route's decisions, the
+rendered prompt, and each effect's rendered request (secrets redacted), calling nothing.`
 	switch {
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprintln(stdout, usage)
@@ -158,20 +211,113 @@ func runConfig(_ context.Context, args []string, _ io.Reader, stdout, stderr io.
 		fmt.Fprintln(stderr, usage)
 		return usageError{fmt.Errorf("config: unknown subcommand %q; the one subcommand is check", args[0])}
 	}
+	args = args[1:]
 	file := ""
-	if len(args) > 2 {
-		return fmt.Errorf("config check: one file at most")
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		file, args = args[0], args[1:]
 	}
-	if len(args) == 2 {
-		file = args[1]
+	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sample := fs.String("sample", "", "a sample trigger `file` (JSON) to show what a pipeline would do with it")
+	answerFile := fs.String("answer", "", "a `file` standing for the model's answer to the sample (JSON for a step with a schema)")
+	pipeline := fs.String("pipeline", "", "the pipeline the sample goes to (default: the one whose subject it names with -subject, or the only one)")
+	var headers headerFlag
+	fs.Var(&headers, "header", "a header of the sample trigger, `K=V` (repeatable)")
+	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() == 1 && file == "":
+		file = fs.Arg(0)
+	case fs.NArg() > 0:
+		return fmt.Errorf("config check: one file at most")
 	}
 	cfg, err := config.Load(file)
 	if err != nil {
 		return err
 	}
+	// The key file is the one file whose reading is part of the check: a
+	// missing, short or world-readable key would refuse the start.
+	key, err := app.EncryptionKey(cfg)
+	clear(key)
+	if err != nil {
+		return err
+	}
+	for _, w := range ingressWarnings(cfg) {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
 	if err := cfg.Explain(stdout); err != nil {
 		return err
 	}
+	secretsErr := cfg.CheckSecrets(nil)
+	if *sample != "" {
+		if err := previewSample(stdout, cfg, *sample, *answerFile, *pipeline, headers); err != nil {
+			return errors.Join(err, secretsErr)
+		}
+	}
+	if secretsErr != nil {
+		return secretsErr
+	}
 	fmt.Fprintln(stdout, "\nconfiguration is valid")
+	return nil
+}
+
+// ingressWarnings are the ingress sources whose secret is not set (or
+// does not decode), read as the ingress reads them at start (a tenant's
+// too): run starts, and answers their requests 503 until it is.
+func ingressWarnings(cfg *config.Config) []string {
+	var out []string
+	for _, p := range ingress.CheckSecrets(app.IngressOptions(&cfg.Ingress)) {
+		out = append(out, "ingress "+p)
+	}
+	return out
+}
+
+// previewSample shows what a pipeline would do with the sample trigger.
+func previewSample(w io.Writer, cfg *config.Config, sampleFile, answerFile, name string, headers headerFlag) error {
+	payload, err := os.ReadFile(sampleFile)
+	if err != nil {
+		return fmt.Errorf("config check: -sample: %w", err)
+	}
+	var answer []byte
+	if answerFile != "" {
+		if answer, err = os.ReadFile(answerFile); err != nil {
+			return fmt.Errorf("config check: -answer: %w", err)
+		}
+	}
+	var p *config.Pipeline
+	switch {
+	case name != "":
+		if p, err = pickPipeline(cfg, name); err != nil {
+			return fmt.Errorf("config check: %w", err)
+		}
+	case len(cfg.Pipelines) == 1:
+		p = &cfg.Pipelines[0]
+	default:
+		names := make([]string, len(cfg.Pipelines))
+		for i := range cfg.Pipelines {
+			names[i] = cfg.Pipelines[i].Name
+		}
+		return usageError{fmt.Errorf("config check: -sample needs -pipeline, one of %s", strings.Join(names, ", "))}
+	}
+	fmt.Fprintf(w, "\nsample %s:\n", sampleFile)
+	return consumer.Preview(w, p, payload, headers, answer)
+}
+
+// headerFlag collects -header K=V.
+type headerFlag map[string]string
+
+func (h *headerFlag) String() string { return "" }
+
+func (h *headerFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want K=V, got %q", s)
+	}
+	if *h == nil {
+		*h = headerFlag{}
+	}
+	(*h)[k] = v
 	return nil
 }

@@ -29,8 +29,11 @@ func runWebhook(_ context.Context, args []string, stdin io.Reader, stdout, stder
 	var (
 		file   = fs.String("config", "", "configuration `file` (default: the built-in configuration)")
 		name   = fs.String("source", "", "the ingress source to sign for (required)")
-		id     = fs.String("id", "", "delivery `id` (default: a new random one, as a provider mints one per delivery)")
-		event  = fs.String("event", "", "event `type` for github (default push), sentry (default issue), hmac with event_header")
+		id     = fs.String("id", "", "delivery `id`, for a source that takes it from a header (default: a new random one, as a provider mints one per delivery)")
+		event  = fs.String("event", "", "event `type`, for a source that takes it from a header (github: push, sentry: issue, shopify: orders/create by default)")
+		tenant = fs.String("tenant", "", "the `tenant`, for a source with a secret per tenant")
+		query  = fs.String("query", "", "the query string of the URL the provider calls, without ?, for a signature over {url}")
+		keyEnv = fs.String("private-key-env", "", "the environment `variable` holding the provider's private key, for an ed25519 source (whose secret is the public key)")
 		at     = fs.Int64("time", 0, "signing time, Unix seconds (default: now)")
 		maxLen = int64(config.DefaultIngressMaxBody) * 16
 	)
@@ -39,7 +42,9 @@ func runWebhook(_ context.Context, args []string, stdin io.Reader, stdout, stder
 			"Prints the headers a provider would send with the payload, signed with the source's secret (read from\n"+
 			"its secret_env or secret_file). With the ingress running:\n\n"+
 			"  consumer webhook sign -source github < examples/github-push.json > headers.txt\n"+
-			"  curl -H @headers.txt --data-binary @examples/github-push.json http://127.0.0.1:8080/hooks/github")
+			"  curl -H @headers.txt --data-binary @examples/github-push.json http://127.0.0.1:8080/hooks/github\n\n"+
+			"A form payload (slack, twilio) is signed as a form. A timestamp in the body (linear's webhookTimestamp)\n"+
+			"is the payload's own: make it recent.")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args[1:]); err != nil {
@@ -72,8 +77,16 @@ func runWebhook(_ context.Context, args []string, stdin io.Reader, stdout, stder
 	// A source with auth: none checks no signature; the one printed is
 	// made with a placeholder secret.
 	secret := []byte("whsec_dW5zaWduZWQ=")
-	if src.Auth != config.AuthNone {
-		if secret, err = ingress.SourceSecret(src, os.Getenv); err != nil {
+	r := src.Resolved()
+	switch {
+	case r.Auth == config.AuthNone:
+	case r.Auth == config.AuthSignature && r.Signature.Algorithm == "ed25519":
+		if *keyEnv == "" || os.Getenv(*keyEnv) == "" {
+			return fmt.Errorf("webhook sign: source %s verifies ed25519 signatures with a public key: give the private key with -private-key-env", src.Name)
+		}
+		secret = []byte(os.Getenv(*keyEnv))
+	default:
+		if secret, err = ingress.SourceSecret(src, *tenant, os.Getenv); err != nil {
 			return err
 		}
 	}
@@ -84,7 +97,7 @@ func runWebhook(_ context.Context, args []string, stdin io.Reader, stdout, stder
 	if *id == "" {
 		*id = newDeliveryID(src.Kind)
 	}
-	h, err := ingress.Sign(src, secret, body, now, *id, *event)
+	h, err := ingress.SignDelivery(src, ingress.Delivery{Secret: secret, Body: body, Time: now, ID: *id, Event: *event, Tenant: *tenant, Query: *query})
 	if err != nil {
 		return err
 	}

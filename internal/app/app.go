@@ -20,6 +20,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ingress"
@@ -28,8 +29,10 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/ops"
+	"github.com/oncegate/oncegate/internal/proxy"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/internal/standin"
+	"github.com/oncegate/oncegate/internal/streamwatch"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 	"github.com/oncegate/oncegate/pkg/llmcache/ratelimit"
 )
@@ -58,8 +61,14 @@ type Options struct {
 	// The default is the system clock.
 	Clock ledger.Clock
 
+	// WrapLedger, if set, wraps the ledger once it is open (fault builds
+	// record its operations and simulate its outages with it). The
+	// wrapper's Close must close the ledger it wraps.
+	WrapLedger func(ledger.Ledger) (ledger.Ledger, error)
+
 	// WrapSink, if set, wraps each pipeline's sink (the demo injects
-	// effect failures with it).
+	// effect failures with it): the name is the pipeline's, or
+	// "<pipeline>/<effect>" for a named effect.
 	WrapSink func(pipeline string, s sink.Sink) sink.Sink
 
 	// Tracer, if set, traces the triggers in place of the provider that
@@ -87,9 +96,24 @@ type App struct {
 	IngressAddr string
 	// RateLimit paces the model calls, nil unless llm.rate_limit is on.
 	RateLimit *ratelimit.Transport
+	// Proxy is the OpenAI-compatible proxy, nil unless proxy.listen is
+	// set; ProxyAddr is the address it listens on.
+	Proxy     *proxy.Server
+	ProxyAddr string
+	// Admin carries out the admin operations (recovery.go), nil with
+	// admin.off.
+	Admin *admin.Admin
+	// ConsoleAddr is the address the console listens on, empty unless
+	// console.listen is set.
+	ConsoleAddr string
+	// StreamWatch measures the pipelines' backlog and the triggers no
+	// pipeline reads, every 15s; a test may Poll it between.
+	StreamWatch *streamwatch.Watcher
 
 	log          *slog.Logger
 	closers      []func() error
+	upstream     http.RoundTripper // to the model endpoint, under the cache
+	modelKey     string            // the model endpoint's API key
 	consumerOpts consumer.Options
 
 	// live and liveCache are what the ops server reads: it starts before
@@ -135,7 +159,16 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 	a.Metrics = ops.NewMetrics(ops.MetricsOptions{LLMStats: a.llmStats, WindowStats: a.windowStats, Ready: a.ready})
 	for _, p := range cfg.Pipelines {
 		a.Metrics.AddPipeline(p.Name)
-		a.Metrics.AddSink(p.Name, p.Effect.Sink)
+		for _, e := range p.AllEffects() {
+			kind := e.Sink
+			if e.Preset != "" {
+				kind = e.Preset
+			}
+			a.Metrics.AddSink(p.Name, kind)
+			if e.Class == config.ClassOneShot {
+				a.Metrics.AddSink(p.Name, "outbox") // the pipeline's publish to its outbox
+			}
+		}
 		if p.Step != nil {
 			a.Metrics.AddStep(p.Name, p.Step.Name)
 		}
@@ -162,7 +195,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 		// The embedded server requires what the consumer authenticates
 		// with (nats.token_file or ONCEGATE_NATS_TOKEN, an nkey seed, a
 		// user), if anything: see natsrun.StartEmbeddedAuth.
-		e, err := natsrun.StartEmbeddedAuth(cfg.NATS, cfg.DataDir, o.Logger.With("component", "nats-server"), nil)
+		e, err := natsrun.StartEmbeddedAuth(cfg.DataDir, NATSOptions(cfg.NATS, "", o.Logger.With("component", "nats-server")))
 		if errors.Is(err, natsrun.ErrStoreInUse) {
 			return nil, fmt.Errorf("%w: data directory %s is used by another Oncegate process. One process owns a data directory "+
 				"(its embedded NATS store and its Badger ledger); to run several replicas, join one NATS deployment (nats.url) "+
@@ -195,6 +228,12 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 		if a.Ledger, err = a.openLedger(ctx, o.Clock); err != nil {
 			return nil, err
 		}
+		if o.WrapLedger != nil {
+			if a.Ledger, err = o.WrapLedger(a.Ledger); err != nil {
+				return nil, fmt.Errorf("app: ledger: %w", err)
+			}
+			a.closers = append(a.closers, a.Ledger.Close)
+		}
 	}
 
 	// Model and cache.
@@ -218,20 +257,35 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 		a.consumerOpts.Sinks = map[string]sink.Sink{}
 		for i := range cfg.Pipelines {
 			p := &cfg.Pipelines[i]
-			s, err := sink.FromConfig(a.JS, &p.Effect)
-			if err != nil {
-				return nil, fmt.Errorf("app: pipeline %s: %w", p.Name, err)
+			for _, e := range p.AllEffects() {
+				name, path := p.Name, fmt.Sprintf("pipelines[%s].effect", p.Name)
+				if e.Name != "" {
+					name, path = p.Name+"/"+e.Name, fmt.Sprintf("pipelines[%s].effects[%s]", p.Name, e.Name)
+				}
+				s, err := consumer.NewSink(a.JS, path, e.Effect)
+				if err != nil {
+					return nil, fmt.Errorf("app: pipeline %s: %w", p.Name, err)
+				}
+				a.consumerOpts.Sinks[name] = o.WrapSink(name, s)
 			}
-			a.consumerOpts.Sinks[p.Name] = o.WrapSink(p.Name, s)
 		}
 	}
 	if a.Consumer, err = consumer.New(a.consumerOpts); err != nil {
 		return nil, err
 	}
 	a.live.Store(a.Consumer)
+	if err := a.startStreamWatch(); err != nil {
+		return nil, err
+	}
 
 	if err := a.startIngress(o); err != nil {
 		return nil, fmt.Errorf("app: webhook ingress: %w", err)
+	}
+	if err := a.startProxy(o); err != nil {
+		return nil, fmt.Errorf("app: proxy: %w", err)
+	}
+	if err := a.startRecovery(o); err != nil {
+		return nil, fmt.Errorf("app: admin service: %w", err)
 	}
 	return a, nil
 }
@@ -252,7 +306,7 @@ func (a *App) ready() error {
 func connect(ctx context.Context, cfg *config.Config, url string, retry bool, log *slog.Logger) (*nats.Conn, error) {
 	wait := 250 * time.Millisecond
 	for {
-		nc, err := natsrun.Connect(ctx, cfg.NATS, url, "oncegate", log)
+		nc, err := natsrun.Connect(ctx, url, NATSOptions(cfg.NATS, "oncegate", log))
 		if err == nil || !retry || errors.As(err, new(*natsrun.FileError)) || ctx.Err() != nil {
 			return nc, err
 		}
@@ -288,6 +342,9 @@ func stepConcurrency(cfg *config.Config) int {
 }
 
 func needsModel(cfg *config.Config) bool {
+	if cfg.ProxyOn() {
+		return true
+	}
 	for _, p := range cfg.Pipelines {
 		if p.Step != nil {
 			return true
@@ -411,6 +468,7 @@ func (a *App) openModel(ctx context.Context, cfg *config.Config, o Options) (*op
 		return nil, err
 	}
 	oc.HTTPClient = cache.HTTPClient(&http.Client{Transport: rt})
+	a.upstream, a.modelKey = rt, key
 	return openai.NewClientWithConfig(oc), nil
 }
 

@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/natstest"
 )
 
 // encConfig is the default configuration on dir with the key file.
@@ -186,5 +188,106 @@ func TestEncryptionAtRest(t *testing.T) {
 	}
 	if _, err := app.Start(context.Background(), encConfig(t, t.TempDir(), short), app.Options{NoOps: true}); err == nil || !strings.Contains(err.Error(), "17 bytes") {
 		t.Errorf("a 17-byte key file: Start error = %v; want it to say 17 bytes", err)
+	}
+}
+
+// TestKeyFilePermissions: a key file that its group or others may read
+// (or write) is refused, as ssh refuses such a private key, with the
+// command that fixes it; 0600 and 0400 are accepted.
+func TestKeyFilePermissions(t *testing.T) {
+	for _, tt := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o600, true}, {0o400, true}, {0o640, false}, {0o604, false}, {0o660, false}, {0o644, false}} {
+		path := filepath.Join(t.TempDir(), "oncegate.key")
+		if err := os.WriteFile(path, bytes.Repeat([]byte{0x5a}, 32), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, tt.mode); err != nil {
+			t.Fatal(err)
+		}
+		cfg := config.Default()
+		cfg.Encryption.KeyFile = path
+		key, err := app.EncryptionKey(cfg)
+		switch {
+		case tt.ok && err != nil:
+			t.Errorf("mode %04o: EncryptionKey error = %v; want the key", tt.mode, err)
+		case !tt.ok && (!errors.Is(err, app.ErrKeyFilePermissions) || !strings.Contains(err.Error(), "chmod 600 "+path)):
+			t.Errorf("mode %04o: EncryptionKey error = %v; want ErrKeyFilePermissions with \"chmod 600 %s\"", tt.mode, err, path)
+		case !tt.ok && key != nil:
+			t.Errorf("mode %04o: a key was returned with the error", tt.mode)
+		}
+	}
+}
+
+// TestEncryptedKVCache: with encryption.key_file and llm.cache.store: kv,
+// the answers in the JetStream KV bucket are sealed with the key: the raw
+// values, read with nats.go after the consumer stopped, do not hold the
+// answer's text; a start without the key is refused.
+func TestEncryptedKVCache(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "oncegate.key")
+	if err := os.WriteFile(keyFile, bytes.Repeat([]byte{0x6b}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.DataDir = dir
+	cfg.NATS.Embedded.Listen = "127.0.0.1:0"
+	cfg.NATS.Embedded.StoreDir = filepath.Join(dir, "nats")
+	cfg.Encryption.KeyFile = keyFile
+	cfg.LLM.Cache.Store = config.StoreKV
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	effect := runOneAlert(t, cfg, committed)
+	var body struct{ Answer string }
+	if err := json.Unmarshal(effect, &body); err != nil {
+		t.Fatalf("effect %q: %v", effect, err)
+	}
+	_, summary, ok := strings.Cut(body.Answer, "Summary: ")
+	if !ok || len(summary) < 20 {
+		t.Fatalf("effect %q: want the stand-in model's answer", effect)
+	}
+
+	s := natstest.RunServer(t, func(o *server.Options) { o.StoreDir = cfg.NATS.Embedded.StoreDir })
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, cfg.LLM.Cache.KV.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.ListKeysFiltered(ctx, "a.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := 0
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers++
+		for _, n := range []string{summary, "[stand-in model]"} {
+			if bytes.Contains(e.Value(), []byte(n)) {
+				t.Errorf("KV value %s holds %q in plain text", k, n)
+			}
+		}
+	}
+	if answers == 0 {
+		t.Fatal("no answer in the KV cache bucket")
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+
+	// A replica without the key (and no Badger store to refuse it first)
+	// is refused by the sealed bucket.
+	cfg.Encryption.KeyFile, cfg.Ledger.Store = "", config.StoreKV
+	a, err := app.Start(context.Background(), cfg, app.Options{NoOps: true})
+	if err == nil {
+		a.Close()
+		t.Fatal("Start without the key on a sealed KV cache succeeded")
+	}
+	if !errors.Is(err, app.ErrEncryptionKey) || !strings.Contains(err.Error(), "LLM cache") {
+		t.Errorf("Start without the key: %v; want ErrEncryptionKey naming the LLM cache", err)
 	}
 }

@@ -19,10 +19,10 @@ func (a *App) startIngress(o Options) error {
 	if r := a.Metrics.Registry(); r != nil {
 		reg = r
 	}
-	srv, err := ingress.New(ingress.Options{
-		Config: &a.Config.Ingress, JetStream: a.JS, Registerer: reg,
-		Logger: o.Logger.With("component", "ingress"), Getenv: o.Getenv,
-	})
+	io := IngressOptions(&a.Config.Ingress)
+	io.JetStream, io.Registerer = a.JS, reg
+	io.Logger, io.Getenv = o.Logger.With("component", "ingress"), o.Getenv
+	srv, err := ingress.New(io)
 	if err != nil {
 		return err
 	}

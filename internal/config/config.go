@@ -1,6 +1,8 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -34,6 +36,11 @@ type Config struct {
 	Pipelines []Pipeline `yaml:"pipelines"`
 	Ingress   Ingress    `yaml:"ingress"`
 	Tracing   Tracing    `yaml:"tracing"`
+	// Proxy configures the OpenAI-compatible proxy; see proxy.go. It is
+	// off by default.
+	Proxy   Proxy   `yaml:"proxy"`
+	Admin   Admin   `yaml:"admin"`
+	Console Console `yaml:"console"`
 	// Encryption configures encryption at rest of the Badger stores; see
 	// encryption.go. The default is none.
 	Encryption Encryption `yaml:"encryption"`
@@ -223,7 +230,10 @@ type Cache struct {
 
 // Price is what a model costs, in USD per million tokens.
 type Price struct {
-	PromptPerMTok     float64 `yaml:"prompt_per_mtok"`
+	// PromptPerMTok is the price of a million prompt tokens, in USD.
+	PromptPerMTok float64 `yaml:"prompt_per_mtok"`
+	// CompletionPerMTok is the price of a million completion tokens, in
+	// USD.
 	CompletionPerMTok float64 `yaml:"completion_per_mtok"`
 }
 
@@ -283,9 +293,13 @@ type Stream struct {
 	// trigger's stored result when the trigger names a subject in its
 	// Oncegate-Reply header. A reply to any other subject is refused and
 	// counted: a trigger must not make Oncegate publish into an effect,
-	// outbox or KV subject, or call the JetStream API. A prefix may not
-	// begin with '$' or "oncegate.". The default is ["_INBOX."], where
-	// request-reply clients listen.
+	// outbox or KV subject, or call the JetStream API. No subject Oncegate
+	// reads or writes may lie under a prefix (the trigger stream's and the
+	// pipelines' subjects, effect, dead-letter and approval subjects, the
+	// ingress sources' subjects, "oncegate.>", '$' subjects and the
+	// server's "_R_." and "_GR_." reply mappings), wildcards taken into
+	// account: Validate refuses such a prefix (ReplyOverlapError). The
+	// default is ["_INBOX."], where request-reply clients listen.
 	ReplyPrefixes []string `yaml:"reply_prefixes"`
 	// DeadLetterSubject is where a trigger goes, with the reason, after
 	// its last delivery fails. "{pipeline}" is replaced by the pipeline's
@@ -328,7 +342,9 @@ const (
 
 // ReplyAllowed reports whether Oncegate may publish a trigger's result to
 // subject: under one of ReplyPrefixes, never on a subject the server or
-// Oncegate owns, never on a wildcard.
+// Oncegate owns, never on a wildcard. That a prefix reaches no subject
+// Oncegate reads or writes is Validate's to check, once, not this
+// function's on every reply.
 func (s *Stream) ReplyAllowed(subject string) bool {
 	if subject == "" || strings.HasPrefix(subject, "$") || strings.HasPrefix(subject, "oncegate.") ||
 		strings.ContainsAny(subject, "*> \t\r\n") {
@@ -381,8 +397,21 @@ type Pipeline struct {
 	Key Key `yaml:"key"`
 	// Step is the model call; nil for gate pipelines.
 	Step *Step `yaml:"step"`
-	// Effect is what the pipeline does, once per intent.
+	// When is a CEL condition (package cond) over the trigger, its
+	// headers and its status: a trigger for which it is false is filtered
+	// out — acked, counted in oncegate_filtered_total, never claimed, paid
+	// for or sent. Empty keeps every trigger.
+	When string `yaml:"when"`
+	// Effect is what the pipeline does, once per intent. A pipeline has
+	// Effect, or Effects.
 	Effect Effect `yaml:"effect"`
+	// Effects are named effects: without Routes each intent performs all
+	// of them, with Routes those of its route. Each is sent under its own
+	// key, derived from the intent key and its name, so that a redo
+	// collapses at each target; the intent is committed once all are out.
+	Effects map[string]Effect `yaml:"effects"`
+	// Routes choose, per intent, which of Effects it performs.
+	Routes []Route `yaml:"routes"`
 	// Window configures the in-memory duplicate window.
 	Window Window `yaml:"window"`
 	// AckWait is how long JetStream waits for an ack before redelivering.
@@ -432,28 +461,6 @@ func (p *Pipeline) KeySpec() dedupe.KeySpec {
 	return ks
 }
 
-// Horizon is the redelivery horizon of the pipeline: the longest a trigger
-// can keep coming back after its first delivery. Each of the MaxDeliver
-// deliveries waits out its ack deadline (AckWait, or with Backoff the
-// delay for that delivery, the last repeating) before the next one or the
-// dead letter. A ledger record must outlive it, or a late redelivery would
-// find no record and run the effect again.
-func (p *Pipeline) Horizon() time.Duration {
-	n := max(p.MaxDeliver, 0)
-	waits := p.Backoff
-	if len(waits) == 0 {
-		waits = []time.Duration{p.AckWait}
-	}
-	var h time.Duration
-	for _, w := range waits[:min(n, len(waits))] {
-		h = addSat(h, w)
-	}
-	if extra := n - len(waits); extra > 0 {
-		h = addSat(h, mulSat(waits[len(waits)-1], extra))
-	}
-	return h
-}
-
 // RetryDelay is the wait Oncegate asks for before delivery n+1 after a
 // retryable failure of delivery n: the pipeline's backoff if it has one
 // (the last step repeating), or 250ms doubling up to 30s.
@@ -469,7 +476,8 @@ func (p *Pipeline) RetryDelay(n int) time.Duration {
 // being retried after its first delivery: over MaxDeliver deliveries, each
 // waits the longest of its ack deadline (Pipeline.Horizon), its retry
 // delay, and, when a ledger holds the work, the lease a crashed holder
-// leaves behind. Every window that dedupes a redo of the effect (the
+// leaves behind. (It is the one formula of the horizon: Config.Validate and
+// the consumer's stream checks use it.) Every window that dedupes a redo of the effect (the
 // effect stream's duplicate window, the ledger's retention, the trigger
 // stream's max age) must cover it.
 func (c *Config) RedeliveryHorizon(p *Pipeline) time.Duration {
@@ -495,7 +503,12 @@ func (c *Config) RedeliveryHorizon(p *Pipeline) time.Duration {
 // that the duplicate window of the stream taking it must cover: a
 // jetstream sink, or a one-shot effect's publish to its outbox.
 func (p *Pipeline) DedupesEffect() bool {
-	return p.Effect.Sink == SinkJetStream || p.Effect.Class == ClassOneShot
+	for _, e := range p.AllEffects() {
+		if e.Sink == SinkJetStream || e.Class == ClassOneShot {
+			return true
+		}
+	}
+	return false
 }
 
 const maxDuration = time.Duration(math.MaxInt64)
@@ -507,15 +520,6 @@ func addSat(h, d time.Duration) time.Duration {
 		return maxDuration
 	}
 	return h + d
-}
-
-// mulSat multiplies the non-negative part of d by n ≥ 0, saturating.
-func mulSat(d time.Duration, n int) time.Duration {
-	d = max(d, 0)
-	if d != 0 && time.Duration(n) > maxDuration/d {
-		return maxDuration
-	}
-	return d * time.Duration(n)
 }
 
 // Key scopes and hashes; see dedupe.KeySpec.PerRun and dedupe.KeySpec.SHA256.
@@ -545,6 +549,15 @@ type Key struct {
 	// Hash is HashXXH (the default) or HashSHA256; choose sha256 when
 	// payloads come from parties who might craft collisions.
 	Hash string `yaml:"hash"`
+	// Status is a JSON Pointer to the trigger's status ("firing",
+	// "resolved"). The key the other fields give is the intent's identity,
+	// which a firing and its resolve share (templates' .identity, the
+	// pagerduty preset's default dedup_key). A trigger whose status is
+	// "firing", or that has none, is keyed by its identity (the key it has
+	// without key.status); any other status (a resolve) is keyed by the
+	// identity and the status, so that a resolve is distinct work from its
+	// firing rather than a duplicate of it.
+	Status string `yaml:"status"`
 	// Headers are trigger headers whose values are part of the key, such
 	// as Oncegate-Event, which the webhook ingress sets to the provider's
 	// event type: the same payload under another event is other work. A
@@ -575,7 +588,55 @@ type Step struct {
 	// BudgetTokens caps the tokens spent on one intent; 0 means no cap.
 	// The default is LLM.Cache.BudgetTokens.
 	BudgetTokens int64 `yaml:"budget_tokens"`
+	// MaxBudget is the most the step's model calls may spend per
+	// BudgetDuration, in US dollars at llm.prices, across every replica
+	// with a shared cache; 0 (the default) means no limit. See spend.go.
+	MaxBudget float64 `yaml:"max_budget"`
+	// BudgetDuration is the period of MaxBudget, such as "1d" or "30d";
+	// 0 (the default) is one period that never ends.
+	BudgetDuration Period `yaml:"budget_duration"`
+	// OverBudget is what a trigger whose model call MaxBudget refuses
+	// does: OverBudgetDeadLetter (the default: dead-lettered with reason
+	// over_budget, to redrive once the budget allows) or OverBudgetWait
+	// (put back until the period ends, for at most an hour at a time).
+	OverBudget string `yaml:"over_budget"`
+	// SkipWhen is a CEL condition (package cond) over the trigger, its
+	// headers and status: when it holds the step is not run and nothing is
+	// paid (a resolve: `status == "resolved"`). Templates then see an
+	// empty answer.
+	SkipWhen string `yaml:"skip_when"`
+	// Schema, a JSON Schema (written in YAML or JSON), asks the model for
+	// structured output (response_format json_schema, strict): the answer
+	// must be JSON valid against it, and its fields are what templates
+	// and routes read as .answer / answer. An answer that is not is asked
+	// again, up to AnswerAttempts calls within the intent's token budget,
+	// then dead-lettered (bad_answer). The schema is part of the cache key.
+	Schema JSONValue `yaml:"schema"`
+	// AnswerAttempts bounds the calls for one structured answer. The
+	// default is 3.
+	AnswerAttempts int `yaml:"answer_attempts"`
 }
+
+// JSONValue is a JSON document written in the configuration as YAML (or
+// JSON, which is YAML), or given to an ONCEGATE_* variable as JSON text.
+type JSONValue []byte
+
+// UnmarshalText implements encoding.TextUnmarshaler, for environment
+// variables: the text is JSON.
+func (j *JSONValue) UnmarshalText(b []byte) error {
+	if len(bytes.TrimSpace(b)) == 0 {
+		*j = nil
+		return nil
+	}
+	if !json.Valid(b) {
+		return fmt.Errorf("not JSON")
+	}
+	*j = append(JSONValue(nil), b...)
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (j JSONValue) MarshalText() ([]byte, error) { return j, nil }
 
 // Effect sinks and classes.
 const (
@@ -591,31 +652,126 @@ const (
 	ClassOneShot = "one-shot"
 )
 
-// Effect is what a pipeline does once per intent.
+// Effect is what a pipeline does once per intent: a request to a sink,
+// rendered from the trigger, the model's answer and the key by templates
+// (package tmpl's data value) or a preset. Secrets — an incoming-webhook
+// URL, a routing key, a token — come from the environment or a file
+// (the *_env and *_file fields), never from the configuration file; see
+// Effect.Secrets.
 type Effect struct {
-	// Sink is SinkJetStream, SinkHTTP or SinkFile. Required.
+	// Preset names a request shape: PresetSlack, PresetPagerDuty,
+	// PresetJira or PresetWebhook (Oncegate's envelope). Its fields (Text,
+	// Summary, Link, EventAction, DedupKey, Severity, Source, Project,
+	// IssueType) have defaults, each overridable; Body replaces the whole
+	// body. A preset other than webhook implies sink http. The default is
+	// none.
+	Preset string `yaml:"preset"`
+	// Sink is SinkJetStream, SinkHTTP or SinkFile. Required, unless a
+	// preset implies it.
 	Sink string `yaml:"sink"`
 	// Subject is the subject a jetstream sink publishes to, with header
-	// Nats-Msg-Id set to the intent key. A literal subject.
+	// Nats-Msg-Id set to the effect's key. A literal subject.
 	Subject string `yaml:"subject"`
-	// URL is where an http sink POSTs, with header Idempotency-Key set to
-	// the intent key.
-	URL string `yaml:"url"`
+	// SubjectSuffix, for a jetstream sink, is a template whose output (one
+	// or more subject tokens) is appended to Subject after a dot.
+	SubjectSuffix string `yaml:"subject_suffix"`
+	// URL is where an http sink sends, with header Idempotency-Key set to
+	// the effect's key; URLEnv or URLFile name where to read a URL that is
+	// a secret (a Slack incoming webhook's). Set one of the three. The
+	// pagerduty preset's default is the Events API v2 endpoint; the jira
+	// preset's is the site (https://acme.atlassian.net), to which it adds
+	// /rest/api/3/issue.
+	URL     string `yaml:"url"`
+	URLEnv  string `yaml:"url_env"`
+	URLFile string `yaml:"url_file"`
+	// Method is POST (the default), PUT or PATCH.
+	Method string `yaml:"method"`
+	// Headers are static headers of an http sink. Values that are secrets
+	// do not belong here: Authorization, Cookie and names ending in Token,
+	// Key, Secret or Password are refused; use HeadersEnv.
+	Headers map[string]string `yaml:"headers"`
 	// HeadersEnv maps an HTTP header to the environment variable holding
 	// its value, for secrets such as Authorization: values never come from
 	// the file.
 	HeadersEnv map[string]string `yaml:"headers_env"`
+	// Body is the template of the request body (of the published message,
+	// for a jetstream sink). Without a body or a preset, an effect sends
+	// what it always has: the trigger as it arrived (a gate pipeline), or
+	// Oncegate's envelope (a pipeline with a model step).
+	Body string `yaml:"body"`
+
+	// Preset fields: templates, with the preset's defaults.
+	Text        string `yaml:"text"`         // slack: the message; jira: the description (ADF)
+	Summary     string `yaml:"summary"`      // pagerduty, jira: the summary
+	Link        string `yaml:"link"`         // slack, pagerduty: a link back
+	EventAction string `yaml:"event_action"` // pagerduty: trigger, acknowledge or resolve; the default by status
+	DedupKey    string `yaml:"dedup_key"`    // pagerduty: the default is the alert's identity
+	Severity    string `yaml:"severity"`     // pagerduty: mapped to critical, error, warning or info
+	Source      string `yaml:"source"`       // pagerduty: payload.source
+	Project     string `yaml:"project"`      // jira: the project key; required for jira
+	IssueType   string `yaml:"issue_type"`   // jira: the issue type's name; the default is Task
+
+	// RoutingKeyEnv or RoutingKeyFile name where the pagerduty preset
+	// reads its integration key; one is required for it.
+	RoutingKeyEnv  string `yaml:"routing_key_env"`
+	RoutingKeyFile string `yaml:"routing_key_file"`
+	// UserEnv or UserFile, and TokenEnv or TokenFile, name where the jira
+	// preset reads its account's email and API token (basic auth).
+	UserEnv   string `yaml:"user_env"`
+	UserFile  string `yaml:"user_file"`
+	TokenEnv  string `yaml:"token_env"`
+	TokenFile string `yaml:"token_file"`
+
 	// Dir is the directory a file sink writes to.
 	Dir string `yaml:"dir"`
-	// Class is ClassReplayable (the default) or ClassOneShot.
+	// Class is ClassReplayable or ClassOneShot. The default is one-shot
+	// for the slack and jira presets (neither honours an idempotency key),
+	// else replayable.
 	Class string `yaml:"class"`
 	// Delay holds a one-shot effect this long, collapsing duplicates and
-	// allowing cancellation. The default is 0.
+	// allowing cancellation. Only for a pipeline's single effect. The
+	// default is 0.
 	Delay time.Duration `yaml:"delay"`
 	// ApprovalSubject, for a one-shot effect, is the subject on which the
-	// effect waits for approval before it goes out.
+	// effect waits for approval before it goes out. An effect waiting for
+	// approval is parked: it holds none of the dispatcher's
+	// max_ack_pending, so approved effects go out past any number of
+	// waiting ones. Only for a pipeline's single effect.
 	ApprovalSubject string `yaml:"approval_subject"`
+	// ApprovalTimeout is how long a parked effect waits for its approval
+	// before it is dead-lettered with reason not_approved (and a late
+	// approval answered so). The default is 24h (DefaultApprovalTimeout) when
+	// ApprovalSubject is set.
+	ApprovalTimeout time.Duration `yaml:"approval_timeout"`
 }
+
+// Effect presets; see Effect.Preset.
+const (
+	PresetWebhook   = "webhook"
+	PresetSlack     = "slack"
+	PresetPagerDuty = "pagerduty"
+	PresetJira      = "jira"
+)
+
+// Route sends the intents whose condition holds to some of a pipeline's
+// named effects. Routes are tried in order and the first whose condition
+// holds is taken: one route per intent, decided once (the decision is
+// recorded before any effect, and a redelivery takes the recorded route).
+type Route struct {
+	// Name names the route in the ledger's record of the decision, in
+	// metrics and in templates (.route): lower-case letters, digits and
+	// '-'. Required.
+	Name string `yaml:"name"`
+	// When is a CEL condition (package cond); empty always holds.
+	When string `yaml:"when"`
+	// Effects are the names of the pipeline's effects the route performs,
+	// each under its own key. At least one.
+	Effects []string `yaml:"effects"`
+}
+
+// DefaultApprovalTimeout is how long a one-shot effect waits for approval
+// when Effect.ApprovalTimeout is not set.
+const DefaultApprovalTimeout = 24 * time.Hour
 
 // Window configures a pipeline's in-memory duplicate window.
 type Window struct {

@@ -3,7 +3,6 @@ package config
 import (
 	"encoding/json"
 	"errors"
-	"math"
 	"os"
 	"reflect"
 	"strings"
@@ -169,36 +168,6 @@ func TestFieldErrorFormat(t *testing.T) {
 		if got := tt.fe.Error(); got != tt.want {
 			t.Errorf("FieldError%+v.Error() = %q; want %q", tt.fe, got, tt.want)
 		}
-	}
-}
-
-func TestHorizon(t *testing.T) {
-	const s = 1e9
-	tests := []struct {
-		name    string
-		p       Pipeline
-		wantSec float64
-	}{
-		{"ack wait only", Pipeline{AckWait: 30 * s, MaxDeliver: 5}, 150},
-		{"backoff shorter than deliveries repeats the last", Pipeline{AckWait: 1 * s, MaxDeliver: 5, Backoff: []time.Duration{1 * s, 10 * s, 60 * s}}, 1 + 10 + 60 + 60 + 60},
-		{"backoff as long as deliveries", Pipeline{AckWait: 2 * s, MaxDeliver: 2, Backoff: []time.Duration{2 * s, 5 * s}}, 7},
-		{"one delivery", Pipeline{AckWait: 30 * s, MaxDeliver: 1}, 30},
-	}
-	for _, tt := range tests {
-		if got := tt.p.Horizon().Seconds(); got != tt.wantSec {
-			t.Errorf("%s: Horizon() = %vs; want %vs", tt.name, got, tt.wantSec)
-		}
-	}
-}
-
-func TestHorizonSaturates(t *testing.T) {
-	p := Pipeline{AckWait: time.Hour, MaxDeliver: math.MaxInt}
-	if got := p.Horizon(); got != maxDuration {
-		t.Errorf("Horizon() with max_deliver MaxInt = %v; want the largest duration", got)
-	}
-	p = Pipeline{AckWait: -time.Second, MaxDeliver: 3}
-	if got := p.Horizon(); got != 0 {
-		t.Errorf("Horizon() with a negative ack wait = %v; want 0", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -35,7 +36,9 @@ var refused = map[reflect.Type]map[string]string{
 		"api_key": "the API key is not read from the config file: name the environment variable that holds it with api_key_env (default OPENAI_API_KEY)",
 	},
 	reflect.TypeFor[Effect](): {
-		"headers": "header values are not read from the config file: map each header to the environment variable that holds its value with headers_env",
+		"routing_key": "the routing key is a secret and is not read from the config file: use routing_key_env or routing_key_file",
+		"token":       "a token is a secret and is not read from the config file: use token_env or token_file",
+		"password":    "a password is a secret and is not read from the config file: use headers_env, or token_env for the jira preset",
 	},
 }
 
@@ -205,6 +208,32 @@ func (d *decoder) value(path string, n ast.Node, v reflect.Value) {
 	switch {
 	case v.Type() == durationType:
 		d.duration(path, n, v)
+		return
+	case v.Type() == jsonValueType:
+		if text, ok := n.(*ast.StringNode); ok {
+			// JSON written as a string (a block scalar), or "" for none.
+			if err := v.Addr().Interface().(*JSONValue).UnmarshalText([]byte(text.Value)); err != nil {
+				d.problem(path, n, invalid("%v", err))
+			}
+			return
+		}
+		if text, ok := n.(*ast.LiteralNode); ok && text.Value != nil {
+			if err := v.Addr().Interface().(*JSONValue).UnmarshalText([]byte(text.Value.Value)); err != nil {
+				d.problem(path, n, invalid("%v", err))
+			}
+			return
+		}
+		var x any
+		if err := yaml.NodeToValue(n, &x); err != nil {
+			d.problem(path, n, invalid("%v", err))
+			return
+		}
+		b, err := json.Marshal(jsonSafe(x))
+		if err != nil {
+			d.problem(path, n, invalid("not representable as JSON: %v", err))
+			return
+		}
+		v.SetBytes(b)
 		return
 	case reflect.PointerTo(v.Type()).Implements(textUnmarshalerType):
 		s, ok := scalarText(n)
@@ -447,6 +476,32 @@ func (d *decoder) dict(path string, n ast.Node, v reflect.Value) {
 		m.SetMapIndex(reflect.ValueOf(e.key), el)
 	}
 	v.Set(m)
+}
+
+var jsonValueType = reflect.TypeFor[JSONValue]()
+
+// jsonSafe turns what YAML decodes (maps with any keys) into what JSON
+// encodes.
+func jsonSafe(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = jsonSafe(e)
+		}
+		return x
+	case map[any]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[fmt.Sprint(k)] = jsonSafe(e)
+		}
+		return m
+	case []any:
+		for i, e := range x {
+			x[i] = jsonSafe(e)
+		}
+		return x
+	}
+	return v
 }
 
 // yamlFields maps the yaml names of t's exported fields to their indexes.

@@ -77,11 +77,6 @@ func TestDecodeErrors(t *testing.T) {
 			wantPath: "llm.api_key", wantLine: 2, wantErr: ErrInvalid, wantMsg: "api_key_env",
 		},
 		{
-			name:     "headers refused",
-			doc:      minimal + "      headers: {Authorization: Bearer x}\n",
-			wantPath: "pipelines[p].effect.headers", wantLine: 7, wantErr: ErrInvalid, wantMsg: "headers_env",
-		},
-		{
 			name:     "string for an int",
 			doc:      minimal + "    max_deliver: five\n",
 			wantPath: "pipelines[p].max_deliver", wantLine: 7, wantErr: ErrInvalid, wantMsg: "want a whole number",

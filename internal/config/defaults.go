@@ -54,16 +54,18 @@ pipelines:
     key:
       fields: [/alert/fingerprint]
       version: /alert/occurrence
+      status: /status
     step:
       name: triage
+      skip_when: status == "resolved"
       system: You are an experienced site reliability engineer. Be brief and concrete.
       prompt: |
         Triage this alert for the on-call engineer.
 
-        Alert:    {{.alert.labels.alertname}} on {{.alert.labels.instance}} (severity {{.alert.labels.severity}})
-        Status:   {{.status}} since {{.alert.startsAt}}, occurrence {{.alert.occurrence}}
-        Summary:  {{.alert.annotations.summary}}
-        Runbook:  {{.alert.annotations.runbook}}
+        Alert:    {{get . "alert" "labels" "alertname" | default "unnamed"}} on {{get . "alert" "labels" "instance" | default "an unknown instance"}} (severity {{get . "alert" "labels" "severity" | default "unset"}})
+        Status:   {{get . "status" | default "firing"}} since {{get . "alert" "startsAt" | default "an unknown time"}}, occurrence {{get . "alert" "occurrence" | default 1}}
+        Summary:  {{get . "alert" "annotations" "summary" | default "none"}}
+        Runbook:  {{get . "alert" "annotations" "runbook" | default "none"}}
 
         Answer with the likely cause, the first thing to check, and whether to page now (yes or no).
     effect:
@@ -199,8 +201,7 @@ func (c *Config) applyDefaults() {
 			setDefault(c, at("step.max_tokens"), &p.Step.MaxTokens, 0)
 			setDefault(c, at("step.budget_tokens"), &p.Step.BudgetTokens, c.LLM.Cache.BudgetTokens)
 		}
-		setDefault(c, at("effect.class"), &p.Effect.Class, ClassReplayable)
-		setDefault(c, at("effect.delay"), &p.Effect.Delay, 0)
+		c.pipelineEffectDefaults(at, p)
 		setDefault(c, at("window.ttl"), &p.Window.TTL, DefaultWindowTTL)
 		setDefault(c, at("window.capacity"), &p.Window.Capacity, DefaultWindowCapacity)
 		ackWait := DefaultAckWait
@@ -214,4 +215,7 @@ func (c *Config) applyDefaults() {
 	}
 	c.ingressDefaults()
 	c.tracingDefaults()
+	c.proxyDefaults()
+	c.spendDefaults()
+	c.recoveryDefaults()
 }

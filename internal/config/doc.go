@@ -28,3 +28,5 @@
 // credentials in a URL, are errors. [Config.Explain] prints names of files
 // and variables, never their contents.
 package config
+
+//go:generate go run ./refgen -root ../.. -o ../../docs/config.md

@@ -9,8 +9,8 @@ import (
 )
 
 // TestEncryptionKeyFile: encryption.key_file is a key of the file and of
-// the environment, is explained, and is refused when there is no Badger
-// store to encrypt.
+// the environment, and is explained, naming what it covers and what not;
+// with both stores on JetStream KV it seals the cache's answers.
 func TestEncryptionKeyFile(t *testing.T) {
 	example, err := os.ReadFile("../../examples/oncegate.yaml")
 	if err != nil {
@@ -41,5 +41,16 @@ func TestEncryptionKeyFile(t *testing.T) {
 	c.NATS.URL = "nats://nats.internal:4222"
 	c.Ledger.Store, c.LLM.Cache.Store = StoreKV, StoreKV
 	c.Encryption.KeyFile = "/k"
-	findError(t, c.Validate(), "encryption.key_file", ErrInvalid)
+	if err := c.Validate(); err != nil {
+		t.Fatalf("a key file with the KV ledger and cache: %v", err)
+	}
+	x.Reset()
+	if err := c.Explain(&x); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"LLM cache answers sealed (AES-GCM) in JetStream KV with the key in /k", "not the KV ledger's records"} {
+		if !strings.Contains(x.String(), want) {
+			t.Errorf("Explain with the KV stores lacks %q:\n%s", want, x.String())
+		}
+	}
 }

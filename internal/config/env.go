@@ -17,15 +17,16 @@ const EnvPrefix = "ONCEGATE_"
 // EnvAllowlist lists the ONCEGATE_* environment variables that are not
 // configuration fields and yet are not typos, so LoadEnv leaves them
 // alone. An entry ending in '*' matches every name with that prefix. Any
-// other ONCEGATE_* variable that matches no field is an error.
+// other ONCEGATE_* variable that matches no field is an error. A build
+// with the oncegate_faults tag adds the names of its fault switches
+// (cmd/consumer); other builds refuse them, so a switch set on a
+// production binary is an error rather than silently ignored.
 var EnvAllowlist = []string{
 	"ONCEGATE_NATS_PASSWORD", // the NATS password, read when connecting; never in the file
 	"ONCEGATE_NATS_TOKEN",    // the NATS token, read when connecting; never in the file
+	"ONCEGATE_CONSOLE_TOKEN", // the console's token, read when it starts; never in the file
 	"ONCEGATE_CONFIG",        // the configuration file's path, read by cmd/consumer
 	"ONCEGATE_CRASH_*",       // crash points: pkg/dedupe's crash test, and ONCEGATE_CRASH_AT in oncegate_faults builds
-	"ONCEGATE_BROKEN",        // a deliberate bug in oncegate_faults builds, for the soak harness
-	"ONCEGATE_CLOCK_*",       // the ledger clock jump of oncegate_faults builds, for the soak harness
-	"ONCEGATE_BENCH_*",       // benchmark switches
 }
 
 func envAllowed(name string) bool {

@@ -130,6 +130,11 @@ func TestEnvErrors(t *testing.T) {
 		{"step the file does not have", []string{"ONCEGATE_PIPELINES_MY_HOOKS_STEP_MODEL=x"}, "ONCEGATE_PIPELINES_MY_HOOKS_STEP_MODEL", "pipelines[my-hooks].step.model", ErrInvalid, "not configured"},
 		{"invalid value reported against the variable", []string{"ONCEGATE_PIPELINES_ALERTS_ACK_WAIT=0s"}, "ONCEGATE_PIPELINES_ALERTS_ACK_WAIT", "pipelines[alerts].ack_wait", ErrInvalid, "positive"},
 		{"invalid enum reported against the variable", []string{"ONCEGATE_LEDGER_STORE=redis"}, "ONCEGATE_LEDGER_STORE", "ledger.store", ErrInvalid, "badger, kv"},
+		// Fault switches are allowed only in oncegate_faults builds (cmd/consumer), and benchmark switches nowhere.
+		{"fault clock switch in a normal build", []string{"ONCEGATE_CLOCK_JUMP=10s"}, "ONCEGATE_CLOCK_JUMP", "", ErrUnknownKey, ""},
+		{"fault ledger switch in a normal build", []string{"ONCEGATE_FAULTS_LEDGER_OUTAGE=1s"}, "ONCEGATE_FAULTS_LEDGER_OUTAGE", "", ErrUnknownKey, ""},
+		{"deliberate bug in a normal build", []string{"ONCEGATE_BROKEN=ack-early"}, "ONCEGATE_BROKEN", "", ErrUnknownKey, ""},
+		{"benchmark switch", []string{"ONCEGATE_BENCH_FULL=1"}, "ONCEGATE_BENCH_FULL", "", ErrUnknownKey, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,7 +38,7 @@ stream:
 `), "oncegate.yaml")
 	fmt.Println(err)
 	// Output:
-	// oncegate.yaml:7: pipelines[alerts].effect.url: required for sink http
+	// oncegate.yaml:7: pipelines[alerts].effect.url: required for sink http: set url, url_env or url_file
 	// oncegate.yaml:3: ledger.retention: 1h does not exceed the redelivery horizon 1h40m of pipeline "alerts" (10 deliveries × ack_wait 10m): a late redelivery would find no record and run its effect again; raise the retention, or lower max_deliver, ack_wait or backoff
 }
 

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -10,30 +9,23 @@ import (
 	"strings"
 	"text/tabwriter"
 	"text/template"
+
+	"github.com/oncegate/oncegate/internal/tmpl"
 )
 
-// TemplateFuncs returns the functions step templates may call besides
-// text/template's built-ins: json renders a value as compact JSON.
-func TemplateFuncs() template.FuncMap {
-	return template.FuncMap{
-		"json": func(v any) (string, error) {
-			b, err := json.Marshal(v)
-			return string(b), err
-		},
-	}
-}
-
-// Templates parses the step's system and prompt templates into one set,
-// with TemplateFuncs. Execute the templates named "system" and "prompt"
-// with the trigger's JSON decoded into a map[string]any. Validate has
-// parsed them already: for a validated Config the error is nil.
+// Templates parses the step's system and prompt templates into one set
+// (package tmpl: its functions, and missingkey=error, so that a prompt
+// naming a key the trigger lacks fails rather than sending "<no value>" to
+// the model). Execute the templates named "system" and "prompt" with the
+// trigger's JSON decoded into a map[string]any. Validate has parsed them
+// already: for a validated Config the error is nil.
 func (s *Step) Templates() (*template.Template, error) {
-	t := template.New("prompt").Funcs(TemplateFuncs())
-	if _, err := t.New("system").Parse(s.System); err != nil {
+	t, err := tmpl.Parse("prompt", s.Prompt)
+	if err != nil {
 		return nil, err
 	}
-	if _, err := t.Parse(s.Prompt); err != nil {
-		return nil, err
+	if _, err := t.New("system").Parse(s.System); err != nil {
+		return nil, &tmpl.Error{Name: "system", Err: err}
 	}
 	return t, nil
 }
@@ -91,7 +83,23 @@ func (x *explainer) process() {
 	c := x.c
 	x.row("data_dir", x.d("data_dir", c.DataDir, c.DataDir))
 	if k := c.Encryption.KeyFile; k != "" {
-		x.row("encryption", "Badger ledger and cache encrypted at rest with the key in "+x.d("encryption.key_file", k, k))
+		var what []string
+		switch {
+		case c.Ledger.Store == StoreBadger && c.LLM.Cache.Store == StoreBadger:
+			what = append(what, "Badger ledger and cache encrypted at rest")
+		case c.Ledger.Store == StoreBadger:
+			what = append(what, "Badger ledger encrypted at rest", "LLM cache answers sealed (AES-GCM) in JetStream KV")
+		case c.LLM.Cache.Store == StoreBadger:
+			what = append(what, "Badger LLM cache encrypted at rest")
+		default:
+			what = append(what, "LLM cache answers sealed (AES-GCM) in JetStream KV")
+		}
+		what[len(what)-1] += " with the key in " + x.d("encryption.key_file", k, k)
+		if c.Ledger.Store == StoreKV {
+			what = append(what, "not the KV ledger's records (results may hold the model's answer)")
+		}
+		what = append(what, "not the JetStream streams (triggers, effects, dead letters): encrypt those in the NATS server")
+		x.row("encryption", what...)
 	}
 
 	n := &c.NATS
@@ -188,6 +196,8 @@ func (x *explainer) process() {
 		"max age "+x.d("stream.max_age", s.MaxAge, maxAge))
 	x.row("dead letters", x.d("stream.dead_letter_subject", s.DeadLetterSubject, s.DeadLetterSubject))
 	x.ingress()
+	x.recovery()
+	x.proxy()
 }
 
 func natsAuth(n *NATS) string {
@@ -237,6 +247,12 @@ func (x *explainer) pipeline(i int) {
 	key = append(key, "scope "+scope, "hash "+x.d(at("key.hash"), k.Hash, k.Hash))
 	row("2 key", key...)
 
+	if p.When != "" {
+		row("  filter", "when "+p.When+" (else acked, counted as filtered, never claimed or paid for)")
+	}
+	if k.Status != "" {
+		row("  status", k.Status+" is part of the key; the key less it is the identity a firing and its resolve share")
+	}
 	row("3 window", "ttl "+x.d(at("window.ttl"), p.Window.TTL, formatDuration(p.Window.TTL)),
 		"capacity "+x.d(at("window.capacity"), p.Window.Capacity, strconv.Itoa(p.Window.Capacity)+" keys"))
 
@@ -244,7 +260,7 @@ func (x *explainer) pipeline(i int) {
 		row("4 ledger", "none: mode gate-window trusts the window and the target stream's Nats-Msg-Id duplicate window")
 	} else {
 		claims := "claims written before the effect"
-		if c.Ledger.Store == StoreBadger && p.Effect.Class == ClassReplayable {
+		if c.Ledger.Store == StoreBadger && !p.HasClass(ClassOneShot) {
 			claims = "claims kept in memory (a replayable effect is redone after a crash), commits written"
 		}
 		row("4 ledger", c.Ledger.Store, "lease "+formatDuration(c.Ledger.Lease), claims,
@@ -267,39 +283,42 @@ func (x *explainer) pipeline(i int) {
 			parts = append(parts, "seed "+strconv.FormatInt(*s.Seed, 10))
 		}
 		parts = append(parts, "token budget per intent "+x.d(at("step.budget_tokens"), s.BudgetTokens, budgetText(s.BudgetTokens)))
+		if s.MaxBudget > 0 {
+			parts = append(parts, spendLimit(s.MaxBudget, s.BudgetDuration)+", then "+x.d(at("step.over_budget"), s.OverBudget, s.OverBudget))
+		}
+		if len(s.Schema) > 0 {
+			parts = append(parts, fmt.Sprintf("structured output: a JSON answer valid against the schema, %d calls at most", s.AnswerAttempts))
+		}
+		if s.SkipWhen != "" {
+			parts = append(parts, "skipped when "+s.SkipWhen)
+		}
 		if c.LLM.BaseURL == "" {
 			parts = append(parts, "served by the stand-in model")
 		}
 		row("5 step", parts...)
 	}
 
-	e := &p.Effect
-	var effect []string
-	switch e.Sink {
-	case SinkJetStream:
-		effect = append(effect, "jetstream publish to "+e.Subject+" with Nats-Msg-Id = intent key")
-	case SinkHTTP:
-		effect = append(effect, "http POST to "+redactURL(e.URL)+" with Idempotency-Key = intent key")
-		for _, h := range slices.Sorted(mapKeys(e.HeadersEnv)) {
-			effect = append(effect, "header "+h+" from $"+e.HeadersEnv[h])
+	for _, ne := range p.AllEffects() {
+		label, epath := "6 effect", at("effect")
+		if ne.Name != "" {
+			label, epath = "6 effect "+ne.Name, keyPath(at("effects"), ne.Name)
 		}
-	case SinkFile:
-		effect = append(effect, "file in "+e.Dir+", written under a temporary name and renamed")
-	default:
-		effect = append(effect, "sink "+e.Sink)
+		row(label, x.effect(epath, ne.Name, ne.Effect)...)
 	}
-	class := x.d(at("effect.class"), e.Class, e.Class)
-	if e.Class == ClassOneShot {
-		class += " (through the ledger's outbox)"
+	for i, r := range p.Routes {
+		label := ""
+		if i == 0 {
+			label = "  routes"
+		}
+		when := "always"
+		if r.When != "" {
+			when = "when " + r.When
+		}
+		row(label, fmt.Sprintf("%d. %s: %s → %s", i+1, r.Name, when, strings.Join(r.Effects, " + ")))
 	}
-	effect = append(effect, "class "+class)
-	if e.Delay > 0 {
-		effect = append(effect, "held "+formatDuration(e.Delay)+" to collapse duplicates")
+	if len(p.Routes) > 0 {
+		row("", "the first route that holds is taken, recorded in the ledger before any effect, and taken again by a redelivery; no route: acked, counted as filtered (rule routes)")
 	}
-	if e.ApprovalSubject != "" {
-		effect = append(effect, "approval on "+e.ApprovalSubject)
-	}
-	row("6 effect", effect...)
 
 	backoff := "none (each redelivery after ack_wait)"
 	if len(p.Backoff) > 0 {
@@ -370,4 +389,71 @@ func retentionCovers(c *Config, p *Pipeline) string {
 		s += ", stream max age " + formatDuration(c.Stream.MaxAge)
 	}
 	return s
+}
+
+// effect explains one effect; secrets are named by where they come from.
+func (x *explainer) effect(path, name string, e *Effect) []string {
+	var effect []string
+	key := "intent key"
+	if name != "" {
+		key = "the effect's key (from the intent key and " + name + ")"
+	}
+	if e.Preset != "" {
+		effect = append(effect, "preset "+e.Preset)
+	}
+	switch e.Sink {
+	case SinkJetStream:
+		subj := e.Subject
+		if e.SubjectSuffix != "" {
+			subj += ".<subject_suffix>"
+		}
+		effect = append(effect, "jetstream publish to "+subj+" with Nats-Msg-Id = "+key)
+	case SinkHTTP:
+		target := redactURL(e.URL)
+		switch {
+		case e.URLEnv != "":
+			target = "the URL in $" + e.URLEnv
+		case e.URLFile != "":
+			target = "the URL in file " + e.URLFile
+		}
+		method := e.Method
+		if method == "" {
+			method = "POST"
+		}
+		effect = append(effect, "http "+method+" to "+target+" with Idempotency-Key = "+key)
+		for _, h := range slices.Sorted(mapKeys(e.HeadersEnv)) {
+			effect = append(effect, "header "+h+" from $"+e.HeadersEnv[h])
+		}
+		for _, h := range slices.Sorted(mapKeys(e.Headers)) {
+			effect = append(effect, "header "+h+": "+e.Headers[h])
+		}
+		switch {
+		case e.RoutingKeyEnv != "":
+			effect = append(effect, "routing key from $"+e.RoutingKeyEnv)
+		case e.RoutingKeyFile != "":
+			effect = append(effect, "routing key from file "+e.RoutingKeyFile)
+		}
+		if e.Preset == PresetJira {
+			effect = append(effect, "basic auth from "+orNone(e.UserEnv, e.UserFile)+" and "+orNone(e.TokenEnv, e.TokenFile))
+		}
+	case SinkFile:
+		effect = append(effect, "file in "+e.Dir+", written under a temporary name and renamed")
+	default:
+		effect = append(effect, "sink "+e.Sink)
+	}
+	if e.Body != "" {
+		effect = append(effect, "body from a template")
+	}
+	class := x.d(joinPath(path, "class"), e.Class, e.Class)
+	if e.Class == ClassOneShot {
+		class += " (through the ledger's outbox)"
+	}
+	effect = append(effect, "class "+class)
+	if e.Delay > 0 {
+		effect = append(effect, "held "+formatDuration(e.Delay)+" to collapse duplicates")
+	}
+	if e.ApprovalSubject != "" {
+		effect = append(effect, "approval on "+e.ApprovalSubject+" within "+formatDuration(e.ApprovalTimeout)+" (else dead-lettered not_approved)")
+	}
+	return effect
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -9,9 +10,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/template"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/tmpl"
 	"github.com/oncegate/oncegate/pkg/canon"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -32,11 +33,17 @@ import (
 //     subject; a limits stream has a max_age;
 //   - each pipeline's subject is covered by the stream's subjects, and
 //     neither its effect nor the dead letters feed back into it;
+//   - no reply prefix reaches a subject Oncegate reads or writes
+//     (ReplyOverlapError);
 //   - backoff has at most max_deliver entries and ack_wait equals its first
 //     (NATS replaces ack_wait with it);
 //   - a gate-window pipeline has no step and a replayable jetstream effect,
 //     a gate-ledger pipeline no step, a full pipeline a step;
-//   - credentials only with a NATS URL, and never in the URL itself.
+//   - credentials only with a NATS URL, and never in the URL itself;
+//   - a signed webhook timestamp is accepted for no longer than the
+//     trigger stream's duplicate window, and, while the ingress serves, no
+//     pipeline keys on a header the ingress takes from unsigned request
+//     data.
 func (c *Config) Validate() error {
 	v := &validator{c: c}
 	v.top()
@@ -48,8 +55,12 @@ func (c *Config) Validate() error {
 	v.retention()
 	v.horizons()
 	v.ingress()
+	v.recovery()
+	v.tolerance()
+	v.unsignedKeys()
 	v.tracing()
-	v.encryption()
+	v.proxy()
+	v.spend()
 	return c.fieldErrors(v.issues)
 }
 
@@ -229,13 +240,13 @@ func (v *validator) stream() {
 	if s.MaxAge < 0 {
 		v.add("stream.max_age", invalid("must be 0 (no limit) or positive, got %s", formatDuration(s.MaxAge)))
 	}
+	owned := v.c.ownedSubjects()
 	for i, p := range s.ReplyPrefixes {
 		at := indexPath("stream.reply_prefixes", i)
-		switch {
-		case !strings.HasSuffix(p, ".") || checkSubject(strings.TrimSuffix(p, "."), true) != nil:
+		if !strings.HasSuffix(p, ".") || checkSubject(strings.TrimSuffix(p, "."), true) != nil {
 			v.add(at, invalid("%q: want literal subject tokens ending in '.', such as \"_INBOX.\"", p))
-		case strings.HasPrefix(p, "$") || strings.HasPrefix(p, "oncegate."):
-			v.add(at, invalid("%q: subjects beginning with '$' or \"oncegate.\" belong to the server and to Oncegate", p))
+		} else if err := v.c.replyOverlap(p, owned); err != nil {
+			v.add(at, err)
 		}
 	}
 	if s.Replicas < 1 || s.Replicas > 5 {
@@ -382,7 +393,16 @@ func (v *validator) pipeline(i int) {
 	if p.Step != nil {
 		v.step(at, p.Step)
 	}
-	v.effect(at, p, subjectOK)
+	if p.Key.Status != "" {
+		if _, err := canon.ParsePointer(p.Key.Status); err != nil {
+			v.add(at("key.status"), invalid("%q is not a JSON Pointer: %v", p.Key.Status, err))
+		} else if slices.Contains(p.Key.Fields, p.Key.Status) || p.Key.Version == p.Key.Status {
+			v.add(at("key.status"), invalid("%q is also a key field: the identity a firing and its resolve share must not hold the status", p.Key.Status))
+		} else if len(p.Key.Fields) == 0 && !slices.Contains(p.Key.Volatile, p.Key.Status) {
+			v.add(at("key.status"), invalid("the key is the whole payload, status included: add %q to key.volatile, so that the identity leaves it out", p.Key.Status))
+		}
+	}
+	v.effects(at, p, subjectOK)
 
 	v.positive(at("window.ttl"), p.Window.TTL)
 	if p.Window.Capacity < 1 {
@@ -467,9 +487,13 @@ func (v *validator) step(at func(string) string, s *Step) {
 		v.add(at("step.prompt"), missing("a prompt template is required"))
 	}
 	for _, t := range []struct{ key, text string }{{"system", s.System}, {"prompt", s.Prompt}} {
-		if _, err := template.New(t.key).Funcs(TemplateFuncs()).Parse(t.text); err != nil {
-			v.add(at("step."+t.key), invalid("%v", err))
+		if _, err := tmpl.Parse(t.key, t.text); err != nil {
+			v.add(at("step."+t.key), invalid("%v", errors.Unwrap(err)))
 		}
+	}
+	v.schema(at("step.schema"), s.Schema)
+	if s.AnswerAttempts < 1 {
+		v.add(at("step.answer_attempts"), invalid("must be at least 1, got %d", s.AnswerAttempts))
 	}
 	if s.Temperature < 0 || s.Temperature > 2 || math.IsNaN(s.Temperature) {
 		v.add(at("step.temperature"), invalid("must be 0 to 2, got %v", s.Temperature))
@@ -484,73 +508,6 @@ func (v *validator) step(at func(string) string, s *Step) {
 
 // reservedHeaders are set by the http sink itself.
 var reservedHeaders = []string{"Idempotency-Key", "Content-Type", "Content-Length", "Host"}
-
-func (v *validator) effect(at func(string) string, p *Pipeline, subjectOK bool) {
-	e := &p.Effect
-	only := func(field, val, sink string) {
-		if val != "" {
-			v.add(at("effect."+field), invalid("only used with sink %s", sink))
-		}
-	}
-	if v.oneOf(at("effect.sink"), e.Sink, SinkJetStream, SinkHTTP, SinkFile) {
-		if e.Sink != SinkJetStream {
-			only("subject", e.Subject, SinkJetStream)
-		}
-		if e.Sink != SinkHTTP {
-			only("url", e.URL, SinkHTTP)
-			if len(e.HeadersEnv) > 0 {
-				v.add(at("effect.headers_env"), invalid("only used with sink http"))
-			}
-		}
-		if e.Sink != SinkFile {
-			only("dir", e.Dir, SinkFile)
-		}
-		switch e.Sink {
-		case SinkJetStream:
-			if e.Subject == "" {
-				v.add(at("effect.subject"), missing("required for sink jetstream"))
-			} else if err := checkSubject(e.Subject, true); err != nil {
-				v.add(at("effect.subject"), err)
-			} else if subjectOK && subjectCovers(p.Subject, e.Subject) {
-				v.add(at("effect.subject"), invalid("%q is consumed by the pipeline itself (%q): every effect would trigger it again", e.Subject, p.Subject))
-			}
-		case SinkHTTP:
-			if e.URL == "" {
-				v.add(at("effect.url"), missing("required for sink http"))
-			} else if err := checkURL(e.URL, "http", "https"); err != nil {
-				v.add(at("effect.url"), err)
-			}
-			for _, h := range slices.Sorted(mapKeys(e.HeadersEnv)) {
-				hp := keyPath(at("effect.headers_env"), h)
-				if !validHeaderName(h) {
-					v.add(hp, invalid("%q is not an HTTP header name", h))
-				} else if i := slices.IndexFunc(reservedHeaders, func(r string) bool { return strings.EqualFold(r, h) }); i >= 0 {
-					v.add(hp, invalid("the sink sets %s itself", reservedHeaders[i]))
-				}
-				if err := checkEnvName(e.HeadersEnv[h]); err != nil {
-					v.add(hp, err)
-				}
-			}
-		case SinkFile:
-			if e.Dir == "" {
-				v.add(at("effect.dir"), missing("required for sink file"))
-			}
-		}
-	}
-	v.oneOf(at("effect.class"), e.Class, ClassReplayable, ClassOneShot)
-	if e.Delay < 0 {
-		v.add(at("effect.delay"), invalid("must be 0 or positive, got %s", formatDuration(e.Delay)))
-	} else if e.Delay > 0 && e.Class != ClassOneShot {
-		v.add(at("effect.delay"), invalid("a delay window is for one-shot effects; this one is %s", e.Class))
-	}
-	if e.ApprovalSubject != "" {
-		if e.Class != ClassOneShot {
-			v.add(at("effect.approval_subject"), invalid("approval is for one-shot effects; this one is %s", e.Class))
-		} else if err := checkSubject(e.ApprovalSubject, true); err != nil {
-			v.add(at("effect.approval_subject"), err)
-		}
-	}
-}
 
 // horizons checks every window that dedupes a redo of a pipeline's work
 // against its redelivery horizon (Config.RedeliveryHorizon): the effect

@@ -134,7 +134,31 @@ func TestValidateRules(t *testing.T) {
 		{"step model empty", func(c *Config) { alerts(c).Step.Model = "" }, "pipelines[alerts].step.model", ErrMissing, ""},
 		{"prompt empty", func(c *Config) { alerts(c).Step.Prompt = "" }, "pipelines[alerts].step.prompt", ErrMissing, ""},
 		{"prompt template broken", func(c *Config) { alerts(c).Step.Prompt = "Alert {{.alert.labels" }, "pipelines[alerts].step.prompt", ErrInvalid, "template"},
-		{"system template unknown function", func(c *Config) { alerts(c).Step.System = "{{upper .x}}" }, "pipelines[alerts].step.system", ErrInvalid, "upper"},
+		{"secret static header", func(c *Config) {
+			alerts(c).Effect = Effect{Sink: SinkHTTP, URL: "https://hooks.example/a", Headers: map[string]string{"Authorization": "Bearer x"}, Class: ClassReplayable}
+		}, "pipelines[alerts].effect.headers[Authorization]", ErrInvalid, "headers_env"},
+		{"route condition does not compile", func(c *Config) {
+			p := alerts(c)
+			p.Effects = map[string]Effect{"slack": {Preset: PresetSlack, Sink: SinkHTTP, URLEnv: "SLACK_URL", Class: ClassOneShot}}
+			p.Effect = Effect{}
+			p.Routes = []Route{{Name: "all", When: "answer.severity ==", Effects: []string{"slack"}}}
+		}, "pipelines[alerts].routes[0].when", ErrInvalid, "at 1:"},
+		{"route names an unknown effect", func(c *Config) {
+			p := alerts(c)
+			p.Effects = map[string]Effect{"slack": {Preset: PresetSlack, Sink: SinkHTTP, URLEnv: "SLACK_URL", Class: ClassOneShot}}
+			p.Effect = Effect{}
+			p.Routes = []Route{{Name: "all", Effects: []string{"pager"}}}
+		}, "pipelines[alerts].routes[0].effects[0]", ErrInvalid, `"pager" is not one of`},
+		{"filter reads the answer", func(c *Config) { alerts(c).When = `answer == "x"` }, "pipelines[alerts].when", ErrInvalid, "reads the answer"},
+		{"pagerduty without a routing key", func(c *Config) {
+			alerts(c).Effect = Effect{Preset: PresetPagerDuty, Sink: SinkHTTP, URL: PagerDutyURL, Class: ClassReplayable}
+		}, "pipelines[alerts].effect.routing_key_env", ErrMissing, "routing_key_file"},
+		{"preset field of another preset", func(c *Config) {
+			alerts(c).Effect = Effect{Preset: PresetSlack, Sink: SinkHTTP, URLEnv: "SLACK_URL", Class: ClassOneShot, DedupKey: "x"}
+		}, "pipelines[alerts].effect.dedup_key", ErrInvalid, "preset slack has no field dedup_key"},
+		{"schema not an object", func(c *Config) { alerts(c).Step.Schema = JSONValue(`{"type":"string"}`) }, "pipelines[alerts].step.schema", ErrInvalid, "object"},
+		{"body template does not parse", func(c *Config) { alerts(c).Effect.Body = "{{.key" }, "pipelines[alerts].effect.body", ErrInvalid, "unclosed action"},
+		{"system template unknown function", func(c *Config) { alerts(c).Step.System = "{{nosuch .x}}" }, "pipelines[alerts].step.system", ErrInvalid, "nosuch"},
 		{"temperature too high", func(c *Config) { alerts(c).Step.Temperature = 2.5 }, "pipelines[alerts].step.temperature", ErrInvalid, "0 to 2"},
 		{"max tokens negative", func(c *Config) { alerts(c).Step.MaxTokens = -1 }, "pipelines[alerts].step.max_tokens", ErrInvalid, ""},
 		{"step budget negative", func(c *Config) { alerts(c).Step.BudgetTokens = -5 }, "pipelines[alerts].step.budget_tokens", ErrInvalid, ""},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
@@ -25,11 +26,11 @@ import (
 // called concurrently and must not block.
 type Observer interface {
 	Trigger(pipeline string)
-	Duplicate(pipeline string, g Guard)
+	Duplicate(pipeline string, g outcome.Guard)
 	Claim(pipeline string, s ledger.Status)
 	Effect(pipeline, sink, outcome string, took time.Duration)
 	Step(pipeline, step string, took time.Duration)
-	DeadLetter(pipeline string, r Reason)
+	DeadLetter(pipeline string, r outcome.Reason)
 	Settled(pipeline, kind string) // ack, nak, term, in_progress
 	// SettleTime reports how long a trigger took from the gate taking it
 	// to its verdict (ack, nak or dead) carried out.
@@ -42,6 +43,11 @@ type Observer interface {
 	// ReplyRefused counts a trigger whose Oncegate-Reply subject is not
 	// one Oncegate may publish to.
 	ReplyRefused(pipeline string)
+	// Panic counts a panic recovered in a trigger's work.
+	Panic(pipeline string)
+	// LedgerUnavailable counts a claim the ledger could not answer: the
+	// trigger waits, and the attempt is not one of its tries.
+	LedgerUnavailable(pipeline string)
 }
 
 // Options configures a [Consumer].
@@ -94,6 +100,7 @@ type Consumer struct {
 	tracer  trace.Tracer // nil: tracing is off
 	pipes   []*pipeline
 	running atomic.Bool
+	health  *ledgerHealth // nil without a ledger
 }
 
 // New checks opts and builds the pipelines; it does not touch NATS yet.
@@ -122,6 +129,9 @@ func New(opts Options) (*Consumer, error) {
 	if opts.Tracer != nil {
 		c.tracer = opts.Tracer.Tracer(tracerName)
 	}
+	if opts.Ledger != nil {
+		c.health = newLedgerHealth(opts.Ledger)
+	}
 	for i := range c.cfg.Pipelines {
 		p, err := newPipeline(c, &c.cfg.Pipelines[i])
 		if err != nil {
@@ -133,7 +143,8 @@ func New(opts Options) (*Consumer, error) {
 }
 
 // Ready reports nil once Run has set up the streams and consumers and is
-// taking messages.
+// taking messages, while the ledger answers: during a ledger outage it
+// reports the ledger's last error (see health.go).
 func (c *Consumer) Ready() error {
 	if !c.running.Load() {
 		return errors.New("consumer: not consuming")
@@ -145,6 +156,9 @@ func (c *Consumer) Ready() error {
 	}
 	if !c.nc.IsConnected() {
 		return errors.New("consumer: NATS connection is " + c.nc.Status().String())
+	}
+	if c.health != nil {
+		return c.health.err()
 	}
 	return nil
 }
@@ -176,6 +190,9 @@ func (c *Consumer) sources() []*source {
 		out = append(out, p.src)
 		if p.dispatch != nil {
 			out = append(out, p.dispatch.src)
+			if p.dispatch.parked != nil {
+				out = append(out, p.dispatch.parked)
+			}
 		}
 	}
 	return out
@@ -204,6 +221,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
+	if c.health != nil {
+		defer c.health.close()
+	}
 	var wg sync.WaitGroup
 	for _, s := range c.sources() {
 		wg.Go(func() { s.run(ctx, work) })
@@ -232,15 +252,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 type nopObserver struct{}
 
 func (nopObserver) Trigger(string)                               {}
-func (nopObserver) Duplicate(string, Guard)                      {}
+func (nopObserver) Duplicate(string, outcome.Guard)              {}
 func (nopObserver) Claim(string, ledger.Status)                  {}
 func (nopObserver) Effect(string, string, string, time.Duration) {}
 func (nopObserver) Step(string, string, time.Duration)           {}
-func (nopObserver) DeadLetter(string, Reason)                    {}
+func (nopObserver) DeadLetter(string, outcome.Reason)            {}
 func (nopObserver) Settled(string, string)                       {}
 func (nopObserver) InFlight(string, int)                         {}
 func (nopObserver) Leases(string, int)                           {}
 func (nopObserver) ReplyRefused(string)                          {}
+func (nopObserver) Panic(string)                                 {}
+func (nopObserver) LedgerUnavailable(string)                     {}
 func (nopObserver) SettleTime(string, string, time.Duration)     {}
 
 // WindowStats is one pipeline's duplicate window, as Window.Stats sees it.

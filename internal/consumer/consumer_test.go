@@ -23,8 +23,10 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/internal/natstest"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
+	llmbadger "github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
 )
 
 // fixture is a consumer on an embedded server with a Badger ledger, the
@@ -75,7 +77,11 @@ func start(t *testing.T, mutate func(*config.Config), modelOpts standin.Options,
 	if err != nil {
 		t.Fatal(err)
 	}
-	cache, err := llmcache.Open(filepath.Join(dir, "cache"), llmcache.Options{})
+	prices := llmcache.Prices{}
+	for m, p := range cfg.LLM.Prices {
+		prices[m] = llmcache.Price{Prompt: p.PromptPerMTok, Completion: p.CompletionPerMTok}
+	}
+	cache, err := llmbadger.Open(filepath.Join(dir, "cache"), llmcache.Options{Prices: prices})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,15 +328,15 @@ func TestBadInputIsDeadLettered(t *testing.T) {
 	f := start(t, nil, standin.Options{})
 	bad := []struct {
 		payload []byte
-		reason  consumer.Reason
+		reason  outcome.Reason
 	}{
-		{[]byte("not json at all"), consumer.ReasonInvalidJSON},
-		{[]byte(`{"alert":{"fingerprint":"x","occurrence":1}} trailing`), consumer.ReasonInvalidJSON},
-		{[]byte(`{"alert":{"fingerprint":"x","fingerprint":"y","occurrence":1}}`), consumer.ReasonInvalidJSON},
-		{[]byte("{\"alert\":{\"fingerprint\":\"\xff\",\"occurrence\":1}}"), consumer.ReasonInvalidJSON},
-		{[]byte(`{"alert":{"occurrence":1}}`), consumer.ReasonMissingField},
-		{[]byte(strings.Repeat("[", 100000) + strings.Repeat("]", 100000)), consumer.ReasonTooLarge},
-		{[]byte(`{"alert":{"fingerprint":"` + strings.Repeat("a", 300<<10) + `","occurrence":1}}`), consumer.ReasonTooLarge},
+		{[]byte("not json at all"), outcome.ReasonInvalidJSON},
+		{[]byte(`{"alert":{"fingerprint":"x","occurrence":1}} trailing`), outcome.ReasonInvalidJSON},
+		{[]byte(`{"alert":{"fingerprint":"x","fingerprint":"y","occurrence":1}}`), outcome.ReasonInvalidJSON},
+		{[]byte("{\"alert\":{\"fingerprint\":\"\xff\",\"occurrence\":1}}"), outcome.ReasonInvalidJSON},
+		{[]byte(`{"alert":{"occurrence":1}}`), outcome.ReasonMissingField},
+		{[]byte(strings.Repeat("[", 100000) + strings.Repeat("]", 100000)), outcome.ReasonTooLarge},
+		{[]byte(`{"alert":{"fingerprint":"` + strings.Repeat("a", 300<<10) + `","occurrence":1}}`), outcome.ReasonTooLarge},
 	}
 	for _, b := range bad {
 		f.publish("triggers.alerts", b.payload)
@@ -484,7 +490,7 @@ func TestKeyHeaders(t *testing.T) {
 		t.Errorf("stats %+v; want 2 effects (push, create), 1 duplicate, 1 dead letter", s)
 	}
 	dead := f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.webhooks")
-	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(consumer.ReasonMissingField) {
+	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(outcome.ReasonMissingField) {
 		t.Errorf("%d dead letters; want one with reason missing_field", len(dead))
 	}
 }

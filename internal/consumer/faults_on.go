@@ -18,6 +18,11 @@ import (
 //	ONCEGATE_CRASH_AT=point:N   SIGKILL the Nth time a trigger passes point (N defaults to 1)
 //	ONCEGATE_BROKEN=ack-early   ack each trigger right after its claim, before the effect:
 //	                            a deliberate bug, so that the soak can show its checker notices lost work
+//
+// and a trigger can carry a poison (poison):
+//
+//	Oncegate-Fault: panic       its work panics when it reaches the effect
+//	Oncegate-Fault: kill        the process SIGKILLs itself when the trigger's work reaches the effect
 var (
 	crashPoint     Point
 	crashNth       int64
@@ -69,5 +74,19 @@ func faultAt(p Point, s *settler) Middleware {
 				hit(ts)
 			}
 		}
+	}
+}
+
+// poison acts out the fault t carries, if any, in t's work at the effect:
+// a panic, which the gate must recover and settle as t's failure, or the
+// process's death, after which the ledger must count the try.
+func poison(t *Trigger) {
+	switch t.msg.Headers().Get(HeaderFault) {
+	case "panic":
+		panic("oncegate_faults: poison trigger " + t.ref())
+	case "kill":
+		fmt.Fprintf(os.Stderr, "oncegate_faults: SIGKILL by poison trigger %s, key %s\n", t.ref(), t.intent)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
 	}
 }

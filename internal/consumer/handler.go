@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -39,9 +40,10 @@ type Trigger struct {
 	fp     dedupe.Fingerprint
 	keyed  bool
 
-	claim ledger.Claim
-	token atomic.Uint64 // the lease's fencing token, renewed while the work runs
-	lost  atomic.Bool   // the lease was taken over while the work ran
+	claim    ledger.Claim
+	token    atomic.Uint64 // the lease's fencing token, renewed while the work runs
+	lost     atomic.Bool   // the lease was taken over while the work ran
+	leaseEnd atomic.Int64  // when the lease may run out, on mono's clock; 0 without a lease
 
 	body     []byte // what the effect sends: the trigger, or the step's effect body
 	modelRef string // the LLM cache entry the body was built from
@@ -55,6 +57,8 @@ type Trigger struct {
 	decided bool
 
 	flight *flight // the work in this process that holds the intent, for a duplicate of it
+
+	lm *mileState // the last mile's (mile.go); nil on pipelines without it
 
 	tctx context.Context // carries span; nil when tracing is off
 	span trace.Span      // the trigger's root span (trace.go); nil when off
@@ -138,9 +142,9 @@ func open(ts []*Trigger) []*Trigger {
 // verdict is how a trigger is settled: the one decision the gate makes.
 type verdict struct {
 	kind   settleKind
-	delay  time.Duration // for nak; 0 leaves it to the retry schedule
-	reason Reason        // for dead
-	err    error         // for dead and nak, for the logs and the dead letter
+	delay  time.Duration  // for nak; 0 leaves it to the retry schedule
+	reason outcome.Reason // for dead
+	err    error          // for dead and nak, for the logs and the dead letter
 	key    *dedupe.Key
 	reply  []byte // the stored result, for HeaderReply
 	token  uint64 // the lease the work held, for a nak after a claim
@@ -151,6 +155,9 @@ type verdict struct {
 	// duplicate of held work, or work taken over from it): it is not
 	// failing, and is never dead-lettered as exhausted.
 	waits bool
+	// last is the reason a nak on the last try is dead-lettered with; the
+	// default is exhausted.
+	last outcome.Reason
 }
 
 type settleKind uint8
@@ -188,6 +195,6 @@ func wait(k *dedupe.Key, delay time.Duration, err error) verdict {
 	return verdict{kind: settleNak, key: k, delay: delay, err: err, waits: true}
 }
 
-func dead(k *dedupe.Key, r Reason, err error) verdict {
+func dead(k *dedupe.Key, r outcome.Reason, err error) verdict {
 	return verdict{kind: settleDead, key: k, reason: r, err: err}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/internal/natstest"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -129,7 +130,7 @@ func TestMismatchRejectBypassesNoWindow(t *testing.T) {
 		t.Fatalf("stats %+v; want the reused key dead-lettered", s)
 	}
 	dead := f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.invoices")
-	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(consumer.ReasonMismatch) {
+	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(outcome.ReasonMismatch) {
 		t.Errorf("%d dead letters; want one with reason mismatch", len(dead))
 	}
 }
@@ -328,7 +329,7 @@ func TestTakeoverPastDuplicateWindow(t *testing.T) {
 		t.Errorf("%d effects; want none: the redo would land past the duplicate window", n)
 	}
 	dead := f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.webhooks")
-	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(consumer.ReasonUnknownOutcome) {
+	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(outcome.ReasonUnknownOutcome) {
 		t.Errorf("%d dead letters; want one with reason unknown_outcome", len(dead))
 	}
 	// Within the window, a takeover redoes the effect: the stream drops a

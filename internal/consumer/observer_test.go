@@ -3,11 +3,13 @@ package consumer_test
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/standin"
 )
 
@@ -16,6 +18,8 @@ import (
 type leaseObserver struct {
 	mu       sync.Mutex
 	now, top map[string]int
+
+	panics, ledgerDown atomic.Int64 // Panic and LedgerUnavailable events
 }
 
 func newLeaseObserver() *leaseObserver {
@@ -36,15 +40,17 @@ func (o *leaseObserver) get(p string) (now, top int) {
 }
 
 func (*leaseObserver) Trigger(string)                               {}
-func (*leaseObserver) Duplicate(string, consumer.Guard)             {}
+func (*leaseObserver) Duplicate(string, outcome.Guard)              {}
 func (*leaseObserver) Claim(string, ledger.Status)                  {}
 func (*leaseObserver) Effect(string, string, string, time.Duration) {}
 func (*leaseObserver) Step(string, string, time.Duration)           {}
-func (*leaseObserver) DeadLetter(string, consumer.Reason)           {}
+func (*leaseObserver) DeadLetter(string, outcome.Reason)            {}
 func (*leaseObserver) Settled(string, string)                       {}
 func (*leaseObserver) InFlight(string, int)                         {}
 func (*leaseObserver) ReplyRefused(string)                          {}
 func (*leaseObserver) SettleTime(string, string, time.Duration)     {}
+func (o *leaseObserver) Panic(string)                               { o.panics.Add(1) }
+func (o *leaseObserver) LedgerUnavailable(string)                   { o.ledgerDown.Add(1) }
 
 // TestLeasesAreCounted: the pending-leases gauge counts a claim from the
 // moment it is taken until its commit, on the one-by-one path (alerts,

@@ -1,18 +1,15 @@
 package consumer
 
 import (
-	"context"
 	"crypto/sha256"
-
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -31,12 +28,7 @@ import (
 //
 // An entry waits out the effect's delay window (during which duplicates
 // collapse and the effect can be cancelled) and, if the effect has an
-// approval subject, an approval, before it is sent.
-
-// Reasons of the dispatcher's dead letters.
-const (
-	ReasonUnknownOutcome Reason = "unknown_outcome" // a dispatcher died mid-send; not resent
-)
+// approval subject, an approval, before it is sent (approval.go).
 
 // OutboxSubject is the subject of a pipeline's outbox.
 func OutboxSubject(pipeline string) string { return "oncegate.outbox." + pipeline }
@@ -50,8 +42,9 @@ func CancelSubject(pipeline string) string { return "oncegate.cancel." + pipelin
 // apart from k's own record: inspect it to see whether the effect went out.
 func DispatchKey(k dedupe.Key) dedupe.Key { return derive(k, "dispatch") }
 
-// approvalKey is the ledger key recording the approval of k's effect.
-func approvalKey(k dedupe.Key) dedupe.Key { return derive(k, "approval") }
+// ApprovalKey is the ledger key recording the approval of k's one-shot
+// effect, apart from k's own record and its dispatch's.
+func ApprovalKey(k dedupe.Key) dedupe.Key { return derive(k, "approval") }
 
 func derive(k dedupe.Key, what string) dedupe.Key {
 	h := sha256.New()
@@ -64,19 +57,23 @@ func derive(k dedupe.Key, what string) dedupe.Key {
 
 // DispatchStats counts what a pipeline's dispatcher did.
 type DispatchStats struct {
-	Pipeline  string
-	Sent      int64 // one-shot effects sent
-	Cancelled int64 // cancelled before they went out
-	Unknown   int64 // dead-lettered: a dispatcher died mid-send
-	Waiting   int64 // deliveries put back to wait for the delay or an approval
-	Failed    int64 // refused for good by the sink, dead-lettered
+	Pipeline    string
+	Sent        int64 // one-shot effects sent
+	Cancelled   int64 // cancelled before they went out
+	Unknown     int64 // dead-lettered: a dispatcher died mid-send
+	Waiting     int64 // deliveries put back to wait for the delay or an approval
+	Parked      int64 // entries parked to wait for an approval
+	NotApproved int64 // dead-lettered: no approval within the approval timeout
+	Failed      int64 // refused for good by the sink, dead-lettered
 }
 
 type dispatcher struct {
-	p    *pipeline
-	gate *gate
-	src  *source
-	subs []*nats.Subscription
+	p      *pipeline
+	gate   *gate
+	src    *source // the outbox
+	parked *source // the entries waiting for an approval; nil without approvals
+	subs   []*nats.Subscription
+	reqs   chan struct{} // a token per request being answered
 
 	mu sync.Mutex
 	n  DispatchStats
@@ -90,7 +87,7 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 	c, cfg := p.c, p.cfg
 	d := &dispatcher{p: p}
 	g := &gate{
-		c: c, pipeline: cfg.Name, d: d, keyOf: d.keyOf,
+		c: c, pipeline: cfg.Name, pol: oneShotPolicy(d), keyOf: d.keyOf,
 		ledger: pg.ledger, owner: c.opts.Owner, lease: pg.lease,
 		keepEvery: func(*Trigger) time.Duration { return min(d.ackWait(), pg.lease) },
 		sink:      oneShot, sinkName: cfg.Effect.Sink, stepName: pg.stepName,
@@ -98,7 +95,7 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 	}
 	g.set = &settler{
 		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, ledger: pg.ledger,
-		retryDelay: cfg.RetryDelay, // maxDeliver 0: an entry waiting for approval comes back until it is approved
+		retryDelay: cfg.RetryDelay, // maxDeliver 0: an entry waiting for its delay or approval is no failing try
 	}
 	g.build(d.wait)
 	d.gate = g
@@ -108,6 +105,13 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 		// and unrecorded, that is one unknown outcome for a person to check.
 		batch: 1, workers: 1, pull: min(64, cfg.MaxAckPending),
 		handle: g.run, config: d.consumerConfig,
+	}
+	if cfg.Effect.ApprovalSubject != "" {
+		d.parked = &source{
+			c: c, name: cfg.Name + "/parked", stream: OutboxStream(c.cfg.Stream.Name), durable: Durable(cfg.Name) + "-parked",
+			batch: 1, workers: 1, pull: 64,
+			handle: g.run, config: d.parkedConfig,
+		}
 	}
 	return d
 }
@@ -121,8 +125,24 @@ func (d *dispatcher) consumerConfig() jetstream.ConsumerConfig {
 		FilterSubject: OutboxSubject(d.p.cfg.Name),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       d.ackWait(),
-		MaxDeliver:    -1, // an entry waiting for approval comes back until it is approved
+		MaxDeliver:    -1, // an entry waiting for its delay comes back until it is due
 		MaxAckPending: d.p.cfg.MaxAckPending,
+	}
+}
+
+// parkedConfig is the durable consumer of the entries waiting for an
+// approval: without a limit on the entries pending, since each waits for a
+// person, and apart from the outbox's, whose max_ack_pending approved
+// entries need.
+func (d *dispatcher) parkedConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       d.parked.durable,
+		Description:   "Oncegate one-shot effects of pipeline " + d.p.cfg.Name + " waiting for approval",
+		FilterSubject: parkedSubject(d.p.cfg.Name, "*"),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       d.ackWait(),
+		MaxDeliver:    -1,
+		MaxAckPending: -1,
 	}
 }
 
@@ -144,17 +164,37 @@ func (d *dispatcher) stats() DispatchStats {
 	return s
 }
 
+// maxRequests bounds the cancel and approval requests a dispatcher answers
+// at once.
+const maxRequests = 32
+
+// concurrently runs h for each message in a goroutine of its own, up to
+// maxRequests at once: a subscription's callbacks run one at a time, and a
+// request waits on the ledger (an approval being recorded, an outage), so
+// one at a time a storm of them would answer late, past their entries'
+// approval timeout.
+func (d *dispatcher) concurrently(h nats.MsgHandler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		d.reqs <- struct{}{}
+		go func() {
+			defer func() { <-d.reqs }()
+			h(m)
+		}()
+	}
+}
+
 // subscribe starts answering cancel and approval requests.
 func (d *dispatcher) subscribe() error {
 	c := d.p.c
 	queue := "oncegate-" + d.p.cfg.Name
-	sub, err := c.nc.QueueSubscribe(CancelSubject(d.p.cfg.Name), queue, d.cancel)
+	d.reqs = make(chan struct{}, maxRequests)
+	sub, err := c.nc.QueueSubscribe(CancelSubject(d.p.cfg.Name), queue, d.concurrently(d.cancel))
 	if err != nil {
 		return err
 	}
 	d.subs = append(d.subs, sub)
 	if subj := d.p.cfg.Effect.ApprovalSubject; subj != "" {
-		sub, err := c.nc.QueueSubscribe(subj, queue, d.approve)
+		sub, err := c.nc.QueueSubscribe(subj, queue, d.concurrently(d.approve))
 		if err != nil {
 			return err
 		}
@@ -168,108 +208,26 @@ func (d *dispatcher) unsubscribe() {
 		s.Unsubscribe()
 	}
 	d.subs = nil
+	// Wait for the requests under way.
+	for range cap(d.reqs) {
+		d.reqs <- struct{}{}
+	}
 }
 
-// keyOf reads the intent key of an outbox entry from its Nats-Msg-Id; the
+// keyOf reads the intent key of an outbox entry from its Oncegate-Key
+// header (a parked or republished entry) or else its Nats-Msg-Id; the
 // ledger key of its dispatch is DispatchKey of it.
 func (d *dispatcher) keyOf(t *Trigger) *verdict {
-	k, err := dedupe.ParseKey(t.msg.Headers().Get(nats.MsgIdHdr))
+	h := t.msg.Headers()
+	id := h.Get(HeaderKey)
+	if id == "" {
+		id = h.Get(nats.MsgIdHdr)
+	}
+	k, err := dedupe.ParseKey(id)
 	if err != nil {
-		v := dead(nil, ReasonInvalidJSON, fmt.Errorf("outbox entry without an intent key: %w", err))
+		v := dead(nil, outcome.ReasonInvalidJSON, fmt.Errorf("outbox entry without an intent key: %w", err))
 		return &v
 	}
 	t.intent, t.key = k, DispatchKey(k)
 	return nil
-}
-
-// wait puts back the entries still in their delay window or waiting for
-// an approval.
-func (d *dispatcher) wait(next Handler) Handler {
-	return func(ctx context.Context, ts []*Trigger) {
-		p := d.p
-		for _, t := range ts {
-			if delay := p.cfg.Effect.Delay; delay > 0 && t.metadata() != nil {
-				if wait := time.Until(t.metadata().Timestamp.Add(delay)); wait > 0 {
-					d.count(func(s *DispatchStats) { s.Waiting++ })
-					t.decide(nak(t.keyRef(), wait, nil))
-					continue
-				}
-			}
-			if p.cfg.Effect.ApprovalSubject != "" {
-				rec, err := d.gate.ledger.Get(ctx, approvalKey(t.intent))
-				if err != nil || rec.State != ledger.StateCommitted {
-					d.count(func(s *DispatchStats) { s.Waiting++ })
-					t.decide(nak(t.keyRef(), time.Second, nil))
-				}
-			}
-		}
-		pass(ctx, next, ts)
-	}
-}
-
-// request parses a cancel or approval request, whose body is an intent
-// key, and returns the key and a function that answers the requester.
-func request(msg *nats.Msg) (dedupe.Key, func(string), error) {
-	reply := func(s string) {
-		if msg.Reply != "" {
-			msg.Respond([]byte(s))
-		}
-	}
-	k, err := dedupe.ParseKey(strings.TrimSpace(string(msg.Data)))
-	if err != nil {
-		reply("error: " + err.Error())
-	}
-	return k, reply, err
-}
-
-// cancel answers a cancel request: the body is an intent key.
-func (d *dispatcher) cancel(msg *nats.Msg) {
-	k, reply, err := request(msg)
-	if err != nil {
-		return
-	}
-	ctx := context.Background()
-	l := d.gate.ledger
-	claim, err := l.Begin(ctx, DispatchKey(k), ledger.BeginOptions{Owner: d.p.c.opts.Owner + "#cancel", Lease: time.Second})
-	if err != nil {
-		reply("error: " + err.Error())
-		return
-	}
-	switch claim.Status {
-	case ledger.StatusNew, ledger.StatusTakenOver:
-		if err := l.Fail(ctx, DispatchKey(k), claim.Lease.Token, reasonCancelled); err != nil {
-			reply("error: " + err.Error())
-			return
-		}
-		reply("cancelled")
-	case ledger.StatusCommitted:
-		reply("already sent")
-	case ledger.StatusFailed:
-		reply("already " + claim.Record.Reason)
-	case ledger.StatusHeld:
-		reply("sending")
-	}
-}
-
-// approve records an approval: the body is an intent key.
-func (d *dispatcher) approve(msg *nats.Msg) {
-	k, reply, err := request(msg)
-	if err != nil {
-		return
-	}
-	ctx := context.Background()
-	l := d.gate.ledger
-	ak := approvalKey(k)
-	claim, err := l.Begin(ctx, ak, ledger.BeginOptions{Owner: d.p.c.opts.Owner + "#approve", Lease: time.Second})
-	if err != nil {
-		reply("error: " + err.Error())
-		return
-	}
-	if claim.Status == ledger.StatusNew || claim.Status == ledger.StatusTakenOver {
-		if err := l.Commit(ctx, ak, claim.Lease.Token, ledger.Result{DownstreamID: "approved"}); err != nil {
-			reply("error: " + err.Error())
-			return
-		}
-	}
-	reply("approved")
 }

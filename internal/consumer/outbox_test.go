@@ -16,6 +16,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -156,7 +157,7 @@ func TestOneShotApproval(t *testing.T) {
 	f := start(t, withOneShot(hs.URL, 0, "approvals.messages"), standin.Options{})
 	payload := message("refund-77", 0)
 	f.publish("triggers.messages", payload)
-	waitFor(t, 10*time.Second, "the effect to wait for approval", func() bool { return f.dispatchStats().Waiting >= 2 }, f)
+	waitFor(t, 10*time.Second, "the effect parked to wait for approval", func() bool { return f.dispatchStats().Parked == 1 }, f)
 	if calls, _ := target.snapshot(); len(calls) != 0 {
 		t.Fatalf("sent before approval: %v", calls)
 	}
@@ -187,7 +188,7 @@ func TestOneShotUnknownOutcome(t *testing.T) {
 		return f.dispatchStats().Unknown == 1 && f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages") == 1
 	}, f)
 	dead := f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.messages")
-	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(consumer.ReasonUnknownOutcome) {
+	if len(dead) != 1 || dead[0].Headers().Get(consumer.HeaderReason) != string(outcome.ReasonUnknownOutcome) {
 		t.Errorf("%d dead letters; want one with reason unknown_outcome", len(dead))
 	}
 	if calls, _ := target.snapshot(); len(calls) != 0 {

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/canon"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -37,7 +39,17 @@ const (
 	HeaderDeliveries = "Oncegate-Deliveries" // deliveries made
 	HeaderKey        = "Oncegate-Key"        // the intent key, when it was derived
 	HeaderTruncated  = "Oncegate-Truncated"  // "true" when the body kept is a prefix
+	// HeaderMsgID keeps the trigger's own Nats-Msg-Id on its dead letter,
+	// whose Nats-Msg-Id names the dead letter.
+	HeaderMsgID = "Oncegate-Msg-Id"
 )
+
+// deadLetterHeaders are the headers a dead letter sets itself: a trigger's
+// headers of these names are not copied onto its dead letter.
+var deadLetterHeaders = []string{
+	HeaderReason, HeaderDetail, HeaderPipeline, HeaderSubject, HeaderStream,
+	HeaderStreamSeq, HeaderDeliveries, HeaderKey, HeaderTruncated, HeaderMsgID,
+}
 
 // maxDeadLetterBody is the most of a trigger's payload a dead letter keeps.
 const maxDeadLetterBody = 64 << 10
@@ -53,6 +65,8 @@ type pipeline struct {
 	deadLetter string
 	runID      canon.Pointer
 	hasRunID   bool
+	status     canon.Pointer // key.status
+	hasStatus  bool
 	limits     canon.Options
 
 	gate     *gate
@@ -83,8 +97,14 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		}
 		p.hasRunID = true
 	}
+	if cfg.Key.Status != "" {
+		if p.status, err = canon.ParsePointer(cfg.Key.Status); err != nil {
+			return nil, at(err)
+		}
+		p.hasStatus = true
+	}
 	g := &gate{
-		c: c, pipeline: cfg.Name, n: &p.n, keyOf: p.keyOf,
+		c: c, pipeline: cfg.Name, n: &p.n, pol: replayablePolicy, keyOf: p.keyOf,
 		window: w, windowOnly: cfg.Mode == config.ModeGateWindow,
 		windowFP: c.cfg.Ledger.Mismatch == config.MismatchReject,
 		owner:    c.opts.Owner, lease: c.cfg.Ledger.Lease,
@@ -92,7 +112,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		// claim need not survive one: the ledger may keep it in memory
 		// (see ledger.BeginOptions.Volatile). A one-shot effect's
 		// outbox publish is replayable too; its dispatch claim is not.
-		volatile:   cfg.Effect.Class == config.ClassReplayable,
+		volatile:   !cfg.HasClass(config.ClassOneShot),
 		maxDeliver: cfg.MaxDeliver,
 		keepEvery:  p.keepEvery,
 		sinkName:   cfg.Effect.Sink,
@@ -106,8 +126,10 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	}
 	if s, ok := c.opts.Sinks[cfg.Name]; ok {
 		g.sink = s
-	} else if g.sink, err = sink.FromConfig(c.js, &cfg.Effect); err != nil {
-		return nil, at(err)
+	} else if cfg.Effect.IsSet() {
+		if g.sink, err = NewSink(c.js, fmt.Sprintf("pipelines[%s].effect", cfg.Name), &cfg.Effect); err != nil {
+			return nil, at(err)
+		}
 	}
 	if cfg.Step != nil {
 		if c.opts.Model == nil {
@@ -118,7 +140,19 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		}
 		g.stepName = cfg.Step.Name
 	}
-	if cfg.Effect.Class == config.ClassOneShot {
+	if usesMile(cfg) {
+		// The last mile (mile.go): templates, named effects, routes,
+		// filters. A one-shot effect is published to the outbox and sent
+		// by the dispatcher, with the sink its entry names.
+		m, oneShot, err := newMile(p, g.sink)
+		if err != nil {
+			return nil, at(err)
+		}
+		g.mile = m
+		if oneShot != nil {
+			p.dispatch = newDispatcher(p, g, oneShot)
+		}
+	} else if cfg.Effect.Class == config.ClassOneShot {
 		// The gate publishes to the outbox; the dispatcher sends.
 		p.dispatch = newDispatcher(p, g, g.sink)
 		if g.sink, err = sink.NewJetStream(c.js, sink.JetStreamOptions{Subject: OutboxSubject(cfg.Name)}); err != nil {
@@ -130,7 +164,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	// triggers in batches: claimed in one write, published without waiting
 	// one by one, committed in one write.
 	batch := 1
-	if js, ok := g.sink.(*sink.JetStream); ok && g.step == nil {
+	if js, ok := g.sink.(*sink.JetStream); ok && g.step == nil && g.mile == nil {
 		g.js, batch = js, batchMax
 	}
 	g.set = &settler{
@@ -215,19 +249,55 @@ func (p *pipeline) keyOf(t *Trigger) *verdict {
 			}
 		}
 	}
-	var in dedupe.Intent
-	var err error
+	var header func(string) string
 	if len(p.cfg.Key.Headers) > 0 {
-		in, err = p.keyer.HeaderIntent(runID, t.msg.Headers().Get, data)
+		header = t.msg.Headers().Get
+	}
+	var in dedupe.Intent
+	var raw []byte
+	var hasStatus bool
+	var err error
+	if p.hasStatus {
+		in, raw, hasStatus, err = p.keyer.LookupIntent(runID, header, data, p.status)
 	} else {
-		in, err = p.keyer.RunIntent(runID, data)
+		in, err = p.keyer.HeaderIntent(runID, header, data)
 	}
 	if err != nil {
 		v := dead(nil, classify(err), err)
 		return &v
 	}
 	t.key, t.intent, t.fp = in.Key, in.Key, in.Fingerprint
+	if hasStatus {
+		// With key.status, a trigger with a status is keyed by its
+		// identity (the key above) and its status.
+		status := statusText(raw)
+		if p.gate.mile != nil {
+			// Templates see the status and the identity; a pipeline
+			// without them keeps no last-mile state.
+			if t.lm == nil {
+				t.lm = &mileState{}
+			}
+			t.lm.status, t.lm.identity = status, in.Key
+		}
+		t.key = StatusKey(in.Key, status)
+		t.intent = t.key
+	}
 	return nil
+}
+
+// statusText is the text of a key.status value: a JSON string's content,
+// any other value as its canonical JSON. A canonical string without an
+// escape is its content in quotes, read without decoding (the common case,
+// on every trigger of the pipeline).
+func statusText(raw []byte) string {
+	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
+	}
+	var status string
+	if json.Unmarshal(raw, &status) != nil {
+		return string(raw)
+	}
+	return status
 }
 
 func (p *pipeline) lookupRunID(data []byte) (string, error) {
@@ -251,13 +321,13 @@ func (p *pipeline) lookupRunID(data []byte) (string, error) {
 }
 
 // classify names the reason a payload could not be keyed.
-func classify(err error) Reason {
+func classify(err error) outcome.Reason {
 	switch {
 	case errors.Is(err, canon.ErrTooLarge), errors.Is(err, canon.ErrTooDeep),
 		errors.Is(err, canon.ErrStringTooLong), errors.Is(err, canon.ErrTooManyMembers):
-		return ReasonTooLarge
+		return outcome.ReasonTooLarge
 	case errors.Is(err, canon.ErrNotFound), errors.Is(err, dedupe.ErrNoRunID), errors.Is(err, dedupe.ErrMissingHeader):
-		return ReasonMissingField
+		return outcome.ReasonMissingField
 	}
-	return ReasonInvalidJSON
+	return outcome.ReasonInvalidJSON
 }

@@ -1,17 +1,21 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
@@ -43,15 +47,7 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 		deliveries = t.deliveries()
 	}
 	if v.kind == settleNak && s.exhausted(v, deliveries) {
-		err := fmt.Errorf("gave up after %d deliveries: %w", deliveries, errOr(v.err))
-		if v.token != 0 && v.key != nil && s.ledger != nil {
-			// Mark the work failed, so that a later duplicate does not
-			// take it over and do it after the dead letter.
-			if ferr := s.ledger.Fail(ctx, *v.key, v.token, failureReason(ReasonExhausted, err)); ferr != nil && !errors.Is(ferr, ledger.ErrStaleToken) {
-				s.c.log.Warn("recording a failure in the ledger failed", "pipeline", s.pipeline, "key", v.key.String(), "err", ferr)
-			}
-		}
-		v = dead(v.key, ReasonExhausted, err)
+		v = s.lastTry(ctx, v, deliveries)
 	}
 	if s.c.log.Enabled(ctx, slog.LevelDebug) {
 		s.c.log.Debug("settled", "pipeline", s.pipeline, "verdict", v.kind.String(), "key", keyString(v.key), "ref", t.ref(), "deliveries", t.deliveries(), "delay", v.delay, "err", v.err)
@@ -95,6 +91,33 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 		_ = m.TermWithReason(string(v.reason))
 		s.c.obs.Settled(s.pipeline, "term")
 	}
+}
+
+// lastTry turns v, a nak on the last try, into the dead letter, once the
+// work is recorded failed in the ledger (where it was claimed): a failed
+// record is what stops a later duplicate from taking the work over and
+// doing it after the dead letter. If another worker took the work over
+// meanwhile, it answers for the intent, and this message waits to see it
+// settled; if the ledger does not answer, the message waits too, and is
+// not a try.
+func (s *settler) lastTry(ctx context.Context, v verdict, deliveries uint64) verdict {
+	err := fmt.Errorf("gave up after %d deliveries: %w", deliveries, errOr(v.err))
+	last := cmp.Or(v.last, outcome.ReasonExhausted)
+	if v.token == 0 || v.key == nil || s.ledger == nil {
+		return dead(v.key, last, err)
+	}
+	ferr := s.ledger.Fail(ctx, *v.key, v.token, failureReason(last, err))
+	switch {
+	case errors.Is(ferr, ledger.ErrStaleToken):
+		s.c.log.Info("the last try's work was taken over by another worker; it answers for the intent", "pipeline", s.pipeline, "key", v.key.String(), "err", v.err)
+		return wait(v.key, s.retryDelay(int(deliveries)), fmt.Errorf("another worker took the work over: %w", errOr(v.err)))
+	case ferr != nil:
+		d := s.c.health.failed(ferr)
+		s.c.obs.LedgerUnavailable(s.pipeline)
+		s.c.log.Warn("the ledger does not answer; the last try waits to be recorded failed", "pipeline", s.pipeline, "key", v.key.String(), "in", d, "err", ferr)
+		return wait(v.key, d, fmt.Errorf("recording the failure in the ledger: %w", ferr))
+	}
+	return dead(v.key, last, err)
 }
 
 // exhausted reports whether a nak is the last try, to be dead-lettered
@@ -154,14 +177,17 @@ func errOr(err error) error {
 	return err
 }
 
-// publishDead publishes t to the dead-letter subject, with the reason. Its
-// Nats-Msg-Id names the pipeline and the message's stream and sequence, so
+// publishDead publishes t to the dead-letter subject, with the reason. A
+// dead letter is a faithful copy of what arrived: the trigger's payload (up
+// to maxDeadLetterBody) and all its headers (deadLetterCopy), so that
+// replaying it derives the same key. Its Nats-Msg-Id names the pipeline and the message's stream and sequence, so
 // that a dead letter published twice (the process died before the term) is
 // kept once, and dead letters of two streams, or of two pipelines sharing a
 // trigger, never collide.
 func (s *settler) publishDead(ctx context.Context, t *Trigger, v verdict) error {
 	m := t.msg
 	out := nats.NewMsg(s.deadLetter)
+	deadLetterCopy(out.Header, m.Headers())
 	out.Header.Set(HeaderReason, string(v.reason))
 	if v.err != nil {
 		d := v.err.Error()
@@ -192,6 +218,23 @@ func (s *settler) publishDead(ctx context.Context, t *Trigger, v verdict) error 
 	defer cancel()
 	_, err := s.c.js.PublishMsg(ctx, out, opts...)
 	return err
+}
+
+// deadLetterCopy copies a trigger's headers onto its dead letter: all but
+// the ones the dead letter sets itself and the server's Nats-* headers,
+// which would act on the dead letter's publish (Nats-Expected-Stream,
+// Nats-TTL, ...); the trigger's Nats-Msg-Id is kept as Oncegate-Msg-Id.
+func deadLetterCopy(dst, src nats.Header) {
+	for k, vs := range src {
+		switch {
+		case strings.EqualFold(k, nats.MsgIdHdr):
+			dst.Set(HeaderMsgID, vs[0])
+		case len(k) >= 5 && strings.EqualFold(k[:5], "Nats-"):
+		case slices.ContainsFunc(deadLetterHeaders, func(h string) bool { return strings.EqualFold(h, k) }):
+		default:
+			dst[k] = append([]string(nil), vs...)
+		}
+	}
 }
 
 // DeadLetterID is the Nats-Msg-Id of pipeline's dead letter of the message

@@ -2,45 +2,11 @@ package consumer
 
 import "sync/atomic"
 
-// Guard names what stopped a duplicate.
-type Guard string
-
-// The guards, from the cheapest to the last.
-const (
-	GuardWindow Guard = "window" // the in-memory window had the key
-	GuardLedger Guard = "ledger" // the ledger had it committed
-	GuardStream Guard = "stream" // the effect stream had the Nats-Msg-Id
-)
-
-// Reason says why a trigger went to the dead-letter subject.
-type Reason string
-
-// The reasons.
-const (
-	ReasonInvalidJSON     Reason = "invalid_json"     // not strict JSON (I-JSON)
-	ReasonTooLarge        Reason = "too_large"        // past a size, depth or count limit
-	ReasonMissingField    Reason = "missing_field"    // a key field is absent
-	ReasonPoison          Reason = "poison"           // the work was given up before (ledger state failed)
-	ReasonExhausted       Reason = "exhausted"        // MaxDeliver attempts used up
-	ReasonPermanentEffect Reason = "permanent_effect" // the sink refused the effect for good
-	ReasonBudget          Reason = "budget"           // the intent's token budget is spent
-	ReasonMismatch        Reason = "mismatch"         // a key reused for a different payload, refused by policy
-	ReasonTemplate        Reason = "template"         // the prompt template failed on this trigger
-)
-
-// validReason reports whether r is one of the reasons.
-func validReason(r Reason) bool {
-	switch r {
-	case ReasonInvalidJSON, ReasonTooLarge, ReasonMissingField, ReasonPoison, ReasonExhausted,
-		ReasonPermanentEffect, ReasonBudget, ReasonMismatch, ReasonTemplate, ReasonUnknownOutcome:
-		return true
-	}
-	return false
-}
-
 // PipelineStats counts what one pipeline did. Each trigger delivery is
 // counted once in Deliveries and, when it is settled, once in exactly one
-// of Effects, Duplicates*, Retries, Held and DeadLetters.
+// of Effects, Duplicates*, Filtered, Retries, Held and DeadLetters. (An
+// intent that no route matches is committed with that decision and counted
+// in Effects.)
 type PipelineStats struct {
 	Pipeline   string
 	Deliveries int64 // messages received, redeliveries included
@@ -55,11 +21,14 @@ type PipelineStats struct {
 	TakenOver        int64 // claims that took over an expired lease
 	ModelCalls       int64 // model step calls made (hits included)
 	Stale            int64 // commits refused because another worker took over
+	Filtered         int64 // acked because the pipeline's when: condition was false
+	StepsSkipped     int64 // model steps not run because skip_when held (a resolve)
 }
 
 type pipelineCounters struct {
 	deliveries, effects, dupWindow, dupLedger, dupStream atomic.Int64
 	held, retries, dead, takenOver, modelCalls, stale    atomic.Int64
+	filtered, skipped                                    atomic.Int64
 }
 
 func (c *pipelineCounters) snapshot(name string) PipelineStats {
@@ -68,6 +37,6 @@ func (c *pipelineCounters) snapshot(name string) PipelineStats {
 		DuplicatesWindow: c.dupWindow.Load(), DuplicatesLedger: c.dupLedger.Load(),
 		DuplicatesStream: c.dupStream.Load(), Held: c.held.Load(), Retries: c.retries.Load(),
 		DeadLetters: c.dead.Load(), TakenOver: c.takenOver.Load(), ModelCalls: c.modelCalls.Load(),
-		Stale: c.stale.Load(),
+		Stale: c.stale.Load(), Filtered: c.filtered.Load(), StepsSkipped: c.skipped.Load(),
 	}
 }

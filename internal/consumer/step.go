@@ -13,9 +13,12 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/outcome"
+	"github.com/oncegate/oncegate/internal/tmpl"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
@@ -29,8 +32,13 @@ type step struct {
 	model    string
 	version  string // changes whenever the prompt or the model parameters do
 	budget   int64
+	limits   []llmcache.SpendLimit // the pipeline's spend limit, if any
+	waitOver bool                  // over_budget: wait
 	timeout  time.Duration
 	client   *openai.Client
+	// schema validates a structured answer; nil without step.schema.
+	schema   *jsonschema.Schema
+	attempts int // calls for one structured answer
 }
 
 // answer is what the model step produced.
@@ -43,13 +51,19 @@ type answer struct {
 	// InputTokens and OutputTokens are the usage the answer reports (the
 	// first call's, for an answer from the cache).
 	InputTokens, OutputTokens int
+
+	// Fields is a structured answer's JSON, decoded; nil without a schema.
+	Fields any
 }
 
 // stepError is a step failure; a permanent one dead-letters the trigger.
+// Another is retried, after delay if set, and dead-lettered on its last
+// try with reason, if set.
 type stepError struct {
-	reason    Reason
+	reason    outcome.Reason
 	permanent bool
 	err       error
+	delay     time.Duration
 }
 
 func (e *stepError) Error() string { return "model step: " + e.err.Error() }
@@ -83,11 +97,31 @@ func newStep(c *Consumer, p *config.Pipeline) (*step, error) {
 		Seed                  *int64
 	}{p.Step.System, p.Step.Prompt, model, p.Step.Temperature, p.Step.MaxTokens, p.Step.Seed})
 	h.Write(params)
-	return &step{
+	s := &step{
 		pipeline: p.Name, cfg: p.Step, tmpl: t, model: model,
-		version: hex.EncodeToString(h.Sum(nil)[:8]),
-		budget:  budget, timeout: c.cfg.LLM.Timeout, client: c.opts.Model,
-	}, nil
+		budget: budget, timeout: c.cfg.LLM.Timeout, client: c.opts.Model,
+		attempts: max(p.Step.AnswerAttempts, 1),
+	}
+	if len(p.Step.Schema) > 0 {
+		// The schema asks for other answers: it is part of the version,
+		// hence of the cache key. (Written after the other parameters, so
+		// that a step without a schema keeps the keys it had.)
+		if s.schema, err = config.CompileSchema(p.Step.Schema); err != nil {
+			return nil, fmt.Errorf("step schema: %w", err)
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, p.Step.Schema); err != nil {
+			return nil, fmt.Errorf("step schema: %w", err)
+		}
+		h.Write([]byte("\x00schema\x00"))
+		h.Write(compact.Bytes())
+	}
+	s.version = hex.EncodeToString(h.Sum(nil)[:8])
+	s.waitOver = p.Step.OverBudget == config.OverBudgetWait
+	if p.Step.MaxBudget > 0 {
+		s.limits = []llmcache.SpendLimit{{Name: "pipeline:" + p.Name, Max: p.Step.MaxBudget, Period: time.Duration(p.Step.BudgetDuration)}}
+	}
+	return s, nil
 }
 
 func (s *step) render(name string, doc any) (string, error) {
@@ -104,15 +138,15 @@ func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte) (answer, e
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
 	if err := dec.Decode(&doc); err != nil {
-		return answer{}, &stepError{ReasonInvalidJSON, true, err}
+		return answer{}, &stepError{outcome.ReasonInvalidJSON, true, err, 0}
 	}
 	system, err := s.render("system", doc)
 	if err != nil {
-		return answer{}, &stepError{ReasonTemplate, true, err}
+		return answer{}, &stepError{outcome.ReasonTemplate, true, err, 0}
 	}
 	prompt, err := s.render("prompt", doc)
 	if err != nil {
-		return answer{}, &stepError{ReasonTemplate, true, err}
+		return answer{}, &stepError{outcome.ReasonTemplate, true, err, 0}
 	}
 	req := openai.ChatCompletionRequest{
 		Model:       s.model,
@@ -128,10 +162,74 @@ func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte) (answer, e
 	}
 	req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: prompt})
 
+	if s.schema != nil {
+		req.ResponseFormat = &openai.ChatCompletionResponseFormat{
+			Type: openai.ChatCompletionResponseFormatTypeJSONSchema,
+			JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{
+				Name: "answer", Schema: json.RawMessage(s.cfg.Schema), Strict: true,
+			},
+		}
+	}
+	var why error
+	for attempt := range s.attempts {
+		ans, err := s.call(ctx, k, req, attempt)
+		if err != nil {
+			if why != nil && errors.Is(err, llmcache.ErrBudgetExceeded) {
+				// The budget ends the retries of a structured answer.
+				return answer{}, &stepError{outcome.ReasonBadAnswer, true, fmt.Errorf("%w; asking again: %w", why, err), 0}
+			}
+			return answer{}, err
+		}
+		if s.schema == nil {
+			return ans, nil
+		}
+		if ans.Fields, why = s.check(ans.Text); why == nil {
+			return ans, nil
+		}
+		// Ask again, saying what was wrong: another request, and (by the
+		// attempt in the cache key) another cache entry, so that a retry of
+		// the trigger replays each attempt from the cache instead of paying
+		// for it again.
+		req.Messages = append(req.Messages,
+			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: ans.Text},
+			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: "That answer does not match the JSON schema (" + why.Error() + "). Answer again with JSON that matches it."})
+	}
+	return answer{}, &stepError{outcome.ReasonBadAnswer, true, fmt.Errorf("%d answers did not match the step's schema; the last: %w", s.attempts, why), 0}
+}
+
+// check validates a structured answer against the schema and returns its
+// fields.
+func (s *step) check(text string) (any, error) {
+	v, err := tmpl.DecodeJSON([]byte(text))
+	if err != nil {
+		return nil, fmt.Errorf("not JSON: %v", err)
+	}
+	// The validator wants numbers as it decodes them itself.
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("not JSON: %v", err)
+	}
+	if err := s.schema.Validate(doc); err != nil {
+		msg := strings.Join(strings.Fields(err.Error()), " ")
+		if len(msg) > 300 {
+			msg = msg[:300] + "…"
+		}
+		return nil, errors.New(msg)
+	}
+	return v, nil
+}
+
+// call makes one model call through the cache; attempt numbers the calls
+// for one structured answer, and is part of the cache key past the first.
+func (s *step) call(ctx context.Context, k dedupe.Key, req openai.ChatCompletionRequest, attempt int) (answer, error) {
+	input := []byte("{}")
+	if attempt > 0 {
+		input = fmt.Appendf(nil, `{"attempt":%d}`, attempt)
+	}
 	call := llmcache.Call{
 		Namespace: s.pipeline, Step: s.cfg.Name, Intent: k.String(), KeyByIntent: true,
-		Template: &llmcache.Template{Name: s.pipeline + "/" + s.cfg.Name, Version: s.version, Input: []byte("{}")},
-		Budget:   s.budget,
+		Template: &llmcache.Template{Name: s.pipeline + "/" + s.cfg.Name, Version: s.version, Input: input},
+		Budget:   s.budget, Limits: s.limits,
 	}
 	ctx, cancel := context.WithTimeout(llmcache.WithCall(ctx, call), s.timeout)
 	defer cancel()
@@ -140,15 +238,17 @@ func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte) (answer, e
 		var apiErr *openai.APIError
 		switch {
 		case errors.Is(err, llmcache.ErrBudgetExceeded):
-			return answer{}, &stepError{ReasonBudget, true, err}
+			return answer{}, &stepError{outcome.ReasonBudget, true, err, 0}
+		case errors.Is(err, llmcache.ErrSpendLimit):
+			return answer{}, s.overBudget(err)
 		case errors.As(err, &apiErr) && (apiErr.HTTPStatusCode == http.StatusBadRequest ||
 			apiErr.HTTPStatusCode == http.StatusRequestEntityTooLarge || apiErr.HTTPStatusCode == http.StatusUnprocessableEntity):
-			return answer{}, &stepError{ReasonPoison, true, err}
+			return answer{}, &stepError{outcome.ReasonPoison, true, err, 0}
 		}
-		return answer{}, &stepError{"", false, err}
+		return answer{}, &stepError{"", false, err, 0}
 	}
 	if len(resp.Choices) == 0 {
-		return answer{}, &stepError{"", false, errors.New("the model returned no choices")}
+		return answer{}, &stepError{"", false, errors.New("the model returned no choices"), 0}
 	}
 	return answer{
 		Text: resp.Choices[0].Message.Content, Model: resp.Model,
@@ -173,4 +273,19 @@ func (g *gate) effectBody(k dedupe.Key, payload []byte, a answer) ([]byte, error
 		return nil, fmt.Errorf("effect body: %w", err)
 	}
 	return b, nil
+}
+
+// overBudget is the failure of a call the pipeline's spend limit refused:
+// dead-lettered at once, or (over_budget: wait) put back until the limit's
+// period ends, an hour at most between looks, and dead-lettered on its
+// last try.
+func (s *step) overBudget(err error) *stepError {
+	if !s.waitOver {
+		return &stepError{outcome.ReasonOverBudget, true, err, 0}
+	}
+	d := time.Hour
+	if sl, ok := errors.AsType[*llmcache.SpendLimitError](err); ok && !sl.Reset.IsZero() {
+		d = min(d, time.Until(sl.Reset))
+	}
+	return &stepError{outcome.ReasonOverBudget, false, err, max(d, time.Second)}
 }

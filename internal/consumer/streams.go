@@ -84,8 +84,14 @@ func (c *Consumer) manageStreams(ctx context.Context) error {
 	var effects, dead []string
 	oneShot := false
 	for _, p := range c.pipes {
-		if p.cfg.Effect.Sink == config.SinkJetStream && p.cfg.Effect.Class != config.ClassOneShot {
-			effects = append(effects, p.cfg.Effect.Subject)
+		for _, e := range p.cfg.AllEffects() {
+			if e.Sink == config.SinkJetStream && e.Class != config.ClassOneShot {
+				subj := e.Subject
+				if e.SubjectSuffix != "" {
+					subj += ".>"
+				}
+				effects = append(effects, subj)
+			}
 		}
 		dead = append(dead, p.deadLetter)
 		oneShot = oneShot || p.dispatch != nil
@@ -239,9 +245,17 @@ func (c *Consumer) checkHorizon(ctx context.Context, p *pipeline) error {
 	if !p.cfg.DedupesEffect() {
 		return nil
 	}
-	subj := p.cfg.Effect.Subject
-	if p.dispatch != nil {
-		subj = OutboxSubject(p.cfg.Name)
+	subj := OutboxSubject(p.cfg.Name)
+	if p.dispatch == nil {
+		for _, e := range p.cfg.AllEffects() {
+			if e.Sink == config.SinkJetStream {
+				subj = e.Subject
+				if e.SubjectSuffix != "" {
+					subj += ".x"
+				}
+				break
+			}
+		}
 	}
 	name, err := c.js.StreamNameBySubject(ctx, probeSubject(subj))
 	if err != nil {

@@ -1,25 +1,27 @@
 package ingress
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ingress/spec"
 )
 
 // Errors of verification. The server answers each with 401 and counts it
 // by its reason.
 var (
 	// ErrNoSignature is wrapped when the request carries no signature or
-	// credentials where its kind needs them.
+	// credentials where its source needs them.
 	ErrNoSignature = errors.New("ingress: missing signature")
 	// ErrBadSignature is wrapped when the signature header does not parse,
 	// or no signature in it matches any of the source's secrets.
@@ -50,125 +52,100 @@ const (
 // sha256Size is the length of an HMAC-SHA256.
 const sha256Size = sha256.Size
 
-// parseHexSignature parses a lower- or upper-case hex HMAC-SHA256, after
-// an optional prefix ("sha256=" for GitHub; none for Sentry).
-func parseHexSignature(v, prefix string) ([]byte, error) {
+// single parses a header that carries one signature: the prefix (unless
+// optional), then the encoded signature.
+func (sc *scheme) single(v string) ([]byte, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return nil, ErrNoSignature
 	}
-	if prefix != "" {
-		rest, ok := strings.CutPrefix(v, prefix)
-		if !ok {
-			return nil, fmt.Errorf("%w: want %s followed by a hex HMAC-SHA256", ErrBadSignature, prefix)
+	if sc.prefix != "" {
+		rest, ok := strings.CutPrefix(v, sc.prefix)
+		if !ok && !sc.prefixOptional {
+			return nil, fmt.Errorf("%w: want %s followed by a %s %s", ErrBadSignature, sc.prefix, sc.enc.name, spec.AlgorithmName(sc.alg))
 		}
 		v = rest
 	}
-	if len(v) != 2*sha256Size {
-		return nil, fmt.Errorf("%w: want %d hex digits, got %d characters", ErrBadSignature, 2*sha256Size, len(v))
+	return sc.decode(v)
+}
+
+// decode decodes one signature and checks its length.
+func (sc *scheme) decode(v string) ([]byte, error) {
+	if sc.enc.name == spec.Hex && len(v) != 2*sc.size {
+		return nil, fmt.Errorf("%w: want %d hex digits, got %d characters", ErrBadSignature, 2*sc.size, len(v))
 	}
-	b, err := hex.DecodeString(v)
+	b, err := sc.enc.decode(v)
 	if err != nil {
-		return nil, fmt.Errorf("%w: not hex", ErrBadSignature)
+		return nil, fmt.Errorf("%w: not %s", ErrBadSignature, sc.enc.name)
+	}
+	if len(b) != sc.size {
+		return nil, fmt.Errorf("%w: want a %s %s of %d bytes, got %d", ErrBadSignature, sc.enc.name, spec.AlgorithmName(sc.alg), sc.size, len(b))
 	}
 	return b, nil
 }
 
-// stripeSignature is a parsed Stripe-Signature header.
-type stripeSignature struct {
-	t   int64    // the signed timestamp, Unix seconds
-	v1s [][]byte // the v1 signatures, each 32 bytes
-}
-
-// parseStripeSignature parses "t=1492774577,v1=5257a8…,v1=…,v0=…": one
-// t, one or more v1 (several while the endpoint's secret is rolled), any
-// other scheme ignored.
-func parseStripeSignature(v string) (stripeSignature, error) {
-	var s stripeSignature
+// signatures parses the signature header: one signature, or with a
+// separator several elements, of which those that are the prefix followed
+// by a well-formed signature are the signatures (others are skipped, as
+// the reference libraries skip them: another version, a malformed entry
+// beside a valid one), and the one after the timestamp's prefix, if the
+// timestamp is there, the timestamp.
+func (sc *scheme) signatures(v string) (sigs [][]byte, ts string, err error) {
+	if sc.sep == "" {
+		b, err := sc.single(v)
+		if err != nil {
+			return nil, "", err
+		}
+		return [][]byte{b}, "", nil
+	}
 	if strings.TrimSpace(v) == "" {
-		return s, ErrNoSignature
+		return nil, "", ErrNoSignature
 	}
-	seenT := false
-	n := 0
-	for part := range strings.SplitSeq(v, ",") {
-		if n++; n > 2*maxSignaturesPerHeader {
-			return s, fmt.Errorf("%w: too many elements", ErrBadSignature)
+	var elems []string
+	if sc.sep == " " {
+		elems = strings.Fields(v)
+	} else {
+		elems = strings.Split(v, sc.sep)
+	}
+	if len(elems) > 2*maxSignaturesPerHeader {
+		return nil, "", fmt.Errorf("%w: too many elements", ErrBadSignature)
+	}
+	seenTS, malformed := false, 0
+	for _, e := range elems {
+		e = strings.TrimSpace(e)
+		if sc.ts.Kind == spec.FromSignature {
+			if t, ok := strings.CutPrefix(e, sc.ts.Name); ok {
+				if seenTS {
+					return nil, "", fmt.Errorf("%w: two timestamps", ErrBadSignature)
+				}
+				ts, seenTS = t, true
+				continue
+			}
 		}
-		k, val, ok := strings.Cut(strings.TrimSpace(part), "=")
+		rest, ok := strings.CutPrefix(e, sc.prefix)
 		if !ok {
-			return s, fmt.Errorf("%w: element %q is not key=value", ErrBadSignature, truncate(part))
-		}
-		switch k {
-		case "t":
-			if seenT {
-				return s, fmt.Errorf("%w: two timestamps", ErrBadSignature)
-			}
-			t, err := strconv.ParseInt(val, 10, 64)
-			if err != nil || t < 0 {
-				return s, fmt.Errorf("%w: timestamp %q is not Unix seconds", ErrBadSignature, truncate(val))
-			}
-			s.t, seenT = t, true
-		case "v1":
-			b, err := parseHexSignature(val, "")
-			if err != nil {
-				return s, fmt.Errorf("%w: a v1 signature is not a hex HMAC-SHA256", ErrBadSignature)
-			}
-			s.v1s = append(s.v1s, b)
-		}
-	}
-	if !seenT {
-		return s, fmt.Errorf("%w: no t= timestamp", ErrBadSignature)
-	}
-	if len(s.v1s) == 0 {
-		return s, fmt.Errorf("%w: no v1= signature", ErrBadSignature)
-	}
-	return s, nil
-}
-
-// parseStandardSignature parses a Standard Webhooks webhook-signature
-// header: space-separated "version,base64" entries. It returns the v1
-// (HMAC-SHA256) signatures and ignores other versions (v1a is an
-// asymmetric one).
-func parseStandardSignature(v string) ([][]byte, error) {
-	if strings.TrimSpace(v) == "" {
-		return nil, ErrNoSignature
-	}
-	var sigs [][]byte
-	n := 0
-	for entry := range strings.FieldsSeq(v) {
-		if n++; n > maxSignaturesPerHeader {
-			return nil, fmt.Errorf("%w: too many signatures", ErrBadSignature)
-		}
-		ver, sig, ok := strings.Cut(entry, ",")
-		if !ok {
-			return nil, fmt.Errorf("%w: entry %q is not version,signature", ErrBadSignature, truncate(entry))
-		}
-		if ver != "v1" {
 			continue
 		}
-		b, err := base64.StdEncoding.Strict().DecodeString(sig)
-		if err != nil || len(b) != sha256Size {
-			return nil, fmt.Errorf("%w: a v1 signature is not a base64 HMAC-SHA256", ErrBadSignature)
+		b, err := sc.decode(rest)
+		if err != nil {
+			malformed++
+			continue
+		}
+		if len(sigs) == maxSignaturesPerHeader {
+			return nil, "", fmt.Errorf("%w: too many signatures", ErrBadSignature)
 		}
 		sigs = append(sigs, b)
 	}
+	if sc.ts.Kind == spec.FromSignature && !seenTS {
+		return nil, "", fmt.Errorf("%w: no %s timestamp", ErrBadSignature, sc.ts.Name)
+	}
 	if len(sigs) == 0 {
-		return nil, fmt.Errorf("%w: no v1 signature", ErrBadSignature)
+		if malformed > 0 {
+			return nil, "", fmt.Errorf("%w: no well-formed %s signature (%d malformed: want %s followed by a %s %s)", ErrBadSignature, sc.prefix, malformed, sc.prefix, sc.enc.name, spec.AlgorithmName(sc.alg))
+		}
+		return nil, "", fmt.Errorf("%w: no %s signature", ErrBadSignature, sc.prefix)
 	}
-	return sigs, nil
-}
-
-// parseUnixSeconds parses a Standard Webhooks timestamp.
-func parseUnixSeconds(v string) (int64, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, ErrNoSignature
-	}
-	t, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || t < 0 {
-		return 0, fmt.Errorf("%w: timestamp %q is not Unix seconds", ErrBadSignature, truncate(v))
-	}
-	return t, nil
+	return sigs, ts, nil
 }
 
 // parseAuthorization splits an Authorization header into its scheme
@@ -188,9 +165,33 @@ func parseAuthorization(v string) (scheme, cred string, err error) {
 
 // decodeStandardSecret turns a "whsec_<base64>" secret into its key.
 func decodeStandardSecret(s string) ([]byte, error) {
-	b, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, standardSecretPrefix))
-	if err != nil || len(b) == 0 {
+	b, err := decodeSecret(s, spec.SecretWhsec)
+	if err != nil {
 		return nil, errors.New("ingress: a standard source's secret must be whsec_ followed by base64")
+	}
+	return b, nil
+}
+
+// decodeSecret turns a secret's text into its key.
+func decodeSecret(s, enc string) ([]byte, error) {
+	var b []byte
+	var err error
+	switch enc {
+	case spec.SecretText, "":
+		return []byte(s), nil
+	case spec.SecretHex:
+		b, err = hex.DecodeString(strings.TrimSpace(s))
+	case spec.SecretBase64:
+		b, err = base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+	case spec.SecretWhsec:
+		s = strings.TrimSpace(s)
+		s = strings.TrimPrefix(strings.TrimPrefix(s, standardSecretPrefix), "whpk_")
+		b, err = base64.StdEncoding.DecodeString(s)
+	default:
+		return nil, fmt.Errorf("unknown secret encoding %q", enc)
+	}
+	if err != nil || len(b) == 0 {
+		return nil, fmt.Errorf("the secret is not %s", enc)
 	}
 	return b, nil
 }
@@ -218,114 +219,170 @@ func truncate(s string) string {
 	return s
 }
 
-// verify checks r's signature or credentials against keys (one, or two
-// during a rotation) for a source of the given kind, at now.
-func verify(kind, auth, user string, keys [][]byte, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
-	if auth == config.AuthNone {
+// verify checks the request's signature or credentials against keys
+// (one, or two during a rotation), and a signed timestamp against now.
+func (sc *scheme) verify(keys [][]byte, rq *request, now time.Time, tolerance time.Duration) error {
+	switch sc.auth {
+	case spec.AuthNone:
 		return nil
+	case spec.AuthToken:
+		v := rq.h.Get(sc.tokenHeader)
+		if v == "" {
+			return fmt.Errorf("%w: no %s header", ErrNoSignature, sc.tokenHeader)
+		}
+		for _, k := range keys {
+			if equalDigest(v, string(k)) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: the %s token is not the source's", ErrBadSignature, sc.tokenHeader)
+	case spec.AuthBearer, spec.AuthBasic:
+		return sc.credentials(keys, rq)
 	}
-	switch kind {
-	case config.KindGitHub:
-		return verifyHex(h.Get(HeaderGitHubSignature), "sha256=", keys, body)
-	case config.KindSentry:
-		return verifyHex(h.Get(HeaderSentrySignature), "", keys, body)
-	case config.KindStripe:
-		s, err := parseStripeSignature(h.Get(HeaderStripeSignature))
-		if err != nil {
-			return err
-		}
-		ts := strconv.AppendInt(nil, s.t, 10)
-		if !anyMatch(keys, s.v1s, ts, []byte("."), body) {
-			return ErrBadSignature
-		}
-		return checkTime(s.t, now, tolerance)
-	case config.KindStandard:
-		id := h.Get(HeaderStandardID)
-		if id == "" {
-			return fmt.Errorf("%w: no webhook-id", ErrNoSignature)
-		}
-		t, err := parseUnixSeconds(h.Get(HeaderStandardTime))
-		if err != nil {
-			return err
-		}
-		sigs, err := parseStandardSignature(h.Get(HeaderStandardSig))
-		if err != nil {
-			return err
-		}
-		if !anyMatch(keys, sigs, []byte(id), []byte("."), strconv.AppendInt(nil, t, 10), []byte("."), body) {
-			return ErrBadSignature
-		}
-		return checkTime(t, now, tolerance)
-	case config.KindAlertmanager:
-		scheme, cred, err := parseAuthorization(h.Get("Authorization"))
-		if err != nil {
-			return err
-		}
-		switch auth {
-		case config.AuthBasic:
-			if scheme != "basic" {
-				return fmt.Errorf("%w: want basic auth", ErrBadSignature)
-			}
-			raw, err := base64.StdEncoding.DecodeString(cred)
-			if err != nil {
-				return fmt.Errorf("%w: basic credentials are not base64", ErrBadSignature)
-			}
-			u, p, ok := strings.Cut(string(raw), ":")
-			if !ok {
-				return fmt.Errorf("%w: basic credentials are not user:password", ErrBadSignature)
-			}
-			okUser := equalDigest(u, user)
-			for _, k := range keys {
-				if equalDigest(p, string(k)) && okUser {
-					return nil
-				}
-			}
-			return ErrBadSignature
-		default:
-			if scheme != "bearer" {
-				return fmt.Errorf("%w: want a bearer token", ErrBadSignature)
-			}
-			for _, k := range keys {
-				if equalDigest(cred, string(k)) {
-					return nil
-				}
-			}
-			return ErrBadSignature
-		}
-	case config.KindHMAC:
-		// The header name is the source's; verifyHMAC handles it.
-	}
-	return fmt.Errorf("ingress: kind %q has no verifier", kind)
-}
-
-// verifyHex checks a hex HMAC-SHA256 of the body.
-func verifyHex(header, prefix string, keys [][]byte, body []byte) error {
-	sig, err := parseHexSignature(header, prefix)
+	sigs, ts, err := sc.signatures(rq.h.Get(sc.header))
 	if err != nil {
 		return err
 	}
-	if !anyMatch(keys, [][]byte{sig}, body) {
+	var t int64
+	if sc.ts.Kind != 0 {
+		switch sc.ts.Kind {
+		case spec.FromHeader:
+			ts = strings.TrimSpace(rq.h.Get(sc.ts.Name))
+			if ts == "" {
+				return fmt.Errorf("%w: no timestamp (%s)", ErrNoSignature, sc.ts.Name)
+			}
+		case spec.FromBody:
+			v, _, err := rq.lookup(sc.ts)
+			if err != nil || v == "" {
+				return fmt.Errorf("%w: no timestamp (the body's %s)", ErrBadSignature, sc.ts.Name)
+			}
+			ts = v
+		}
+		t, err = strconv.ParseInt(ts, 10, 64)
+		if err != nil || t < 0 {
+			unit := "seconds"
+			if sc.tsMillis {
+				unit = "milliseconds"
+			}
+			return fmt.Errorf("%w: timestamp %q is not Unix %s", ErrBadSignature, truncate(ts), unit)
+		}
+	}
+	pieces, err := sc.signed(rq, ts)
+	if err != nil {
+		return err
+	}
+	if !sc.match(keys, sigs, pieces) {
 		return ErrBadSignature
+	}
+	if sc.ts.Kind != 0 {
+		at := time.Unix(t, 0)
+		if sc.tsMillis {
+			at = time.UnixMilli(t)
+		}
+		return checkTime(at, now, tolerance)
 	}
 	return nil
 }
 
-// verifyHMAC checks a generic hmac source: a hex HMAC-SHA256 of the body,
-// with or without a "sha256=" prefix.
-func verifyHMAC(header string, keys [][]byte, body []byte) error {
-	prefix := ""
-	if strings.HasPrefix(strings.TrimSpace(header), "sha256=") {
-		prefix = "sha256="
+// signed returns the pieces of the signed string, in order.
+func (sc *scheme) signed(rq *request, ts string) ([][]byte, error) {
+	pieces := make([][]byte, 0, len(sc.parts))
+	for _, p := range sc.parts {
+		switch p.Kind {
+		case spec.Literal:
+			pieces = append(pieces, []byte(p.Text))
+		case spec.Body:
+			pieces = append(pieces, rq.raw)
+		case spec.Timestamp:
+			pieces = append(pieces, []byte(ts))
+		case spec.ID:
+			id, _, err := rq.delivery(sc)
+			if err != nil || id == "" {
+				return nil, fmt.Errorf("%w: no delivery id for the signed string (%s)", ErrNoSignature, describeFroms(sc.delivery))
+			}
+			pieces = append(pieces, []byte(id))
+		case spec.URL:
+			pieces = append(pieces, []byte(sc.publicURL+rq.uri))
+		case spec.Form:
+			f, err := sc.formPiece(rq)
+			if err != nil {
+				return nil, err
+			}
+			pieces = append(pieces, f)
+		case spec.Header:
+			pieces = append(pieces, []byte(rq.h.Get(p.Text)))
+		}
 	}
-	return verifyHex(header, prefix, keys, body)
+	return pieces, nil
 }
 
-// anyMatch reports whether the HMAC of parts under any key equals any of
-// sigs. Every comparison is constant-time.
-func anyMatch(keys, sigs [][]byte, parts ...[]byte) bool {
+// formPiece is {form}: a form body's parameters sorted by name, each name
+// followed by its value; for another body, nothing, once the URL's
+// bodySHA256 is found to be the body's SHA-256.
+func (sc *scheme) formPiece(rq *request) ([]byte, error) {
+	if rq.form != nil {
+		return sortedForm(rq.form), nil
+	}
+	u, err := url.ParseRequestURI(rq.uri)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the request URI does not parse", ErrBadSignature)
+	}
+	want := u.Query().Get("bodySHA256")
+	if want == "" {
+		return nil, fmt.Errorf("%w: a body that is not a form is signed through the URL's bodySHA256, which is missing", ErrBadSignature)
+	}
+	sum := sha256.Sum256(rq.raw)
+	if !hmac.Equal([]byte(strings.ToLower(want)), []byte(hex.EncodeToString(sum[:]))) {
+		return nil, fmt.Errorf("%w: the URL's bodySHA256 is not the body's", ErrBadSignature)
+	}
+	return nil, nil
+}
+
+// sortedForm writes form parameters sorted by name, each name followed by
+// each of its values.
+func sortedForm(f url.Values) []byte {
+	var b []byte
+	for _, k := range slices.Sorted(mapKeys(f)) {
+		for _, v := range f[k] {
+			b = append(b, k...)
+			b = append(b, v...)
+		}
+	}
+	return b
+}
+
+func mapKeys(f url.Values) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range f {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// match reports whether a signature over pieces under any key equals any
+// of sigs. Every HMAC comparison is constant-time, and all of them are
+// made.
+func (sc *scheme) match(keys, sigs [][]byte, pieces [][]byte) bool {
 	ok := false
+	if sc.newHash == nil { // ed25519
+		msg := slices.Concat(pieces...)
+		for _, k := range keys {
+			for _, s := range sigs {
+				if len(k) == ed25519.PublicKeySize && ed25519.Verify(ed25519.PublicKey(k), msg, s) {
+					ok = true
+				}
+			}
+		}
+		return ok
+	}
 	for _, k := range keys {
-		want := mac(k, parts...)
+		h := hmac.New(sc.newHash, k)
+		for _, p := range pieces {
+			h.Write(p)
+		}
+		want := h.Sum(nil)
 		for _, s := range sigs {
 			if hmac.Equal(want, s) {
 				ok = true
@@ -335,79 +392,78 @@ func anyMatch(keys, sigs [][]byte, parts ...[]byte) bool {
 	return ok
 }
 
-// checkTime reports ErrStale when t (Unix seconds) is more than tolerance
-// away from now, either way.
-func checkTime(t int64, now time.Time, tolerance time.Duration) error {
-	d := now.Sub(time.Unix(t, 0))
-	if d > tolerance || d < -tolerance {
-		return fmt.Errorf("%w: signed %s from now (tolerance %s)", ErrStale, d.Round(time.Second), tolerance)
+// credentials checks an Authorization header: a bearer token, or basic
+// credentials for the source's user.
+func (sc *scheme) credentials(keys [][]byte, rq *request) error {
+	scheme, cred, err := parseAuthorization(rq.h.Get("Authorization"))
+	if err != nil {
+		return err
+	}
+	if sc.auth == spec.AuthBasic {
+		if scheme != "basic" {
+			return fmt.Errorf("%w: want basic auth", ErrBadSignature)
+		}
+		raw, err := base64.StdEncoding.DecodeString(cred)
+		if err != nil {
+			return fmt.Errorf("%w: basic credentials are not base64", ErrBadSignature)
+		}
+		u, p, ok := strings.Cut(string(raw), ":")
+		if !ok {
+			return fmt.Errorf("%w: basic credentials are not user:password", ErrBadSignature)
+		}
+		okUser := equalDigest(u, sc.user)
+		for _, k := range keys {
+			if equalDigest(p, string(k)) && okUser {
+				return nil
+			}
+		}
+		return ErrBadSignature
+	}
+	if scheme != "bearer" {
+		return fmt.Errorf("%w: want a bearer token", ErrBadSignature)
+	}
+	for _, k := range keys {
+		if equalDigest(cred, string(k)) {
+			return nil
+		}
+	}
+	return ErrBadSignature
+}
+
+// checkTime reports ErrStale when at is more than tolerance away from
+// now, either way, saying how far: "signed 10m1s ago", "signed 9m59s in
+// the future".
+func checkTime(at, now time.Time, tolerance time.Duration) error {
+	d := now.Sub(at)
+	switch {
+	case d > tolerance:
+		return fmt.Errorf("%w: signed %s ago, and the tolerance is %s", ErrStale, roundDuration(d), roundDuration(tolerance))
+	case d < -tolerance:
+		return fmt.Errorf("%w: signed %s in the future, and the tolerance is %s", ErrStale, roundDuration(-d), roundDuration(tolerance))
 	}
 	return nil
 }
 
-// Sign returns the headers a provider would send to src with body,
-// signed with secret at now: what `consumer webhook sign` prints, and
-// what tests and benchmarks send. id is the delivery id, for the kinds
-// that carry one in a header (github, standard, sentry, hmac); event is
-// the event type for github (default "push"), sentry (default "issue")
-// and an hmac source with an event header. For alertmanager the secret is
-// the bearer token or, with auth basic, the password of src.User.
-func Sign(src config.Source, secret []byte, body []byte, now time.Time, id, event string) (http.Header, error) {
-	h := http.Header{}
-	h.Set("Content-Type", "application/json")
-	switch src.Kind {
-	case config.KindGitHub:
-		if event == "" {
-			event = "push"
-		}
-		h.Set(HeaderGitHubEvent, event)
-		h.Set(HeaderGitHubDelivery, id)
-		h.Set(HeaderGitHubSignature, "sha256="+hex.EncodeToString(mac(secret, body)))
-		h.Set("User-Agent", "GitHub-Hookshot/oncegate-sign")
-	case config.KindSentry:
-		if event == "" {
-			event = "issue"
-		}
-		h.Set(HeaderSentryResource, event)
-		h.Set(HeaderSentryRequestID, id)
-		h.Set(HeaderSentryTimestamp, strconv.FormatInt(now.Unix(), 10))
-		h.Set(HeaderSentrySignature, hex.EncodeToString(mac(secret, body)))
-	case config.KindStripe:
-		t := strconv.FormatInt(now.Unix(), 10)
-		h.Set(HeaderStripeSignature, "t="+t+",v1="+hex.EncodeToString(mac(secret, []byte(t), []byte("."), body)))
-	case config.KindStandard:
-		key, err := decodeStandardSecret(string(secret))
-		if err != nil {
-			return nil, err
-		}
-		t := strconv.FormatInt(now.Unix(), 10)
-		h.Set(HeaderStandardID, id)
-		h.Set(HeaderStandardTime, t)
-		h.Set(HeaderStandardSig, "v1,"+base64.StdEncoding.EncodeToString(mac(key, []byte(id), []byte("."), []byte(t), []byte("."), body)))
-	case config.KindAlertmanager:
-		if src.Auth == config.AuthBasic {
-			h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(src.User+":"+string(secret))))
-		} else {
-			h.Set("Authorization", "Bearer "+string(secret))
-		}
-		h.Set("User-Agent", "Alertmanager/oncegate-sign")
-	case config.KindHMAC:
-		h.Set(cmpOr(src.Header, config.DefaultHMACHeader), hex.EncodeToString(mac(secret, body)))
-		if id != "" {
-			h.Set(cmpOr(src.DeliveryHeader, config.DefaultHMACDeliveryHeader), id)
-		}
-		if event != "" && src.EventHeader != "" {
-			h.Set(src.EventHeader, event)
-		}
-	default:
-		return nil, fmt.Errorf("ingress: unknown kind %q", src.Kind)
+// roundDuration writes d to the second, without zero units: "10m1s",
+// "5m", "2h".
+func roundDuration(d time.Duration) string {
+	if d >= time.Second {
+		d = d.Round(time.Second)
 	}
-	return h, nil
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
+func describeFroms(fs []spec.From) string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.Describe()
 	}
-	return b
+	return strings.Join(out, ", else ")
 }

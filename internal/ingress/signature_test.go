@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ingress/spec"
 )
 
 // The example values GitHub publishes in "Validating webhook deliveries".
@@ -40,10 +40,10 @@ func TestStandardDocumentedVector(t *testing.T) {
 	h.Set(HeaderStandardSig, "v1a,AAAA v1,"+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))+" v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
 	body := []byte(`{"test": 2432232314}`)
 	at := time.Unix(1614265330, 0)
-	if err := verify(config.KindStandard, "", "", [][]byte{key}, h, body, at.Add(time.Minute), 5*time.Minute); err != nil {
+	if err := verify("standard", "", "", [][]byte{key}, h, body, at.Add(time.Minute), 5*time.Minute); err != nil {
 		t.Fatalf("the specification's example: %v", err)
 	}
-	if err := verify(config.KindStandard, "", "", [][]byte{key}, h, body, at.Add(10*time.Minute), 5*time.Minute); !errors.Is(err, ErrStale) {
+	if err := verify("standard", "", "", [][]byte{key}, h, body, at.Add(10*time.Minute), 5*time.Minute); !errors.Is(err, ErrStale) {
 		t.Fatalf("ten minutes later: %v; want ErrStale", err)
 	}
 }
@@ -58,10 +58,10 @@ func TestStripeSeveralSignatures(t *testing.T) {
 	other := hex.EncodeToString(mac([]byte("whsec_other"), []byte(ts), []byte("."), body))
 	h := http.Header{}
 	h.Set(HeaderStripeSignature, "t="+ts+",v1="+other+",v1="+good+",v0="+other)
-	if err := verify(config.KindStripe, "", "", [][]byte{[]byte("whsec_new")}, h, body, now, 5*time.Minute); err != nil {
+	if err := verify("stripe", "", "", [][]byte{[]byte("whsec_new")}, h, body, now, 5*time.Minute); err != nil {
 		t.Fatalf("second v1 matches: %v", err)
 	}
-	if err := verify(config.KindStripe, "", "", [][]byte{[]byte("whsec_gone")}, h, body, now, 5*time.Minute); !errors.Is(err, ErrBadSignature) {
+	if err := verify("stripe", "", "", [][]byte{[]byte("whsec_gone")}, h, body, now, 5*time.Minute); !errors.Is(err, ErrBadSignature) {
 		t.Fatalf("no v1 matches: %v; want ErrBadSignature", err)
 	}
 }
@@ -235,11 +235,11 @@ func FuzzHexSignature(f *testing.F) {
 		// Whatever the header, the alertmanager check returns a sentinel
 		// and never accepts a token it was not given.
 		h := http.Header{"Authorization": {in}}
-		err = verify(config.KindAlertmanager, config.AuthBearer, "", [][]byte{[]byte("the-token")}, h, nil, time.Now(), time.Minute)
+		err = verify("alertmanager", spec.AuthBearer, "", [][]byte{[]byte("the-token")}, h, nil, time.Now(), time.Minute)
 		if err == nil && cred != "the-token" {
 			t.Fatalf("bearer %q accepted", in)
 		}
-		err = verify(config.KindAlertmanager, config.AuthBasic, "am", [][]byte{[]byte("pw")}, h, nil, time.Now(), time.Minute)
+		err = verify("alertmanager", spec.AuthBasic, "am", [][]byte{[]byte("pw")}, h, nil, time.Now(), time.Minute)
 		if raw, _ := base64.StdEncoding.DecodeString(cred); err == nil && string(raw) != "am:pw" {
 			t.Fatalf("basic %q accepted", in)
 		}

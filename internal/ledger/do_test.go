@@ -49,7 +49,7 @@ func TestDoOnce(t *testing.T) {
 	var ran atomic.Int64
 	for range 32 {
 		wg.Go(func() {
-			res, r, err := ledger.Do(context.Background(), l, key, fn, dedupe.DoOptions{Lease: 200 * time.Millisecond})
+			res, r, err := ledger.Do(context.Background(), l, dedupe.Intent{Key: key}, fn, dedupe.DoOptions{Lease: 200 * time.Millisecond})
 			if err != nil || res.DownstreamID != "done-once" {
 				t.Errorf("Do = %+v, %v", res, err)
 			}
@@ -72,20 +72,20 @@ func TestDoErrors(t *testing.T) {
 	var key dedupe.Key
 	key[0] = 2
 	boom := errors.New("the target is down")
-	if _, _, err := ledger.Do(ctx, l, key, func(context.Context) (dedupe.Result, error) { return dedupe.Result{}, boom }, dedupe.DoOptions{}); !errors.Is(err, boom) {
+	if _, _, err := ledger.Do(ctx, l, dedupe.Intent{Key: key}, func(context.Context) (dedupe.Result, error) { return dedupe.Result{}, boom }, dedupe.DoOptions{}); !errors.Is(err, boom) {
 		t.Fatalf("Do = %v; want the work's error", err)
 	}
-	res, ran, err := ledger.Do(ctx, l, key, func(context.Context) (dedupe.Result, error) { return dedupe.Result{DownstreamID: "second try"}, nil }, dedupe.DoOptions{NoWait: true})
+	res, ran, err := ledger.Do(ctx, l, dedupe.Intent{Key: key}, func(context.Context) (dedupe.Result, error) { return dedupe.Result{DownstreamID: "second try"}, nil }, dedupe.DoOptions{NoWait: true})
 	if err != nil || !ran || res.DownstreamID != "second try" {
 		t.Fatalf("retry after an error: %+v, %v, %v; want it run at once", res, ran, err)
 	}
 
 	key[0] = 3
 	refused := errors.New("card declined")
-	if _, _, err := ledger.Do(ctx, l, key, func(context.Context) (dedupe.Result, error) { return dedupe.Result{}, dedupe.Permanent(refused) }, dedupe.DoOptions{}); !errors.Is(err, refused) {
+	if _, _, err := ledger.Do(ctx, l, dedupe.Intent{Key: key}, func(context.Context) (dedupe.Result, error) { return dedupe.Result{}, dedupe.Permanent(refused) }, dedupe.DoOptions{}); !errors.Is(err, refused) {
 		t.Fatalf("Do = %v; want the permanent error", err)
 	}
-	_, ran, err = ledger.Do(ctx, l, key, func(context.Context) (dedupe.Result, error) {
+	_, ran, err = ledger.Do(ctx, l, dedupe.Intent{Key: key}, func(context.Context) (dedupe.Result, error) {
 		t.Error("work given up ran again")
 		return dedupe.Result{}, nil
 	}, dedupe.DoOptions{})
@@ -103,14 +103,14 @@ func TestDoNoWait(t *testing.T) {
 	started, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		ledger.Do(context.Background(), l, key, func(context.Context) (dedupe.Result, error) {
+		ledger.Do(context.Background(), l, dedupe.Intent{Key: key}, func(context.Context) (dedupe.Result, error) {
 			close(started)
 			<-release
 			return dedupe.Result{}, nil
 		}, dedupe.DoOptions{})
 	}()
 	<-started
-	_, _, err := ledger.Do(context.Background(), l, key, func(context.Context) (dedupe.Result, error) { return dedupe.Result{}, nil }, dedupe.DoOptions{NoWait: true})
+	_, _, err := ledger.Do(context.Background(), l, dedupe.Intent{Key: key}, func(context.Context) (dedupe.Result, error) { return dedupe.Result{}, nil }, dedupe.DoOptions{NoWait: true})
 	close(release)
 	<-done
 	if held, ok := errors.AsType[*dedupe.HeldError](err); !ok || held.Owner != "dedupe.Do" || held.RetryAfter <= 0 {
@@ -142,7 +142,7 @@ func TestDoTakenOver(t *testing.T) {
 		want bool
 	}{{dead, true}, {fresh, false}} {
 		var got bool
-		_, ran, err := ledger.Do(ctx, l, tt.key, func(ctx context.Context) (dedupe.Result, error) {
+		_, ran, err := ledger.Do(ctx, l, dedupe.Intent{Key: tt.key}, func(ctx context.Context) (dedupe.Result, error) {
 			got = dedupe.TakenOver(ctx)
 			return dedupe.Result{}, nil
 		}, dedupe.DoOptions{})
@@ -152,5 +152,45 @@ func TestDoTakenOver(t *testing.T) {
 	}
 	if dedupe.TakenOver(ctx) {
 		t.Error("TakenOver(context.Background()) = true")
+	}
+}
+
+// TestDoMismatchTakenOver: abandoned work found by a caller with another
+// payload, under RejectMismatch, is not done for that payload: Do returns
+// ErrMismatch and gives the claim back, so that the retry of the payload
+// the work was begun with takes it over at once, told so by TakenOver.
+func TestDoMismatchTakenOver(t *testing.T) {
+	clock := ledgertest.NewClock()
+	db, err := badgerstore.Open(t.TempDir(), badgerstore.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := badgerstore.New(db, badgerstore.Options{Options: ledger.Options{Clock: clock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(); db.Close() })
+	ctx := context.Background()
+	first := dedupe.Intent{Key: dedupe.Key{7}, Fingerprint: dedupe.Fingerprint{1}}
+	other := dedupe.Intent{Key: first.Key, Fingerprint: dedupe.Fingerprint{2}}
+	if _, err := l.Begin(ctx, first.Key, ledger.BeginOptions{Owner: "crashed", Fingerprint: first.Fingerprint, Lease: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(2 * time.Second) // the holder died
+	_, ran, err := ledger.Do(ctx, l, other, func(context.Context) (dedupe.Result, error) {
+		t.Error("the work ran for another payload")
+		return dedupe.Result{}, nil
+	}, dedupe.DoOptions{RejectMismatch: true})
+	if !errors.Is(err, dedupe.ErrMismatch) || ran {
+		t.Fatalf("Do(other payload) = ran %v, %v; want ErrMismatch", ran, err)
+	}
+	clock.Advance(time.Millisecond) // past the claim given back (this clock stands still)
+	var takenOver bool
+	res, ran, err := ledger.Do(ctx, l, first, func(ctx context.Context) (dedupe.Result, error) {
+		takenOver = dedupe.TakenOver(ctx)
+		return dedupe.Result{DownstreamID: "reconciled"}, nil
+	}, dedupe.DoOptions{NoWait: true, RejectMismatch: true})
+	if err != nil || !ran || !takenOver || res.DownstreamID != "reconciled" {
+		t.Errorf("Do(first payload) = %+v, ran %v, TakenOver %v, %v; want it run at once, taken over", res, ran, takenOver, err)
 	}
 }

@@ -18,6 +18,7 @@
 // suite both pass.
 //
 // Retention must outlive every redelivery: a record that expires before a
-// late retry lets the effect happen again. [CheckRetention] compares it
-// with a stream's MaxAge and a consumer's MaxDeliver and backoff.
+// late retry lets the effect happen again. The consumer's configuration
+// checks it against each pipeline's redelivery horizon and the trigger
+// stream's max age (config.Config.RedeliveryHorizon).
 package ledger

@@ -36,6 +36,10 @@ var (
 	ErrCorruptRecord = errors.New("dedupe: corrupt ledger record")
 	// ErrClosed is returned by every method of a ledger after Close.
 	ErrClosed = errors.New("dedupe: ledger is closed")
+	// ErrNotFailed is returned by Clear for a record that is not failed:
+	// committed work, which clearing would let happen again, or work in
+	// progress, whose holder may be performing its effect.
+	ErrNotFailed = errors.New("dedupe: ledger record is not failed")
 )
 
 // Ledger is the durable record of each intent: "being done by an owner until
@@ -79,6 +83,20 @@ type Ledger interface {
 	// Pending lists the records whose work is in progress, or was when its
 	// holder stopped renewing it.
 	Pending(ctx context.Context) iter.Seq2[Record, error]
+	// Clear is a person's control over work given up: it turns key's
+	// failed record into a cleared one, which Begin treats as absent (the
+	// next Begin is StatusNew, with a fencing token above every token the
+	// key had), provided the record is still the failure the caller read:
+	// failed, with fencing token token. So a concurrent success is never
+	// undone and committed work is never redone: a committed or pending
+	// record is ErrNotFailed, a failure with another token ErrStaleToken,
+	// no record ErrNotFound. Clearing a record that is already cleared
+	// at token does nothing and returns nil, so a retried Clear succeeds.
+	// note (who cleared it, and why) is kept in the cleared record's
+	// Reason, before the failure's own. A store that may not delete keys
+	// (the JetStream KV ledger) writes the cleared record in place of the
+	// failed one.
+	Clear(ctx context.Context, key dedupe.Key, token uint64, note string) error
 	// Close releases the ledger. It does not close a store the caller
 	// passed in.
 	Close() error
@@ -93,16 +111,18 @@ type BeginOptions struct {
 	Fingerprint dedupe.Fingerprint
 	// Lease is how long the claim holds without Extend. It must be positive.
 	Lease time.Duration
-	// Volatile says the claim need not survive a crash: the effect it
+	// Volatile says the claim need not survive a power loss: the effect it
 	// guards is replayable at a sink that dedupes by the key, so if the
-	// process dies before the commit, doing the effect again is harmless.
-	// A ledger that one process owns (the Badger ledger) then keeps the claim,
-	// and its renewals, in memory only, saving a write and an fsync per
-	// claim; within the process it holds, fences and commits exactly as a
-	// durable claim does, and after a crash the key is simply new again. A
-	// ledger shared by processes (the JetStream KV ledger) writes every
-	// claim, since the others must see it. Never set it for a one-shot
-	// effect: its retry must find the claim to know to reconcile.
+	// claim is lost, doing the effect again is harmless while the sink's
+	// duplicate window lasts. A ledger that one process owns (the Badger
+	// ledger) then writes the claim, and its renewals, without waiting for
+	// the disk, saving an fsync per claim: the claim survives the process's
+	// crash, with its attempt count and creation time, so that a retry
+	// still counts the try and can still tell whether a redo would land
+	// past the sink's window. A ledger shared by processes (the JetStream
+	// KV ledger) treats every claim alike. Never set it for a one-shot
+	// effect: its retry must find the claim to know to reconcile, whatever
+	// failed.
 	Volatile bool
 }
 
@@ -175,6 +195,9 @@ const (
 	StateCommitted
 	// StateFailed is work given up, with the reason.
 	StateFailed
+	// StateCleared is a failure a person cleared (Ledger.Clear): Begin
+	// treats it as absent, and fences the new work above its token.
+	StateCleared
 )
 
 func (s State) String() string {
@@ -185,6 +208,8 @@ func (s State) String() string {
 		return "committed"
 	case StateFailed:
 		return "failed"
+	case StateCleared:
+		return "cleared"
 	}
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
@@ -214,7 +239,8 @@ type Record struct {
 	Expires time.Time
 	// Result is the outcome of committed work.
 	Result Result
-	// Reason is why failed work was given up.
+	// Reason is why failed work was given up; for a cleared record, who
+	// cleared it and why, then the failure's reason.
 	Reason string
 }
 
@@ -274,32 +300,6 @@ type Options struct {
 	// system clock. Leases compare wall-clock times, so workers sharing a
 	// ledger need clocks that agree to well within a lease.
 	Clock Clock
-}
-
-// CheckRetention reports an error if records kept for retention could expire
-// before the last redelivery of a trigger: a stream that keeps messages for
-// maxAge, or a consumer that redelivers up to maxDeliver times with the given
-// backoff (the last backoff value repeats). Either horizon may be zero for
-// "not bounded by this".
-func CheckRetention(retention, maxAge time.Duration, maxDeliver int, backoff []time.Duration) error {
-	var horizon time.Duration
-	for i := 0; i < maxDeliver-1; i++ {
-		switch {
-		case len(backoff) == 0:
-		case i < len(backoff):
-			horizon += backoff[i]
-		default:
-			horizon += backoff[len(backoff)-1]
-		}
-	}
-	if maxAge > horizon {
-		horizon = maxAge
-	}
-	if retention < horizon {
-		return fmt.Errorf("%w: retention %v is shorter than the redelivery horizon %v: a late redelivery would find no record and run its effect again",
-			ErrInvalidLedger, retention, horizon)
-	}
-	return nil
 }
 
 // Clock tells the time. A ledger reads time only through its Clock, so

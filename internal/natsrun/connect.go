@@ -15,15 +15,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/oncegate/oncegate/internal/config"
 )
 
 // Environment variables Connect reads secrets from when no file names
 // them. Secrets are never read from the configuration file.
 const (
-	// EnvPassword holds the password of config.NATS.User when
-	// PasswordFile is empty.
+	// EnvPassword holds the password of Options.User when
+	// Options.PasswordFile is empty.
 	EnvPassword = "ONCEGATE_NATS_PASSWORD"
 	// EnvToken holds the authentication token when TokenFile is empty and
 	// no other authentication (creds, nkey, user) is configured.
@@ -38,61 +36,116 @@ const (
 	reconnectMax  = 10 * time.Second
 )
 
-// Options are the less common inputs of ConnectWith. The zero value means
-// the defaults.
+// Defaults of the Options fields that have one.
+const (
+	// DefaultConnectTimeout bounds the dial of each server.
+	DefaultConnectTimeout = 5 * time.Second
+	// DefaultListen is the address the embedded server listens on.
+	DefaultListen = "127.0.0.1:4222"
+	// DefaultSyncInterval is how often the embedded server fsyncs
+	// JetStream data.
+	DefaultSyncInterval = 100 * time.Millisecond
+)
+
+// SyncAlways, as Options.SyncInterval, fsyncs every write.
+const SyncAlways time.Duration = -1
+
+// Options say how Connect authenticates to a server, and how
+// StartEmbedded and StartEmbeddedAuth run the embedded one. The zero value
+// means the defaults: no authentication, no TLS beyond what the URL's
+// scheme asks for, and an embedded server on 127.0.0.1:4222.
+//
+// Secrets are never fields: a password or token is read from the file
+// named here or from the environment variable EnvPassword or EnvToken.
 type Options struct {
 	// Name is the connection's name, as the server's monitoring shows it.
-	// The default is "oncegate".
+	// The default is "oncegate". The embedded server does not use it.
 	Name string
 	// Logger receives the connection's events (connected, disconnected,
-	// reconnected, closed, async errors), each with the attribute name=Name.
-	// The default is slog.Default().
+	// reconnected, closed, async errors), each with the attribute
+	// name=Name, or the embedded server's log. The default is
+	// slog.Default().
 	Logger *slog.Logger
 	// Getenv looks up EnvPassword and EnvToken. The default is os.Getenv;
 	// tests pass a map's lookup.
 	Getenv func(string) string
+
+	// CredsFile is a NATS credentials file (user JWT and nkey seed).
+	CredsFile string
+	// NKeySeedFile is a file holding an nkey user seed.
+	NKeySeedFile string
+	// User is the user name for user and password authentication; the
+	// password comes from PasswordFile or, if that is empty, EnvPassword.
+	User string
+	// PasswordFile is a file holding User's password.
+	PasswordFile string
+	// TokenFile is a file holding an authentication token. Without it,
+	// and with none of the above, the token comes from EnvToken.
+	TokenFile string
+	// TLS names the files of the client's TLS configuration; the zero
+	// value means the URL's scheme decides.
+	TLS TLS
+	// ConnectTimeout bounds the dial of each server. The default is
+	// DefaultConnectTimeout, 5s.
+	ConnectTimeout time.Duration
+
+	// Listen is the loopback address the embedded server listens on. The
+	// default is DefaultListen, 127.0.0.1:4222.
+	Listen string
+	// StoreDir is where the embedded server keeps JetStream data. The
+	// default is the nats directory under the data directory
+	// StartEmbedded is given.
+	StoreDir string
+	// SyncInterval is how often the embedded server fsyncs JetStream
+	// data, or SyncAlways to fsync every write. The default is
+	// DefaultSyncInterval, 100ms.
+	SyncInterval time.Duration
 }
 
-// Connect is ConnectWith with Options{Name: name, Logger: logger}: it
-// reads secrets from the process environment.
-func Connect(ctx context.Context, cfg config.NATS, url, name string, logger *slog.Logger) (*nats.Conn, error) {
-	return ConnectWith(ctx, cfg, url, Options{Name: name, Logger: logger})
+// TLS names the files of a TLS client configuration.
+type TLS struct {
+	// CAFile is a PEM file of the CAs that sign the server's certificate.
+	CAFile string
+	// CertFile and KeyFile are the client certificate and its key, for
+	// mutual TLS; set both or neither.
+	CertFile string
+	KeyFile  string
 }
 
-// ConnectWith connects to url (one server URL or several separated by
-// commas; an embedded server's ClientURL, or cfg.URL) with the
-// authentication and TLS cfg asks for:
+// Connect connects to url (one server URL or several separated by
+// commas; an embedded server's ClientURL, or the configured URL) with the
+// authentication and TLS o asks for:
 //
-//   - cfg.CredsFile: a credentials file (user JWT and nkey seed), read again
+//   - o.CredsFile: a credentials file (user JWT and nkey seed), read again
 //     on every reconnect;
-//   - cfg.NKeySeedFile: an nkey seed file;
-//   - cfg.User with the password from cfg.PasswordFile or, if that is
-//     empty, the environment variable EnvPassword;
-//   - a token from cfg.TokenFile or, when none of the above is configured,
+//   - o.NKeySeedFile: an nkey seed file;
+//   - o.User with the password from o.PasswordFile or, if that is empty,
+//     the environment variable EnvPassword;
+//   - a token from o.TokenFile or, when none of the above is configured,
 //     the environment variable EnvToken.
 //
 // Password and token files are trimmed of surrounding white space. With
-// cfg.TLS.CAFile, or cfg.TLS.CertFile and KeyFile, the connection must use
+// o.TLS.CAFile, or o.TLS.CertFile and KeyFile, the connection must use
 // TLS, verified against that CA (or the system's) and presenting that
 // client certificate. A missing, unreadable, empty or malformed file is a
 // *FileError naming the file.
 //
-// ConnectWith fails fast: if no server accepts the connection within
-// cfg.ConnectTimeout per server (the default is
-// config.DefaultConnectTimeout), or ctx ends first, it returns an error
-// rather than retrying in the background, so that a process started
-// against the wrong address says so at once. ctx bounds only the
-// connecting; once connected, the connection reconnects forever on its own
-// after a lost connection, with capped exponential backoff and jitter
-// (250ms doubling to 10s), buffering publishes meanwhile. nats.go still
-// closes the connection if the server rejects the same credentials twice
-// in a row; watch nc.StatusChanged(nats.CLOSED) to notice.
+// Connect fails fast: if no server accepts the connection within
+// o.ConnectTimeout per server (the default is DefaultConnectTimeout), or
+// ctx ends first, it returns an error rather than retrying in the
+// background, so that a process started against the wrong address says so
+// at once. ctx bounds only the connecting; once connected, the connection
+// reconnects forever on its own after a lost connection, with capped
+// exponential backoff and jitter (250ms doubling to 10s), buffering
+// publishes meanwhile. nats.go still closes the connection if the server
+// rejects the same credentials twice in a row; watch
+// nc.StatusChanged(nats.CLOSED) to notice.
 //
 // Neither errors nor log records hold secrets: passwords, tokens, seeds,
 // file contents and URL user information are left out or redacted (see
 // Redact). A returned error may unwrap to a nats.go error whose own text
 // is not scrubbed; print the error, not its cause.
-func ConnectWith(ctx context.Context, cfg config.NATS, url string, o Options) (*nats.Conn, error) {
+func Connect(ctx context.Context, url string, o Options) (*nats.Conn, error) {
 	if o.Name == "" {
 		o.Name = "oncegate"
 	}
@@ -109,12 +162,12 @@ func ConnectWith(ctx context.Context, cfg config.NATS, url string, o Options) (*
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("natsrun: connect to %s: %w", where, context.Cause(ctx))
 	}
-	timeout := cfg.ConnectTimeout
+	timeout := o.ConnectTimeout
 	if timeout <= 0 {
-		timeout = config.DefaultConnectTimeout
+		timeout = DefaultConnectTimeout
 	}
 
-	auth, secrets, err := authOptions(cfg, o.Getenv)
+	auth, secrets, err := authOptions(o)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +212,7 @@ func ConnectWith(ctx context.Context, cfg config.NATS, url string, o Options) (*
 			log.Warn("nats server entering lame duck mode; reconnecting elsewhere soon")
 		}),
 	)
-	if tc, err := tlsConfig(cfg.TLS); err != nil {
+	if tc, err := tlsConfig(o.TLS); err != nil {
 		return nil, err
 	} else if tc != nil {
 		opts = append(opts, nats.Secure(tc))
@@ -188,53 +241,53 @@ func reconnectDelay(attempts int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// authOptions returns the nats options of cfg's authentication and the
+// authOptions returns the nats options of o's authentication and the
 // secrets they carry.
-func authOptions(cfg config.NATS, getenv func(string) string) ([]nats.Option, []string, error) {
+func authOptions(o Options) ([]nats.Option, []string, error) {
 	var (
 		opts    []nats.Option
 		secrets []string
 	)
-	if cfg.CredsFile != "" {
-		if err := checkReadable("credentials file", cfg.CredsFile); err != nil {
+	if o.CredsFile != "" {
+		if err := checkReadable("credentials file", o.CredsFile); err != nil {
 			return nil, nil, err
 		}
-		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
 	}
-	if cfg.NKeySeedFile != "" {
-		if err := checkReadable("nkey seed file", cfg.NKeySeedFile); err != nil {
+	if o.NKeySeedFile != "" {
+		if err := checkReadable("nkey seed file", o.NKeySeedFile); err != nil {
 			return nil, nil, err
 		}
-		opt, err := nats.NkeyOptionFromSeed(cfg.NKeySeedFile)
+		opt, err := nats.NkeyOptionFromSeed(o.NKeySeedFile)
 		if err != nil {
-			return nil, nil, &FileError{What: "nkey seed file", Path: cfg.NKeySeedFile, Err: errors.New("not a valid nkey user seed")}
+			return nil, nil, &FileError{What: "nkey seed file", Path: o.NKeySeedFile, Err: errors.New("not a valid nkey user seed")}
 		}
 		opts = append(opts, opt)
 	}
-	if cfg.User != "" {
+	if o.User != "" {
 		var pass string
-		if cfg.PasswordFile != "" {
-			p, err := readSecret("password file", cfg.PasswordFile)
+		if o.PasswordFile != "" {
+			p, err := readSecret("password file", o.PasswordFile)
 			if err != nil {
 				return nil, nil, err
 			}
 			pass = p
-		} else if pass = getenv(EnvPassword); pass == "" {
-			return nil, nil, fmt.Errorf("natsrun: nats user %q has no password: set nats.password_file or %s", cfg.User, EnvPassword)
+		} else if pass = o.Getenv(EnvPassword); pass == "" {
+			return nil, nil, fmt.Errorf("natsrun: nats user %q has no password: set nats.password_file or %s", o.User, EnvPassword)
 		}
-		opts = append(opts, nats.UserInfo(cfg.User, pass))
+		opts = append(opts, nats.UserInfo(o.User, pass))
 		secrets = append(secrets, pass)
 	}
 	var token string
 	switch {
-	case cfg.TokenFile != "":
-		t, err := readSecret("token file", cfg.TokenFile)
+	case o.TokenFile != "":
+		t, err := readSecret("token file", o.TokenFile)
 		if err != nil {
 			return nil, nil, err
 		}
 		token = t
-	case cfg.CredsFile == "" && cfg.NKeySeedFile == "" && cfg.User == "":
-		token = getenv(EnvToken)
+	case o.CredsFile == "" && o.NKeySeedFile == "" && o.User == "":
+		token = o.Getenv(EnvToken)
 	}
 	if token != "" {
 		opts = append(opts, nats.Token(token))
@@ -278,8 +331,8 @@ func checkReadable(what, path string) error {
 
 // tlsConfig builds the client TLS configuration t asks for, or nil if t is
 // empty.
-func tlsConfig(t config.TLS) (*tls.Config, error) {
-	if t == (config.TLS{}) {
+func tlsConfig(t TLS) (*tls.Config, error) {
+	if t == (TLS{}) {
 		return nil, nil
 	}
 	c := &tls.Config{MinVersion: tls.VersionTLS12}

@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/natstest"
 )
@@ -30,11 +29,12 @@ func env(m map[string]string) func(string) string {
 
 // connect connects to url with cfg and getenv, and closes the connection
 // in t.Cleanup.
-func connect(t *testing.T, cfg config.NATS, url string, getenv func(string) string) (*nats.Conn, error) {
+func connect(t *testing.T, cfg natsrun.Options, url string, getenv func(string) string) (*nats.Conn, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	nc, err := natsrun.ConnectWith(ctx, cfg, url, natsrun.Options{Name: t.Name(), Getenv: getenv, Logger: discard})
+	cfg.Name, cfg.Getenv, cfg.Logger = t.Name(), getenv, discard
+	nc, err := natsrun.Connect(ctx, url, cfg)
 	if err == nil {
 		t.Cleanup(nc.Close)
 	}
@@ -57,23 +57,25 @@ func TestConnectAuth(t *testing.T) {
 	tests := []struct {
 		name string
 		srv  *server.Server
-		cfg  config.NATS
+		cfg  natsrun.Options
 		env  map[string]string
 	}{
-		{"password file", userServer, config.NATS{User: "alice", PasswordFile: writeFile(t, "pw", password+"\n")}, nil},
-		{"password env", userServer, config.NATS{User: "alice"}, map[string]string{natsrun.EnvPassword: password}},
-		{"token env", tokenServer, config.NATS{}, map[string]string{natsrun.EnvToken: token}},
-		{"token file", tokenServer, config.NATS{TokenFile: writeFile(t, "tok", token)}, nil},
-		{"nkey seed file", nkeyServer, config.NATS{NKeySeedFile: writeFile(t, "seed.nk", testNKeySeed+"\n")}, nil},
+		{"password file", userServer, natsrun.Options{User: "alice", PasswordFile: writeFile(t, "pw", password+"\n")}, nil},
+		{"password env", userServer, natsrun.Options{User: "alice"}, map[string]string{natsrun.EnvPassword: password}},
+		{"token env", tokenServer, natsrun.Options{}, map[string]string{natsrun.EnvToken: token}},
+		{"token file", tokenServer, natsrun.Options{TokenFile: writeFile(t, "tok", token)}, nil},
+		{"nkey seed file", nkeyServer, natsrun.Options{NKeySeedFile: writeFile(t, "seed.nk", testNKeySeed+"\n")}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec, logger := newLogRecorder()
 			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 			defer cancel()
-			nc, err := natsrun.ConnectWith(ctx, tt.cfg, tt.srv.ClientURL(), natsrun.Options{Name: "auth-test", Logger: logger, Getenv: env(tt.env)})
+			o := tt.cfg
+			o.Name, o.Logger, o.Getenv = "auth-test", logger, env(tt.env)
+			nc, err := natsrun.Connect(ctx, tt.srv.ClientURL(), o)
 			if err != nil {
-				t.Fatalf("ConnectWith(%+v) error = %v", tt.cfg, err)
+				t.Fatalf("Connect(%+v) error = %v", tt.cfg, err)
 			}
 			if err := nc.FlushTimeout(waitTimeout); err != nil {
 				t.Errorf("Flush error = %v", err)
@@ -103,29 +105,31 @@ func TestConnectWrongSecrets(t *testing.T) {
 	tests := []struct {
 		name    string
 		url     string
-		cfg     config.NATS
+		cfg     natsrun.Options
 		env     map[string]string
 		wantMsg string
 	}{
-		{"wrong password file", userServer.ClientURL(), config.NATS{User: "alice", PasswordFile: writeFile(t, "pw", wrongPassword)},
+		{"wrong password file", userServer.ClientURL(), natsrun.Options{User: "alice", PasswordFile: writeFile(t, "pw", wrongPassword)},
 			map[string]string{natsrun.EnvToken: wrongToken}, "uthorization"},
-		{"wrong password env", userServer.ClientURL(), config.NATS{User: "alice"},
+		{"wrong password env", userServer.ClientURL(), natsrun.Options{User: "alice"},
 			map[string]string{natsrun.EnvPassword: wrongPassword, natsrun.EnvToken: wrongToken}, "uthorization"},
-		{"wrong token env", tokenServer.ClientURL(), config.NATS{},
+		{"wrong token env", tokenServer.ClientURL(), natsrun.Options{},
 			map[string]string{natsrun.EnvPassword: wrongPassword, natsrun.EnvToken: wrongToken}, "uthorization"},
-		{"wrong password in URL", "nats://alice:" + urlPassword + "@" + hp(userServer), config.NATS{}, nil, "alice:xxxxx@"},
-		{"wrong token in URL", "nats://" + urlPassword + "@" + hp(tokenServer), config.NATS{}, nil, "nats://xxxxx@"},
-		{"unparseable URL", "nats://alice:" + urlPassword + "%zz@" + hp(userServer), config.NATS{}, nil, "alice:xxxxx@"},
+		{"wrong password in URL", "nats://alice:" + urlPassword + "@" + hp(userServer), natsrun.Options{}, nil, "alice:xxxxx@"},
+		{"wrong token in URL", "nats://" + urlPassword + "@" + hp(tokenServer), natsrun.Options{}, nil, "nats://xxxxx@"},
+		{"unparseable URL", "nats://alice:" + urlPassword + "%zz@" + hp(userServer), natsrun.Options{}, nil, "alice:xxxxx@"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec, logger := newLogRecorder()
 			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 			defer cancel()
-			nc, err := natsrun.ConnectWith(ctx, tt.cfg, tt.url, natsrun.Options{Logger: logger, Getenv: env(tt.env)})
+			o := tt.cfg
+			o.Logger, o.Getenv = logger, env(tt.env)
+			nc, err := natsrun.Connect(ctx, tt.url, o)
 			if err == nil {
 				nc.Close()
-				t.Fatalf("ConnectWith(%s, %+v) succeeded; want an error", natsrun.Redact(tt.url), tt.cfg)
+				t.Fatalf("Connect(%s, %+v) succeeded; want an error", natsrun.Redact(tt.url), tt.cfg)
 			}
 			t.Logf("error: %v", err)
 			if !strings.Contains(err.Error(), tt.wantMsg) {
@@ -143,27 +147,27 @@ func TestConnectFileErrors(t *testing.T) {
 	garbage := "SUGARBAGE-s3cret-seed"
 	tests := []struct {
 		name     string
-		cfg      config.NATS
+		cfg      natsrun.Options
 		wantPath string
 		wantIs   error
 	}{
-		{"missing password file", config.NATS{User: "alice", PasswordFile: missing}, missing, fs.ErrNotExist},
-		{"empty password file", config.NATS{User: "alice", PasswordFile: writeFile(t, "pw", " \n")}, "pw", nil},
-		{"missing token file", config.NATS{TokenFile: missing}, missing, fs.ErrNotExist},
-		{"missing creds file", config.NATS{CredsFile: missing}, missing, fs.ErrNotExist},
-		{"missing nkey seed file", config.NATS{NKeySeedFile: missing}, missing, fs.ErrNotExist},
-		{"bad nkey seed file", config.NATS{NKeySeedFile: writeFile(t, "seed.nk", garbage)}, "seed.nk", nil},
-		{"missing CA file", config.NATS{TLS: config.TLS{CAFile: missing}}, missing, fs.ErrNotExist},
-		{"CA file without PEM", config.NATS{TLS: config.TLS{CAFile: writeFile(t, "ca.pem", garbage)}}, "ca.pem", nil},
-		{"missing key file", config.NATS{TLS: config.TLS{CertFile: writeFile(t, "c.pem", "x"), KeyFile: missing}}, missing, fs.ErrNotExist},
-		{"bad key pair", config.NATS{TLS: config.TLS{CertFile: writeFile(t, "c.pem", garbage), KeyFile: writeFile(t, "k.pem", garbage)}}, "k.pem", nil},
+		{"missing password file", natsrun.Options{User: "alice", PasswordFile: missing}, missing, fs.ErrNotExist},
+		{"empty password file", natsrun.Options{User: "alice", PasswordFile: writeFile(t, "pw", " \n")}, "pw", nil},
+		{"missing token file", natsrun.Options{TokenFile: missing}, missing, fs.ErrNotExist},
+		{"missing creds file", natsrun.Options{CredsFile: missing}, missing, fs.ErrNotExist},
+		{"missing nkey seed file", natsrun.Options{NKeySeedFile: missing}, missing, fs.ErrNotExist},
+		{"bad nkey seed file", natsrun.Options{NKeySeedFile: writeFile(t, "seed.nk", garbage)}, "seed.nk", nil},
+		{"missing CA file", natsrun.Options{TLS: natsrun.TLS{CAFile: missing}}, missing, fs.ErrNotExist},
+		{"CA file without PEM", natsrun.Options{TLS: natsrun.TLS{CAFile: writeFile(t, "ca.pem", garbage)}}, "ca.pem", nil},
+		{"missing key file", natsrun.Options{TLS: natsrun.TLS{CertFile: writeFile(t, "c.pem", "x"), KeyFile: missing}}, missing, fs.ErrNotExist},
+		{"bad key pair", natsrun.Options{TLS: natsrun.TLS{CertFile: writeFile(t, "c.pem", garbage), KeyFile: writeFile(t, "k.pem", garbage)}}, "k.pem", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := connect(t, tt.cfg, "nats://127.0.0.1:1", env(nil))
 			var fe *natsrun.FileError
 			if !errors.As(err, &fe) {
-				t.Fatalf("ConnectWith(%+v) error = %v; want a *FileError", tt.cfg, err)
+				t.Fatalf("Connect(%+v) error = %v; want a *FileError", tt.cfg, err)
 			}
 			t.Logf("error: %v", err)
 			if !strings.Contains(err.Error(), tt.wantPath) {
@@ -177,14 +181,14 @@ func TestConnectFileErrors(t *testing.T) {
 	}
 
 	t.Run("user without password", func(t *testing.T) {
-		_, err := connect(t, config.NATS{User: "alice"}, "nats://127.0.0.1:1", env(nil))
+		_, err := connect(t, natsrun.Options{User: "alice"}, "nats://127.0.0.1:1", env(nil))
 		if err == nil || !strings.Contains(err.Error(), natsrun.EnvPassword) {
 			t.Errorf("error = %v; want it to name %s", err, natsrun.EnvPassword)
 		}
 	})
 	t.Run("no URL", func(t *testing.T) {
-		if _, err := connect(t, config.NATS{}, " ", env(nil)); err == nil {
-			t.Errorf("ConnectWith(no URL) succeeded")
+		if _, err := connect(t, natsrun.Options{}, " ", env(nil)); err == nil {
+			t.Errorf("Connect(no URL) succeeded")
 		}
 	})
 }
@@ -197,9 +201,9 @@ func TestConnectFailsFast(t *testing.T) {
 		}
 		addr := l.Addr().String()
 		l.Close()
-		_, err = connect(t, config.NATS{}, "nats://"+addr, env(nil))
+		_, err = connect(t, natsrun.Options{}, "nats://"+addr, env(nil))
 		if err == nil || !strings.Contains(err.Error(), addr) {
-			t.Errorf("ConnectWith(closed port) error = %v; want one naming %s", err, addr)
+			t.Errorf("Connect(closed port) error = %v; want one naming %s", err, addr)
 		}
 	})
 	t.Run("silent server", func(t *testing.T) {
@@ -229,12 +233,12 @@ func TestConnectFailsFast(t *testing.T) {
 			}
 		}()
 		start := time.Now()
-		_, err = connect(t, config.NATS{ConnectTimeout: 300 * time.Millisecond}, "nats://"+l.Addr().String(), env(nil))
+		_, err = connect(t, natsrun.Options{ConnectTimeout: 300 * time.Millisecond}, "nats://"+l.Addr().String(), env(nil))
 		if err == nil {
-			t.Fatalf("ConnectWith(silent server) succeeded")
+			t.Fatalf("Connect(silent server) succeeded")
 		}
 		if d := time.Since(start); d > 5*time.Second {
-			t.Errorf("ConnectWith(silent server, 300ms timeout) took %v", d)
+			t.Errorf("Connect(silent server, 300ms timeout) took %v", d)
 		}
 		l.Close()
 	})
@@ -242,9 +246,9 @@ func TestConnectFailsFast(t *testing.T) {
 		s := natstest.RunServer(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, err := natsrun.ConnectWith(ctx, config.NATS{}, s.ClientURL(), natsrun.Options{Logger: discard})
+		_, err := natsrun.Connect(ctx, s.ClientURL(), natsrun.Options{Logger: discard})
 		if !errors.Is(err, context.Canceled) {
-			t.Errorf("ConnectWith(cancelled ctx) error = %v; want context.Canceled", err)
+			t.Errorf("Connect(cancelled ctx) error = %v; want context.Canceled", err)
 		}
 	})
 }
@@ -255,7 +259,7 @@ func TestConnectReconnects(t *testing.T) {
 	rec, logger := newLogRecorder()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	nc, err := natsrun.ConnectWith(ctx, config.NATS{}, a.ClientURL(), natsrun.Options{Logger: logger})
+	nc, err := natsrun.Connect(ctx, a.ClientURL(), natsrun.Options{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

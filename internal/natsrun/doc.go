@@ -1,15 +1,17 @@
 // Package natsrun gets the consumer a NATS connection: it starts the
 // embedded server when no URL is configured, and connects with the
-// configured authentication, TLS and reconnect policy.
+// configured authentication, TLS and reconnect policy. It takes its own
+// [Options], whose zero value means the defaults; internal/app fills them
+// in from the configuration.
 //
-//	url := cfg.NATS.URL
+//	o := natsrun.Options{Name: "oncegate", Logger: logger, TokenFile: "/run/secrets/nats-token"}
 //	if url == "" {
-//		e, err := natsrun.StartEmbedded(cfg.NATS.Embedded, cfg.DataDir, logger)
+//		e, err := natsrun.StartEmbeddedAuth(dataDir, o)
 //		...
 //		defer e.Shutdown(ctx)
 //		url = e.ClientURL()
 //	}
-//	nc, err := natsrun.Connect(ctx, cfg.NATS, url, "oncegate", logger)
+//	nc, err := natsrun.Connect(ctx, url, o)
 //
 // # Embedded server
 //

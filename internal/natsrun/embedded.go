@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/oncegate/oncegate/internal/config"
 )
 
 // readyTimeout bounds StartEmbedded's wait for the server to accept
@@ -42,23 +40,23 @@ type Embedded struct {
 // StartEmbedded starts a NATS server with JetStream in this process and
 // returns once it accepts connections.
 //
-// The server listens on cfg.Listen (the default is
-// config.DefaultEmbeddedListen, 127.0.0.1:4222), which must be a loopback
+// The server listens on o.Listen (the default is DefaultListen,
+// 127.0.0.1:4222), which must be a loopback
 // address: 127.0.0.0/8, ::1 or localhost (taken as 127.0.0.1). Port 0 or
 // -1 picks a free port; ClientURL tells which. A non-loopback address is
 // ErrNotLoopback: the server has no authentication. It always listens on a
 // socket, never in-process only, because an in-process-only connection
 // stalls under async publish load.
 //
-// JetStream keeps its data in cfg.StoreDir, or dataDir/nats if that is
-// empty, fsynced every cfg.SyncInterval (the default is
-// config.DefaultSyncInterval) or after every write with config.SyncAlways.
+// JetStream keeps its data in o.StoreDir, or dataDir/nats if that is
+// empty, fsynced every o.SyncInterval (the default is
+// DefaultSyncInterval) or after every write with SyncAlways.
 // StartEmbedded holds a lock on the store directory until Shutdown
 // completes; if another server (in any process) holds it, the error is
 // ErrStoreInUse, naming the directory. nats-server itself does not lock
 // its store.
 //
-// The server logs to logger (slog.Default() if nil; give it a component
+// The server logs to o.Logger (slog.Default() if nil; give it a component
 // attribute if you want one): notices at Info (its start-up banner at
 // Debug), warnings at Warn, errors and fatal errors at Error, and debug
 // records at Debug when logger has Debug enabled; tracing stays off. There
@@ -69,29 +67,33 @@ type Embedded struct {
 // *NotReadyError and nothing is left running. Starting, which includes
 // JetStream's recovery of the store, is not itself bounded: a large store
 // takes as long as it takes.
-func StartEmbedded(cfg config.Embedded, dataDir string, logger *slog.Logger) (*Embedded, error) {
-	return startEmbedded(cfg, dataDir, logger, nil)
+//
+// The server requires no authentication, whatever o's authentication
+// fields say; StartEmbeddedAuth requires it.
+func StartEmbedded(dataDir string, o Options) (*Embedded, error) {
+	return startEmbedded(dataDir, o, nil)
 }
 
 // startEmbedded is StartEmbedded with auth, if not nil, setting the
 // server's authentication.
-func startEmbedded(cfg config.Embedded, dataDir string, logger *slog.Logger, auth *serverAuth) (*Embedded, error) {
+func startEmbedded(dataDir string, o Options, auth *serverAuth) (*Embedded, error) {
+	logger := o.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
-	listen := cfg.Listen
+	listen := o.Listen
 	if listen == "" {
-		listen = config.DefaultEmbeddedListen
+		listen = DefaultListen
 	}
 	host, port, err := loopbackHostPort(listen)
 	if err != nil {
 		return nil, err
 	}
-	storeDir := cfg.StoreDir
+	storeDir := o.StoreDir
 	if storeDir == "" {
 		storeDir = filepath.Join(dataDir, "nats")
 	}
-	o := &server.Options{
+	so := &server.Options{
 		ServerName: embeddedName,
 		Host:       host,
 		Port:       port,
@@ -99,16 +101,16 @@ func startEmbedded(cfg config.Embedded, dataDir string, logger *slog.Logger, aut
 		StoreDir:   storeDir,
 		NoSigs:     true,
 	}
-	auth.apply(o)
-	switch s := cfg.SyncInterval; {
-	case s == config.SyncAlways:
-		o.SyncAlways = true
+	auth.apply(so)
+	switch s := o.SyncInterval; {
+	case s == SyncAlways:
+		so.SyncAlways = true
 	case s == 0:
-		o.SyncInterval = time.Duration(config.DefaultSyncInterval)
+		so.SyncInterval = DefaultSyncInterval
 	case s > 0:
-		o.SyncInterval = time.Duration(s)
+		so.SyncInterval = s
 	default:
-		return nil, fmt.Errorf("natsrun: embedded sync interval %s: want a positive duration or always", time.Duration(s))
+		return nil, fmt.Errorf("natsrun: embedded sync interval %s: want a positive duration or always", s)
 	}
 
 	if err := os.MkdirAll(storeDir, 0o700); err != nil {
@@ -124,7 +126,7 @@ func startEmbedded(cfg config.Embedded, dataDir string, logger *slog.Logger, aut
 		}
 	}
 
-	srv, err := server.NewServer(o)
+	srv, err := server.NewServer(so)
 	if err != nil {
 		unlock()
 		return nil, fmt.Errorf("natsrun: embedded server: %w", err)

@@ -3,13 +3,10 @@ package natsrun
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
-
-	"github.com/oncegate/oncegate/internal/config"
 )
 
 // serverAuth is the authentication the embedded server requires of every
@@ -44,37 +41,38 @@ func (a *serverAuth) String() string {
 	return a.kind
 }
 
-// StartEmbeddedAuth is StartEmbedded (with n.Embedded) for a server that
-// requires of every client the authentication the client side of n
-// configures, so that the consumer connecting with Connect(n) gets in and
-// a local process without the secret does not:
+// StartEmbeddedAuth is StartEmbedded for a server that requires of every
+// client the authentication the client side of o configures, so that the
+// consumer connecting with Connect(o) gets in and a local process without
+// the secret does not:
 //
-//   - n.NKeySeedFile: the server admits the seed's public key (the seed
+//   - o.NKeySeedFile: the server admits the seed's public key (the seed
 //     stays in the file; a client signs the server's nonce with it);
-//   - n.User, with the password from n.PasswordFile or EnvPassword;
-//   - a token from n.TokenFile or, when none of the above is configured,
+//   - o.User, with the password from o.PasswordFile or EnvPassword;
+//   - a token from o.TokenFile or, when none of the above is configured,
 //     EnvToken.
 //
 // With none of them set the server requires nothing, as StartEmbedded.
 // A credentials file (JWT accounts) is an error: the embedded server has
-// no operator. getenv looks up EnvPassword and EnvToken; nil means
+// no operator. o.Getenv looks up EnvPassword and EnvToken; nil means
 // os.Getenv, as Connect uses. A missing, unreadable, empty or malformed
 // file is a *FileError naming the file; no error holds a secret.
-func StartEmbeddedAuth(n config.NATS, dataDir string, logger *slog.Logger, getenv func(string) string) (*Embedded, error) {
+func StartEmbeddedAuth(dataDir string, o Options) (*Embedded, error) {
+	getenv := o.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	auth, err := embeddedAuth(n, getenv)
+	auth, err := embeddedAuth(o, getenv)
 	if err != nil {
 		return nil, err
 	}
-	return startEmbedded(n.Embedded, dataDir, logger, auth)
+	return startEmbedded(dataDir, o, auth)
 }
 
 // embeddedAuth returns the server side of n's client authentication, nil
 // for none. It reads secrets the way authOptions does, so that the two
 // agree.
-func embeddedAuth(n config.NATS, getenv func(string) string) (*serverAuth, error) {
+func embeddedAuth(n Options, getenv func(string) string) (*serverAuth, error) {
 	switch {
 	case n.CredsFile != "":
 		return nil, errors.New("natsrun: the embedded server cannot use nats.creds_file (JWT accounts need a NATS deployment): set nats.url, or use nats.token_file or nats.nkey_seed_file")

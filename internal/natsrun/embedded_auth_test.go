@@ -10,16 +10,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/natsrun"
 )
 
 // startEmbeddedAuth starts an embedded server requiring cfg's
 // authentication, shut down in t.Cleanup.
-func startEmbeddedAuth(t *testing.T, cfg config.NATS, getenv func(string) string) *natsrun.Embedded {
+func startEmbeddedAuth(t *testing.T, cfg natsrun.Options, getenv func(string) string) *natsrun.Embedded {
 	t.Helper()
-	cfg.Embedded.Listen = "127.0.0.1:0"
-	e, err := natsrun.StartEmbeddedAuth(cfg, t.TempDir(), discard, getenv)
+	cfg.Listen, cfg.Logger, cfg.Getenv = "127.0.0.1:0", discard, getenv
+	e, err := natsrun.StartEmbeddedAuth(t.TempDir(), cfg)
 	if err != nil {
 		t.Fatalf("StartEmbeddedAuth(%+v) error = %v", cfg, err)
 	}
@@ -46,18 +45,18 @@ func TestEmbeddedAuth(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		cfg      config.NATS
+		cfg      natsrun.Options
 		env      map[string]string
 		wantAuth string
 		wrong    []nats.Option // a client with the wrong secret
 	}{
-		{"token from the environment", config.NATS{}, map[string]string{natsrun.EnvToken: token}, "token",
+		{"token from the environment", natsrun.Options{}, map[string]string{natsrun.EnvToken: token}, "token",
 			[]nats.Option{nats.Token("not-the-token")}},
-		{"token file", config.NATS{TokenFile: writeFile(t, "token", token+"\n")}, nil, "token",
+		{"token file", natsrun.Options{TokenFile: writeFile(t, "token", token+"\n")}, nil, "token",
 			[]nats.Option{nats.Token("not-the-token")}},
-		{"nkey seed file", config.NATS{NKeySeedFile: writeFile(t, "user.nk", testNKeySeed+"\n")}, nil, "nkey",
+		{"nkey seed file", natsrun.Options{NKeySeedFile: writeFile(t, "user.nk", testNKeySeed+"\n")}, nil, "nkey",
 			[]nats.Option{nkeyOption(t, string(otherSeed))}},
-		{"user and password", config.NATS{User: "oncegate", PasswordFile: writeFile(t, "pw", password)}, nil, "user",
+		{"user and password", natsrun.Options{User: "oncegate", PasswordFile: writeFile(t, "pw", password)}, nil, "user",
 			[]nats.Option{nats.UserInfo("oncegate", "wrong")}},
 	}
 	for _, tt := range tests {
@@ -102,7 +101,7 @@ func TestEmbeddedAuth(t *testing.T) {
 // TestEmbeddedNoAuth: with nothing configured the embedded server admits
 // any local client, as StartEmbedded does.
 func TestEmbeddedNoAuth(t *testing.T) {
-	e := startEmbeddedAuth(t, config.NATS{}, env(nil))
+	e := startEmbeddedAuth(t, natsrun.Options{}, env(nil))
 	if e.Auth() != "none" {
 		t.Errorf("Auth() = %q; want none", e.Auth())
 	}
@@ -120,21 +119,21 @@ func TestEmbeddedAuthErrors(t *testing.T) {
 	var fe *natsrun.FileError
 	for _, tt := range []struct {
 		name     string
-		cfg      config.NATS
+		cfg      natsrun.Options
 		env      map[string]string
 		wantFile bool
 		want     string
 	}{
-		{"credentials file", config.NATS{CredsFile: writeFile(t, "x.creds", "jwt")}, nil, false, "nats.creds_file"},
-		{"missing token file", config.NATS{TokenFile: "/nonexistent/token"}, nil, true, "/nonexistent/token"},
-		{"empty token file", config.NATS{TokenFile: writeFile(t, "token", "  \n")}, nil, true, "empty"},
-		{"not a seed", config.NATS{NKeySeedFile: writeFile(t, "bad.nk", "SUNOTASEED")}, nil, true, "nkey"},
-		{"user without password", config.NATS{User: "oncegate"}, nil, false, natsrun.EnvPassword},
+		{"credentials file", natsrun.Options{CredsFile: writeFile(t, "x.creds", "jwt")}, nil, false, "nats.creds_file"},
+		{"missing token file", natsrun.Options{TokenFile: "/nonexistent/token"}, nil, true, "/nonexistent/token"},
+		{"empty token file", natsrun.Options{TokenFile: writeFile(t, "token", "  \n")}, nil, true, "empty"},
+		{"not a seed", natsrun.Options{NKeySeedFile: writeFile(t, "bad.nk", "SUNOTASEED")}, nil, true, "nkey"},
+		{"user without password", natsrun.Options{User: "oncegate"}, nil, false, natsrun.EnvPassword},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tt.cfg
-			cfg.Embedded.Listen = "127.0.0.1:0"
-			e, err := natsrun.StartEmbeddedAuth(cfg, t.TempDir(), discard, env(tt.env))
+			cfg.Listen, cfg.Logger, cfg.Getenv = "127.0.0.1:0", discard, env(tt.env)
+			e, err := natsrun.StartEmbeddedAuth(t.TempDir(), cfg)
 			if err == nil {
 				shutdown(t, e)
 				t.Fatalf("StartEmbeddedAuth(%+v) succeeded; want an error", tt.cfg)

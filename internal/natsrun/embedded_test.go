@@ -13,19 +13,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/natsrun"
 )
 
 // startEmbedded starts an embedded server on a random loopback port with
 // its data below dataDir, shut down in t.Cleanup.
-func startEmbedded(t *testing.T, cfg config.Embedded, dataDir string) *natsrun.Embedded {
+func startEmbedded(t *testing.T, cfg natsrun.Options, dataDir string) *natsrun.Embedded {
 	t.Helper()
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:0"
 	}
 	_, logger := newLogRecorder()
-	e, err := natsrun.StartEmbedded(cfg, dataDir, logger)
+	cfg.Logger = logger
+	e, err := natsrun.StartEmbedded(dataDir, cfg)
 	if err != nil {
 		t.Fatalf("StartEmbedded(%+v, %q) error = %v", cfg, dataDir, err)
 	}
@@ -58,7 +58,7 @@ func TestStartEmbeddedJetStream(t *testing.T) {
 	rec, logger := newLogRecorder()
 	dataDir := t.TempDir()
 
-	e, err := natsrun.StartEmbedded(config.Embedded{Listen: "127.0.0.1:-1"}, dataDir, logger)
+	e, err := natsrun.StartEmbedded(dataDir, natsrun.Options{Listen: "127.0.0.1:-1", Logger: logger})
 	if err != nil {
 		t.Fatalf("StartEmbedded error = %v", err)
 	}
@@ -91,9 +91,9 @@ func TestStartEmbeddedJetStream(t *testing.T) {
 		}
 	}
 
-	nc, err := natsrun.ConnectWith(ctx, config.NATS{}, e.ClientURL(), natsrun.Options{Logger: logger})
+	nc, err := natsrun.Connect(ctx, e.ClientURL(), natsrun.Options{Logger: logger})
 	if err != nil {
-		t.Fatalf("ConnectWith(%s) error = %v", e.ClientURL(), err)
+		t.Fatalf("Connect(%s) error = %v", e.ClientURL(), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -149,8 +149,8 @@ func TestStartEmbeddedJetStream(t *testing.T) {
 	// ...the server's goroutines are gone...
 	goleak.VerifyNone(t)
 	// ...and the store is unlocked and kept the stream.
-	e2 := startEmbedded(t, config.Embedded{}, dataDir)
-	nc2, err := natsrun.ConnectWith(ctx, config.NATS{}, e2.ClientURL(), natsrun.Options{Logger: logger})
+	e2 := startEmbedded(t, natsrun.Options{}, dataDir)
+	nc2, err := natsrun.Connect(ctx, e2.ClientURL(), natsrun.Options{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,24 +167,24 @@ func TestStartEmbeddedJetStream(t *testing.T) {
 
 func TestStartEmbeddedSyncInterval(t *testing.T) {
 	tests := []struct {
-		in         config.SyncInterval
+		in         time.Duration
 		wantEvery  time.Duration
 		wantAlways bool
 	}{
 		{0, 100 * time.Millisecond, false},
-		{config.SyncInterval(time.Second), time.Second, false},
-		{config.SyncAlways, 0, true},
+		{time.Second, time.Second, false},
+		{natsrun.SyncAlways, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in.String(), func(t *testing.T) {
-			e := startEmbedded(t, config.Embedded{SyncInterval: tt.in}, t.TempDir())
+			e := startEmbedded(t, natsrun.Options{SyncInterval: tt.in}, t.TempDir())
 			jc := e.Server().JetStreamConfig()
 			if jc.SyncAlways != tt.wantAlways || (!tt.wantAlways && jc.SyncInterval != tt.wantEvery) {
 				t.Errorf("SyncInterval %v: server has interval %v, always %v; want %v, %v", tt.in, jc.SyncInterval, jc.SyncAlways, tt.wantEvery, tt.wantAlways)
 			}
 		})
 	}
-	_, err := natsrun.StartEmbedded(config.Embedded{Listen: "127.0.0.1:0", SyncInterval: -5}, t.TempDir(), discard)
+	_, err := natsrun.StartEmbedded(t.TempDir(), natsrun.Options{Listen: "127.0.0.1:0", SyncInterval: -5, Logger: discard})
 	if err == nil || !strings.Contains(err.Error(), "sync interval") {
 		t.Errorf("StartEmbedded(SyncInterval -5) error = %v; want a sync interval error", err)
 	}
@@ -192,10 +192,11 @@ func TestStartEmbeddedSyncInterval(t *testing.T) {
 
 func TestStartEmbeddedStoreInUse(t *testing.T) {
 	store := t.TempDir() + "/store"
-	cfg := config.Embedded{Listen: "127.0.0.1:0", StoreDir: store}
+	cfg := natsrun.Options{Listen: "127.0.0.1:0", StoreDir: store}
 	e := startEmbedded(t, cfg, "ignored")
 
-	e2, err := natsrun.StartEmbedded(cfg, "ignored", discard)
+	cfg.Logger = discard
+	e2, err := natsrun.StartEmbedded("ignored", cfg)
 	if err == nil {
 		shutdown(t, e2)
 		t.Fatalf("second StartEmbedded on %s succeeded; want ErrStoreInUse", store)
@@ -206,7 +207,7 @@ func TestStartEmbeddedStoreInUse(t *testing.T) {
 	t.Logf("second StartEmbedded: %v", err)
 
 	shutdown(t, e)
-	e3, err := natsrun.StartEmbedded(cfg, "ignored", discard)
+	e3, err := natsrun.StartEmbedded("ignored", cfg)
 	if err != nil {
 		t.Fatalf("StartEmbedded after the first shut down: %v", err)
 	}
@@ -232,7 +233,7 @@ func TestStartEmbeddedListen(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.listen, func(t *testing.T) {
 			dir := t.TempDir()
-			e, err := natsrun.StartEmbedded(config.Embedded{Listen: tt.listen}, dir, nil)
+			e, err := natsrun.StartEmbedded(dir, natsrun.Options{Listen: tt.listen})
 			if err == nil {
 				shutdown(t, e)
 				t.Fatalf("StartEmbedded(Listen %q) succeeded; want an error", tt.listen)
@@ -246,7 +247,7 @@ func TestStartEmbeddedListen(t *testing.T) {
 		})
 	}
 	t.Run("localhost", func(t *testing.T) {
-		e := startEmbedded(t, config.Embedded{Listen: "localhost:0"}, t.TempDir())
+		e := startEmbedded(t, natsrun.Options{Listen: "localhost:0"}, t.TempDir())
 		if !strings.HasPrefix(e.ClientURL(), "nats://127.0.0.1:") {
 			t.Errorf("ClientURL() = %q; want nats://127.0.0.1:<port>", e.ClientURL())
 		}
@@ -257,12 +258,12 @@ func TestStartEmbeddedListen(t *testing.T) {
 			t.Skipf("no IPv6 loopback: %v", err)
 		}
 		l.Close()
-		e := startEmbedded(t, config.Embedded{Listen: "[::1]:0"}, t.TempDir())
+		e := startEmbedded(t, natsrun.Options{Listen: "[::1]:0"}, t.TempDir())
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
-		nc, err := natsrun.ConnectWith(ctx, config.NATS{}, e.ClientURL(), natsrun.Options{Logger: discard})
+		nc, err := natsrun.Connect(ctx, e.ClientURL(), natsrun.Options{Logger: discard})
 		if err != nil {
-			t.Fatalf("ConnectWith(%s) error = %v", e.ClientURL(), err)
+			t.Fatalf("Connect(%s) error = %v", e.ClientURL(), err)
 		}
 		nc.Close()
 	})
@@ -277,7 +278,7 @@ func TestStartEmbeddedPortTaken(t *testing.T) {
 	dir := t.TempDir()
 
 	start := time.Now()
-	e, err := natsrun.StartEmbedded(config.Embedded{Listen: l.Addr().String()}, dir, discard)
+	e, err := natsrun.StartEmbedded(dir, natsrun.Options{Listen: l.Addr().String(), Logger: discard})
 	if err == nil {
 		shutdown(t, e)
 		t.Fatalf("StartEmbedded on taken port %s succeeded", l.Addr())
@@ -290,12 +291,12 @@ func TestStartEmbeddedPortTaken(t *testing.T) {
 		t.Errorf("StartEmbedded on a taken port took %v; want it to fail at once", d)
 	}
 	// Nothing was left behind: the store lock is free.
-	startEmbedded(t, config.Embedded{}, dir)
+	startEmbedded(t, natsrun.Options{}, dir)
 }
 
 func TestShutdownContext(t *testing.T) {
 	_, logger := newLogRecorder()
-	e, err := natsrun.StartEmbedded(config.Embedded{Listen: "127.0.0.1:0"}, t.TempDir(), logger)
+	e, err := natsrun.StartEmbedded(t.TempDir(), natsrun.Options{Listen: "127.0.0.1:0", Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/natsrun"
 )
 
@@ -25,14 +24,14 @@ func ExampleStartEmbedded() {
 	logger := slog.New(slog.DiscardHandler)
 
 	// Port 0 picks a free port; the default is 127.0.0.1:4222.
-	e, err := natsrun.StartEmbedded(config.Embedded{Listen: "127.0.0.1:0"}, dataDir, logger)
+	e, err := natsrun.StartEmbedded(dataDir, natsrun.Options{Listen: "127.0.0.1:0", Logger: logger})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer e.Shutdown(ctx)
 
-	nc, err := natsrun.Connect(ctx, config.NATS{}, e.ClientURL(), "example", logger)
+	nc, err := natsrun.Connect(ctx, e.ClientURL(), natsrun.Options{Name: "example", Logger: logger})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -18,7 +18,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/natstest"
 )
 
@@ -129,18 +129,18 @@ func TestConnectTLS(t *testing.T) {
 	tests := []struct {
 		name    string
 		srv     *server.Server
-		tls     config.TLS
+		tls     natsrun.TLS
 		wantErr string // "" for success
 	}{
-		{"CA file", plain, config.TLS{CAFile: pki.caFile}, ""},
-		{"client certificate", mutual, config.TLS{CAFile: pki.caFile, CertFile: pki.certFile, KeyFile: pki.keyFile}, ""},
-		{"system roots only", plain, config.TLS{CertFile: pki.certFile, KeyFile: pki.keyFile}, "unknown authority"},
-		{"no TLS configured", plain, config.TLS{}, "unknown authority"},
-		{"mutual without client certificate", mutual, config.TLS{CAFile: pki.caFile}, ""},
+		{"CA file", plain, natsrun.TLS{CAFile: pki.caFile}, ""},
+		{"client certificate", mutual, natsrun.TLS{CAFile: pki.caFile, CertFile: pki.certFile, KeyFile: pki.keyFile}, ""},
+		{"system roots only", plain, natsrun.TLS{CertFile: pki.certFile, KeyFile: pki.keyFile}, "unknown authority"},
+		{"no TLS configured", plain, natsrun.TLS{}, "unknown authority"},
+		{"mutual without client certificate", mutual, natsrun.TLS{CAFile: pki.caFile}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			nc, err := connect(t, config.NATS{TLS: tt.tls, ConnectTimeout: 5 * time.Second}, url(tt.srv), env(nil))
+			nc, err := connect(t, natsrun.Options{TLS: tt.tls, ConnectTimeout: 5 * time.Second}, url(tt.srv), env(nil))
 			if tt.name == "mutual without client certificate" {
 				// TLS 1.3 reports a missing client certificate after the
 				// handshake, so the failure shows at connect or at the first
@@ -156,16 +156,16 @@ func TestConnectTLS(t *testing.T) {
 			}
 			if tt.wantErr != "" {
 				if err == nil {
-					t.Fatalf("ConnectWith(TLS %+v) succeeded; want an error", tt.tls)
+					t.Fatalf("Connect(TLS %+v) succeeded; want an error", tt.tls)
 				}
 				t.Logf("error: %v", err)
 				if !strings.Contains(err.Error(), tt.wantErr) {
-					t.Errorf("ConnectWith(TLS %+v) error = %v; want it to mention %q", tt.tls, err, tt.wantErr)
+					t.Errorf("Connect(TLS %+v) error = %v; want it to mention %q", tt.tls, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("ConnectWith(TLS %+v) error = %v", tt.tls, err)
+				t.Fatalf("Connect(TLS %+v) error = %v", tt.tls, err)
 			}
 			if err := nc.FlushTimeout(waitTimeout); err != nil {
 				t.Fatalf("Flush error = %v", err)

@@ -21,8 +21,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// readyTimeout bounds the wait for a server to accept connections.
-const readyTimeout = 10 * time.Second
+// readyTimeout bounds the wait for a server to accept connections: long
+// enough for a machine that runs many test binaries at once (a server of a
+// three-node cluster once took over 10s to start on a loaded 2-core VM).
+const readyTimeout = 30 * time.Second
 
 // RunServer starts a NATS server with JetStream on a random port of
 // 127.0.0.1, keeping its store in a fresh t.TempDir. Each opt, applied in

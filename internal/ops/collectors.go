@@ -35,6 +35,7 @@ type llmCollector struct {
 
 	requests, tokensSpent, tokensSaved, tokensEstimated     *prometheus.Desc
 	costSpent, costSaved, stored, notStored, upstreamErrors *prometheus.Desc
+	held                                                    *prometheus.Desc
 }
 
 func newLLMCollector(stats, known func() []llmcache.StepStats) *llmCollector {
@@ -62,12 +63,15 @@ func newLLMCollector(stats, known func() []llmcache.StepStats) *llmCollector {
 			"pipeline", "step"),
 		upstreamErrors: desc("llm_upstream_errors_total",
 			"Upstream model calls that failed (transport error or status >= 400).", "pipeline", "step"),
+		held: desc("llm_answers_held",
+			"Answers paid for that the cache's store refused, held in the process and served from it while their write is retried.",
+			"pipeline", "step"),
 	}
 }
 
 func (c *llmCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.tokensSpent, c.tokensSaved, c.tokensEstimated,
-		c.costSpent, c.costSaved, c.stored, c.notStored, c.upstreamErrors} {
+		c.costSpent, c.costSaved, c.stored, c.notStored, c.upstreamErrors, c.held} {
 		ch <- d
 	}
 }
@@ -94,6 +98,7 @@ func (c *llmCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.stored, float64(s.Stored))
 		counter(c.notStored, float64(s.NotStored))
 		counter(c.upstreamErrors, float64(s.Errors))
+		emit(ch, c.held, prometheus.GaugeValue, float64(s.Held), ns, step)
 	}
 }
 
@@ -122,6 +127,7 @@ func mergeStepStats(rows []llmcache.StepStats) []llmcache.StepStats {
 		o.Stored += r.Stored
 		o.NotStored += r.NotStored
 		o.Errors += r.Errors
+		o.Held += r.Held
 		o.PromptTokens += r.PromptTokens
 		o.CompletionTokens += r.CompletionTokens
 		o.EstimatedPromptTokens += r.EstimatedPromptTokens

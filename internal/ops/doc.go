@@ -9,7 +9,7 @@
 //	m.AddSink("billing", "http")
 //	...
 //	m.Trigger("billing")
-//	m.Duplicate("billing", ops.GuardLedger)
+//	m.Duplicate("billing", outcome.GuardLedger)
 //	m.Effect("billing", "http", ops.OutcomeDone, took)
 //
 //	srv := ops.NewServer(cfg.Metrics.Listen, m, consumer.Ready, logger)
@@ -18,8 +18,8 @@
 //	defer srv.Shutdown(ctx)
 //
 // Callers never spell a label value: guards, claim statuses, outcomes,
-// dead-letter reasons and ack kinds are typed constants ([Guard],
-// [ClaimStatus], [Outcome], [Reason], [Ack]). A value outside the constants
+// dead-letter reasons and ack kinds are typed constants ([outcome.Guard],
+// [ClaimStatus], [Outcome], [outcome.Reason], [Ack]). A value outside the constants
 // is recorded as "other", so a bug costs one series, not an unbounded
 // number. The pipeline, sink and step labels come from the configuration
 // (names and the sink's kind, never a URL or subject).
@@ -40,6 +40,8 @@
 //     missing_field, poison, exhausted, permanent_effect, budget.
 //   - oncegate_acks_total{pipeline,kind}: ack, nak, term, in_progress.
 //   - oncegate_pending_leases{pipeline} and oncegate_inflight{pipeline}: gauges.
+//   - oncegate_redriven_total{pipeline,reason}: dead letters a person
+//     redrove (package admin), by the reason they were dead-lettered for.
 //
 // Read at scrape time from [MetricsOptions.LLMStats], per pipeline (the cache namespace) and step, at 0 for every step AddStep named:
 // oncegate_llm_requests_total{result} (hit, shared, miss, bypass,

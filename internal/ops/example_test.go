@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/ops"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
@@ -25,7 +26,7 @@ func ExampleMetrics() {
 	m.AddPipeline("billing") // every guard's series now exists at 0
 	m.Trigger("billing")
 	m.Trigger("billing")
-	m.Duplicate("billing", ops.GuardLedger)
+	m.Duplicate("billing", outcome.GuardLedger)
 	m.Effect("billing", "http", ops.OutcomeDone, 120*time.Millisecond)
 
 	fams, err := m.Registry().Gather()

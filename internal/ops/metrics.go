@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/version"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
@@ -19,16 +20,6 @@ const namespace = "oncegate"
 // Reason or Ack outside its constants, so that a bad conversion costs one
 // series rather than an unbounded number.
 const other = "other"
-
-// Guard names the guard that dropped a duplicate trigger.
-type Guard string
-
-// The guards, from the cheapest to the last resort.
-const (
-	GuardWindow Guard = "window" // the in-memory window saw the key
-	GuardLedger Guard = "ledger" // the ledger holds the key committed
-	GuardStream Guard = "stream" // a PubAck marked duplicate (Nats-Msg-Id)
-)
 
 // ClaimStatus is what a ledger claim (Begin) answered.
 type ClaimStatus string
@@ -54,23 +45,6 @@ const (
 	OutcomeKeyReused Outcome = "key_reused" // the target holds the key with another body: the effect exists
 )
 
-// Reason is why a trigger was dead-lettered.
-type Reason string
-
-// The dead-letter reasons.
-const (
-	ReasonInvalidJSON     Reason = "invalid_json"     // the payload is not I-JSON
-	ReasonTooLarge        Reason = "too_large"        // the payload is over the size limit
-	ReasonMissingField    Reason = "missing_field"    // a key field is absent
-	ReasonPoison          Reason = "poison"           // the step fails on this input every time
-	ReasonExhausted       Reason = "exhausted"        // MaxDeliver deliveries failed
-	ReasonPermanentEffect Reason = "permanent_effect" // the sink refused the effect for good
-	ReasonBudget          Reason = "budget"           // the key's token budget is spent
-	ReasonMismatch        Reason = "mismatch"         // a key reused for another payload, refused by policy
-	ReasonTemplate        Reason = "template"         // the prompt template failed on this trigger
-	ReasonUnknownOutcome  Reason = "unknown_outcome"  // a holder stopped mid-effect, and a redo could repeat it
-)
-
 // Ack is how the consumer settled, or extended, a JetStream message.
 type Ack string
 
@@ -83,12 +57,9 @@ const (
 )
 
 var (
-	guards   = []Guard{GuardWindow, GuardLedger, GuardStream}
 	claims   = []ClaimStatus{ClaimNew, ClaimCommitted, ClaimHeld, ClaimTakenOver, ClaimFailed}
 	outcomes = []Outcome{OutcomeDone, OutcomeDuplicate, OutcomeRetry, OutcomeDead, OutcomeKeyReused}
-	reasons  = []Reason{ReasonInvalidJSON, ReasonTooLarge, ReasonMissingField, ReasonPoison,
-		ReasonExhausted, ReasonPermanentEffect, ReasonBudget, ReasonMismatch, ReasonTemplate, ReasonUnknownOutcome}
-	acks = []Ack{AckAck, AckNak, AckTerm, AckInProgress}
+	acks     = []Ack{AckAck, AckNak, AckTerm, AckInProgress}
 )
 
 // label returns v if it is one of known, else "other".
@@ -165,7 +136,15 @@ type Metrics struct {
 	pendingLease *prometheus.GaugeVec     // pipeline
 	inflight     *prometheus.GaugeVec     // pipeline
 	replyRefused *prometheus.CounterVec   // pipeline
+	panics       *prometheus.CounterVec   // pipeline
+	filtered     *prometheus.CounterVec   // pipeline, rule
+	routes       *prometheus.CounterVec   // pipeline, route
+	ledgerDown   *prometheus.CounterVec   // pipeline
 	rl           rateLimitMetrics
+	px           proxyMetrics
+	llmStats     func() []llmcache.StepStats
+	redriven     *prometheus.CounterVec // pipeline, reason
+	bl           backlogMetrics
 
 	mu    sync.Mutex
 	steps []llmcache.StepStats // zero rows of the steps AddStep named
@@ -210,6 +189,14 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			"Triggers being worked on now.", "pipeline"),
 		replyRefused: counter("replies_refused_total",
 			"Oncegate-Reply subjects refused: not under stream.reply_prefixes.", "pipeline"),
+		panics: counter("panics_total",
+			"Panics recovered in a trigger's work; each was settled as the trigger's failed try.", "pipeline"),
+		filtered: counter("filtered_total",
+			"Triggers filtered out, acked and never claimed, paid for or sent: by the pipeline's when: condition (rule when), or matched by no route (rule routes, decided after the step).", "pipeline", "rule"),
+		routes: counter("routes_total",
+			"Route decisions taken (each intent once; a redelivery takes the recorded route without counting it again).", "pipeline", "route"),
+		ledgerDown: counter("ledger_unavailable_total",
+			"Claims the ledger could not answer (unreachable, leaderless, refusing writes): the trigger waits, and the attempt is not a try.", "pipeline"),
 	}
 	build := version.Get()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -224,8 +211,12 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.triggers, m.duplicates, m.claims, m.effects, m.effectTime, m.stepTime,
 		m.deadLetters, m.acks, m.settleTime, m.pendingLease, m.inflight, m.replyRefused,
+		m.panics, m.ledgerDown, m.filtered, m.routes,
 	)
 	m.registerRateLimit()
+	m.llmStats = opts.LLMStats
+	m.registerRedrive()
+	m.registerBacklog()
 	if opts.LLMStats != nil {
 		m.reg.MustRegister(newLLMCollector(opts.LLMStats, m.knownSteps))
 	}
@@ -263,13 +254,13 @@ func (m *Metrics) AddPipeline(name string) {
 		return
 	}
 	m.triggers.WithLabelValues(name)
-	for _, g := range guards {
+	for _, g := range outcome.Guards {
 		m.duplicates.WithLabelValues(name, string(g))
 	}
 	for _, s := range claims {
 		m.claims.WithLabelValues(name, string(s))
 	}
-	for _, r := range reasons {
+	for _, r := range outcome.Reasons {
 		m.deadLetters.WithLabelValues(name, string(r))
 	}
 	for _, a := range acks {
@@ -281,6 +272,48 @@ func (m *Metrics) AddPipeline(name string) {
 	m.pendingLease.WithLabelValues(name)
 	m.inflight.WithLabelValues(name)
 	m.replyRefused.WithLabelValues(name)
+	m.addRedrive(name)
+	m.panics.WithLabelValues(name)
+	m.ledgerDown.WithLabelValues(name)
+	m.addBacklog(name)
+	for _, r := range FilterRules {
+		m.filtered.WithLabelValues(name, r)
+	}
+}
+
+// FilterRules are the values of oncegate_filtered_total's rule label.
+var FilterRules = []string{"when", "routes"}
+
+// Filtered counts a trigger filtered out by rule (one of FilterRules).
+func (m *Metrics) Filtered(pipeline, rule string) {
+	if m == nil {
+		return
+	}
+	m.filtered.WithLabelValues(pipeline, rule).Inc()
+}
+
+// Routed counts a route decision.
+func (m *Metrics) Routed(pipeline, route string) {
+	if m == nil {
+		return
+	}
+	m.routes.WithLabelValues(pipeline, route).Inc()
+}
+
+// Panic counts a panic recovered in a trigger's work.
+func (m *Metrics) Panic(pipeline string) {
+	if m == nil {
+		return
+	}
+	m.panics.WithLabelValues(pipeline).Inc()
+}
+
+// LedgerUnavailable counts a claim the ledger could not answer.
+func (m *Metrics) LedgerUnavailable(pipeline string) {
+	if m == nil {
+		return
+	}
+	m.ledgerDown.WithLabelValues(pipeline).Inc()
 }
 
 // ReplyRefused counts a trigger whose Oncegate-Reply subject was refused.
@@ -336,11 +369,11 @@ func (m *Metrics) Trigger(pipeline string) {
 }
 
 // Duplicate counts a duplicate trigger dropped by guard g.
-func (m *Metrics) Duplicate(pipeline string, g Guard) {
+func (m *Metrics) Duplicate(pipeline string, g outcome.Guard) {
 	if m == nil {
 		return
 	}
-	m.duplicates.WithLabelValues(pipeline, label(g, guards)).Inc()
+	m.duplicates.WithLabelValues(pipeline, label(g, outcome.Guards)).Inc()
 }
 
 // Claim counts a ledger claim that answered s.
@@ -371,11 +404,11 @@ func (m *Metrics) Step(pipeline, step string, took time.Duration) {
 }
 
 // DeadLetter counts a trigger dead-lettered for r.
-func (m *Metrics) DeadLetter(pipeline string, r Reason) {
+func (m *Metrics) DeadLetter(pipeline string, r outcome.Reason) {
 	if m == nil {
 		return
 	}
-	m.deadLetters.WithLabelValues(pipeline, label(r, reasons)).Inc()
+	m.deadLetters.WithLabelValues(pipeline, label(r, outcome.Reasons)).Inc()
 }
 
 // Ack counts an acknowledgement of kind k sent to JetStream.

@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/oncegate/oncegate/internal/ops"
+	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
@@ -25,10 +26,10 @@ func TestMetricsExposed(t *testing.T) {
 	for range 3 {
 		m.Trigger("billing")
 	}
-	m.Duplicate("billing", ops.GuardWindow)
-	m.Duplicate("billing", ops.GuardWindow)
-	m.Duplicate("billing", ops.GuardLedger)
-	m.Duplicate("billing", ops.GuardStream)
+	m.Duplicate("billing", outcome.GuardWindow)
+	m.Duplicate("billing", outcome.GuardWindow)
+	m.Duplicate("billing", outcome.GuardLedger)
+	m.Duplicate("billing", outcome.GuardStream)
 	m.Claim("billing", ops.ClaimNew)
 	m.Claim("billing", ops.ClaimNew)
 	m.Claim("billing", ops.ClaimCommitted)
@@ -40,8 +41,8 @@ func TestMetricsExposed(t *testing.T) {
 	m.Effect("billing", "http", ops.OutcomeDuplicate, 40*time.Millisecond)
 	m.Effect("billing", "http", ops.OutcomeDead, 45*time.Second) // over the last bucket
 	m.Step("billing", "summarize", 150*time.Millisecond)
-	m.DeadLetter("billing", ops.ReasonPoison)
-	m.DeadLetter("billing", ops.ReasonBudget)
+	m.DeadLetter("billing", outcome.ReasonPoison)
+	m.DeadLetter("billing", outcome.ReasonBudget)
 	m.Ack("billing", ops.AckAck)
 	m.Ack("billing", ops.AckAck)
 	m.Ack("billing", ops.AckNak)
@@ -51,6 +52,10 @@ func TestMetricsExposed(t *testing.T) {
 	m.AddPendingLeases("billing", -1)
 	m.AddInflight("billing", 3)
 	m.AddInflight("billing", -1)
+	m.SetBacklog("billing", ops.Backlog{Pending: 12, AckPending: 3, Oldest: 90 * time.Second, MaxAge: 72 * time.Hour})
+	m.Unrouted("triggers.typo", 2)
+	m.Unrouted("triggers.typo", 1)
+	m.Unrouted("triggers.typo", 0)
 
 	f := scrape(t, startServer(t, m, nil, discardLogger()))
 
@@ -85,6 +90,11 @@ func TestMetricsExposed(t *testing.T) {
 		{"oncegate_acks_total", labels{"pipeline": p, "kind": "in_progress"}, dto.MetricType_COUNTER, 1},
 		{"oncegate_pending_leases", labels{"pipeline": p}, dto.MetricType_GAUGE, 4},
 		{"oncegate_inflight", labels{"pipeline": p}, dto.MetricType_GAUGE, 2},
+		{"oncegate_backlog_pending", labels{"pipeline": p}, dto.MetricType_GAUGE, 12},
+		{"oncegate_backlog_ack_pending", labels{"pipeline": p}, dto.MetricType_GAUGE, 3},
+		{"oncegate_backlog_oldest_age_seconds", labels{"pipeline": p}, dto.MetricType_GAUGE, 90},
+		{"oncegate_backlog_max_age_seconds", labels{"pipeline": p}, dto.MetricType_GAUGE, 72 * 3600},
+		{"oncegate_unrouted_total", labels{"subject": "triggers.typo"}, dto.MetricType_COUNTER, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+"{"+tt.labels.String()+"}", func(t *testing.T) {
@@ -156,11 +166,15 @@ func TestAddPipelineSeriesAtZero(t *testing.T) {
 		{"oncegate_ledger_claims_total", "status", []string{"new", "committed", "held", "taken_over", "failed"}},
 		{"oncegate_effects_total", "outcome", []string{"done", "duplicate", "retry", "dead", "key_reused"}},
 		{"oncegate_dead_letters_total", "reason",
-			[]string{"invalid_json", "too_large", "missing_field", "poison", "exhausted", "permanent_effect", "budget", "mismatch", "template", "unknown_outcome"}},
+			[]string{"invalid_json", "too_large", "missing_field", "poison", "exhausted", "permanent_effect", "budget", "mismatch", "template", "unknown_outcome", "panic", "bad_answer", "condition", "route", "not_approved", "over_budget"}},
 		{"oncegate_replies_refused_total", "pipeline", []string{"alerts"}},
 		{"oncegate_acks_total", "kind", []string{"ack", "nak", "term", "in_progress"}},
 		{"oncegate_pending_leases", "pipeline", []string{"alerts"}},
 		{"oncegate_inflight", "pipeline", []string{"alerts"}},
+		{"oncegate_backlog_pending", "pipeline", []string{"alerts"}},
+		{"oncegate_backlog_ack_pending", "pipeline", []string{"alerts"}},
+		{"oncegate_backlog_oldest_age_seconds", "pipeline", []string{"alerts"}},
+		{"oncegate_backlog_max_age_seconds", "pipeline", []string{"alerts"}},
 		{"oncegate_effect_seconds", "sink", []string{"jetstream"}},
 		{"oncegate_step_seconds", "step", []string{"triage"}},
 	}
@@ -187,10 +201,10 @@ func TestAddPipelineSeriesAtZero(t *testing.T) {
 
 func TestUnknownLabelValueIsOther(t *testing.T) {
 	m := ops.NewMetrics(ops.MetricsOptions{})
-	m.Duplicate("p", ops.Guard("Window"))
+	m.Duplicate("p", outcome.Guard("Window"))
 	m.Claim("p", ops.ClaimStatus("expired"))
 	m.Effect("p", "file", ops.Outcome("ok"), time.Millisecond)
-	m.DeadLetter("p", ops.Reason("the payload was bad: "+strings.Repeat("x", 100)))
+	m.DeadLetter("p", outcome.Reason("the payload was bad: "+strings.Repeat("x", 100)))
 	m.Ack("p", ops.Ack("double_ack"))
 
 	f := scrape(t, startServer(t, m, nil, discardLogger()))
@@ -219,11 +233,11 @@ func TestNilMetricsRecordsNothing(t *testing.T) {
 	m.AddSink("p", "http")
 	m.AddStep("p", "s")
 	m.Trigger("p")
-	m.Duplicate("p", ops.GuardLedger)
+	m.Duplicate("p", outcome.GuardLedger)
 	m.Claim("p", ops.ClaimNew)
 	m.Effect("p", "http", ops.OutcomeDone, time.Second)
 	m.Step("p", "s", time.Second)
-	m.DeadLetter("p", ops.ReasonPoison)
+	m.DeadLetter("p", outcome.ReasonPoison)
 	m.Ack("p", ops.AckAck)
 	m.AddPendingLeases("p", 1)
 	m.AddInflight("p", 1)
@@ -470,7 +484,7 @@ func TestConcurrentRecordAndScrape(t *testing.T) {
 			for range each {
 				m.AddInflight("p", 1)
 				m.Trigger("p")
-				m.Duplicate("p", ops.GuardWindow)
+				m.Duplicate("p", outcome.GuardWindow)
 				m.Effect("p", "file", ops.OutcomeDone, time.Millisecond)
 				m.AddInflight("p", -1)
 			}

@@ -4,15 +4,20 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/tmpl"
+	"github.com/oncegate/oncegate/internal/version"
 )
 
 // ReplayHeader is the response header by which an HTTP receiver says that
@@ -78,6 +83,22 @@ type HTTPOptions struct {
 	// other reasons (the error is then permanent like any other 4xx). The
 	// default is 422.
 	KeyReusedStatus int
+
+	// UserAgent is the User-Agent of every request. The default is
+	// "oncegate/<version>".
+	UserAgent string
+
+	// BodyFields are members set in the top-level JSON object of every
+	// body when it is sent, replacing members of the same name: secrets
+	// the body needs, such as PagerDuty's routing_key, which must not be
+	// rendered into a body that the outbox, the ledger or a reply keeps.
+	// A body that is not a JSON object is a permanent error. Their values
+	// never appear in errors. The default is none.
+	BodyFields map[string]string
+
+	// SecretURL says the URL itself is a secret (a Slack incoming webhook
+	// URL): errors name only its scheme and host. The default is false.
+	SecretURL bool
 }
 
 // HTTP sends each effect as an HTTP request with the intent key as
@@ -101,6 +122,9 @@ type HTTP struct {
 	backoff    time.Duration
 	maxBackoff time.Duration
 	maxBody    int
+	userAgent  string
+	bodyFields map[string]string
+	secrets    []string // values errors must not show
 
 	// wait blocks for d or until ctx is done; tests replace it.
 	wait func(ctx context.Context, d time.Duration) error
@@ -117,6 +141,9 @@ func NewHTTP(opts HTTPOptions) (*HTTP, error) {
 	s := &HTTP{
 		url:        opts.URL,
 		target:     u.Scheme + "://" + u.Host + redactPath(u.EscapedPath()),
+		userAgent:  cmp.Or(opts.UserAgent, DefaultUserAgent()),
+		secrets:    secretsOf(opts),
+		bodyFields: opts.BodyFields,
 		method:     cmp.Or(opts.Method, http.MethodPost),
 		header:     make(http.Header, len(opts.Header)),
 		client:     opts.Client,
@@ -131,6 +158,9 @@ func NewHTTP(opts HTTPOptions) (*HTTP, error) {
 	}
 	if s.oneShot {
 		s.attempts = 1
+	}
+	if opts.SecretURL {
+		s.target = u.Scheme + "://" + u.Host + "/REDACTED"
 	}
 	switch {
 	case u.User != nil:
@@ -193,11 +223,19 @@ func (s *HTTP) Deliver(ctx context.Context, e Effect) (Result, error) {
 	h.Set("Idempotency-Key", e.Key)
 	h.Set(PipelineHeader, e.Pipeline)
 	h.Set(StepHeader, e.Step)
+	h.Set("User-Agent", s.userAgent)
+	body := e.Body
+	if len(s.bodyFields) > 0 {
+		var err error
+		if body, err = setFields(body, s.bodyFields); err != nil {
+			return Result{}, &Error{Sink: "http", Key: e.Key, Err: err}
+		}
+	}
 
 	var res Result
 	for attempt := 1; ; attempt++ {
 		res = Result{Attempts: attempt}
-		retryAfter, err := s.try(ctx, h, e.Body, &res)
+		retryAfter, err := s.try(ctx, h, body, &res)
 		if err == nil {
 			return res, nil
 		}
@@ -267,10 +305,75 @@ func (s *HTTP) try(ctx context.Context, h http.Header, body []byte, res *Result)
 		return 0, nil
 	}
 	if resp.StatusCode == s.keyReused {
-		return 0, fmt.Errorf("%w: %s %q: %s", ErrKeyConflict, s.method, s.target, resp.Status)
+		return 0, fmt.Errorf("%w: %s %q: %s%s", ErrKeyConflict, s.method, s.target, resp.Status, s.snippet(res.Body))
 	}
 	return parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
-		fmt.Errorf("%s %q: %s", s.method, s.target, resp.Status)
+		fmt.Errorf("%s %q: %s%s", s.method, s.target, resp.Status, s.snippet(res.Body))
+}
+
+// snippetBytes is how much of a refusing answer's body an error quotes:
+// often the whole clue (Slack's "invalid_payload", PagerDuty's "Event
+// object is invalid" with the field, Jira's errors by field).
+const snippetBytes = 300
+
+// snippet is ": " and the start of a response body on one line, or "",
+// with the sink's secrets (header values, body fields, a secret URL) that
+// a receiver may echo replaced by REDACTED.
+func (s *HTTP) snippet(b []byte) string {
+	for _, sec := range s.secrets {
+		b = bytes.ReplaceAll(b, []byte(sec), []byte("REDACTED"))
+	}
+	if t := tmpl.Snippet(b, snippetBytes); t != "" {
+		return ": " + t
+	}
+	return ""
+}
+
+// secretsOf lists the values errors must not show, longest first, so that
+// a value is replaced whole before a part of it is.
+func secretsOf(opts HTTPOptions) []string {
+	var out []string
+	add := func(v string) {
+		if len(v) >= 4 {
+			out = append(out, v)
+		}
+	}
+	for _, v := range opts.Header {
+		add(v)
+		if _, tok, ok := strings.Cut(v, " "); ok {
+			add(strings.TrimSpace(tok)) // "Bearer <token>": the token alone too
+		}
+	}
+	for _, v := range opts.BodyFields {
+		add(v)
+	}
+	if opts.SecretURL {
+		add(opts.URL)
+		if u, err := url.Parse(opts.URL); err == nil {
+			add(u.EscapedPath())
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+// DefaultUserAgent is "oncegate/<version>", the User-Agent of HTTP effects.
+func DefaultUserAgent() string { return "oncegate/" + version.Get().Version }
+
+// setFields returns the JSON object body with the members fields set.
+func setFields(body []byte, fields map[string]string) ([]byte, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
+		return nil, errors.New("the body is not a JSON object, and the sink sets members of it")
+	}
+	for k, v := range fields {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		obj[k] = b
+	}
+	return json.Marshal(obj)
 }
 
 // backoffFor returns the wait after the given failed attempt: the server's

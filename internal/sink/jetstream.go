@@ -123,7 +123,15 @@ func (s *JetStream) Close() error { return nil }
 // expand fills the placeholders of the subject with e's fields, each of
 // which must then be a valid subject token.
 func (s *JetStream) expand(e Effect) (string, error) {
+	if e.SubjectSuffix != "" {
+		if err := checkSubject(e.SubjectSuffix); err != nil {
+			return "", fmt.Errorf("subject suffix %q: %v", e.SubjectSuffix, err)
+		}
+	}
 	if !strings.Contains(s.subject, "{") {
+		if e.SubjectSuffix != "" {
+			return s.subject + "." + e.SubjectSuffix, nil
+		}
 		return s.subject, nil
 	}
 	var args []string
@@ -140,7 +148,11 @@ func (s *JetStream) expand(e Effect) (string, error) {
 		}
 		args = append(args, p.ph, p.v)
 	}
-	return strings.NewReplacer(args...).Replace(s.subject), nil
+	subj := strings.NewReplacer(args...).Replace(s.subject)
+	if e.SubjectSuffix != "" {
+		subj += "." + e.SubjectSuffix
+	}
+	return subj, nil
 }
 
 // checkSubject reports why subj is not a subject to publish to.

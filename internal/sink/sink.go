@@ -61,6 +61,10 @@ type Effect struct {
 	// never lets them replace the headers it sets itself (the key, the
 	// pipeline and step, static headers from its options).
 	Header map[string]string
+
+	// SubjectSuffix, for a JetStream sink, is appended to its subject after
+	// a dot: one or more subject tokens rendered by the effect's template.
+	SubjectSuffix string
 }
 
 // Result is what a sink reports about a delivered effect.

@@ -57,6 +57,10 @@ func (p prompt) digest() [sha256.Size]byte {
 		put(m.name)
 		put(m.text)
 	}
+	if p.schema != nil {
+		put("response_format/json_schema")
+		put(string(p.schema))
+	}
 	var d [sha256.Size]byte
 	h.Sum(d[:0])
 	return d
@@ -92,8 +96,17 @@ const (
 
 // answer generates the reply to p, keeping at most maxTokens tokens when
 // maxTokens > 0.
-func answer(p prompt, maxTokens int, created int64) *reply {
+func answer(p prompt, maxTokens int, created int64, offSchema float64) *reply {
 	d := p.digest()
+	if p.schema != nil {
+		off := float64(binary.BigEndian.Uint64(d[24:32]))/(1<<64) < offSchema
+		content := schemaAnswer(p.schema, d, off)
+		return &reply{
+			id: "chatcmpl-standin-" + hex.EncodeToString(d[:12]), model: p.model, created: created,
+			tokens: []string{content}, finishReason: "stop",
+			promptTokens: p.promptTokens(), completionTokens: 1 + len(content)/4,
+		}
+	}
 	last := p.messages[len(p.messages)-1]
 	for i := len(p.messages) - 1; i >= 0; i-- {
 		if p.messages[i].role == "user" {

@@ -42,6 +42,17 @@
 // ("oncegate-standin"), and every response carries the header
 // "X-Oncegate-Standin: 1".
 //
+// # Structured output
+//
+// A request with "response_format": {"type": "json_schema", "json_schema":
+// {"schema": ...}} is answered with JSON valid against the schema (the
+// subset structured output uses: type, properties, required, items, enum,
+// const, minimum, maximum, minItems, maxItems, maxLength, anyOf), chosen
+// by the request like any answer; free-text strings begin with [Label].
+// The schema is part of the canonical request. [Options.OffSchemaRate]
+// makes that fraction of them break the schema (a required property left
+// out), as a real model may.
+//
 // # Tokens
 //
 // Usage is an estimate, not a real tokenizer, but it is deterministic:

@@ -34,6 +34,12 @@ type Options struct {
 	// The default is 0.
 	Latency time.Duration
 
+	// TokenInterval is the wait between the events of a streamed answer,
+	// after the first, as a model streams its tokens as it makes them. The
+	// wait ends early, and the stream is cut, if the request context is
+	// done. The default is 0: the events are written at once.
+	TokenInterval time.Duration
+
 	// ErrorRate is the fraction of valid chat completion requests answered
 	// 500 with a server_error body. The default is 0.
 	ErrorRate float64
@@ -75,6 +81,13 @@ type Options struct {
 	// limit. The default is 0: no limit.
 	RequestsPerMinute int
 
+	// OffSchemaRate is the fraction of requests for structured output
+	// (response_format json_schema) answered with JSON that breaks the
+	// schema (a required property left out), as a model may; which ones is
+	// a function of the request, so a request asked again with other
+	// messages may get a valid answer. The default is 0.
+	OffSchemaRate float64
+
 	// LimitWindow is the sliding window RequestsPerMinute is counted over;
 	// the requests allowed in one window are RequestsPerMinute scaled to
 	// it (RequestsPerMinute × LimitWindow / 1m), at least 1. The default is
@@ -89,7 +102,7 @@ func (o Options) Validate() error {
 	for _, r := range []struct {
 		name string
 		v    float64
-	}{{"ErrorRate", o.ErrorRate}, {"TimeoutRate", o.TimeoutRate}, {"RateLimitRate", o.RateLimitRate}} {
+	}{{"ErrorRate", o.ErrorRate}, {"TimeoutRate", o.TimeoutRate}, {"RateLimitRate", o.RateLimitRate}, {"OffSchemaRate", o.OffSchemaRate}} {
 		if !(r.v >= 0 && r.v <= 1) { // also rejects NaN
 			errs = append(errs, fmt.Errorf("standin: %s %v is not in [0, 1]", r.name, r.v))
 		}
@@ -99,6 +112,9 @@ func (o Options) Validate() error {
 	}
 	if o.Latency < 0 {
 		errs = append(errs, fmt.Errorf("standin: negative Latency %v", o.Latency))
+	}
+	if o.TokenInterval < 0 {
+		errs = append(errs, fmt.Errorf("standin: negative TokenInterval %v", o.TokenInterval))
 	}
 	if o.RetryAfter < 0 {
 		errs = append(errs, fmt.Errorf("standin: negative RetryAfter %v", o.RetryAfter))
@@ -407,13 +423,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	a := answer(p, req.maxTokens(), s.opts.Clock().Unix())
+	a := answer(p, req.maxTokens(), s.opts.Clock().Unix(), s.opts.OffSchemaRate)
 	s.completions.Add(1)
 	s.promptTokens.Add(int64(a.promptTokens))
 	s.completionTokens.Add(int64(a.completionTokens))
 	if req.Stream {
 		s.streams.Add(1)
-		writeStream(w, a, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		writeStream(r.Context(), w, a, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, s.opts.TokenInterval)
 		return
 	}
 	writeJSON(w, http.StatusOK, a.completion())

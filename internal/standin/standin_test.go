@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/standin"
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/oncegate/oncegate/internal/standin"
 )
 
 var fixedClock = func() time.Time { return time.Unix(1700000000, 0) }
@@ -536,6 +537,54 @@ func TestLatency(t *testing.T) {
 		t.Errorf("error = %v; want context.DeadlineExceeded", err)
 	}
 	waitFor(t, func() bool { return s.Stats().Canceled == 1 })
+}
+
+// TestTokenInterval: a streamed answer's events come an interval apart, as
+// a model's tokens do, and a client that hangs up mid-stream ends it.
+func TestTokenInterval(t *testing.T) {
+	const interval = 5 * time.Millisecond
+	_, c, _ := newTestServer(t, standin.Options{TokenInterval: interval})
+	req := chatRequest("paced")
+	req.Stream = true
+	st, err := c.CreateChatCompletionStream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at []time.Time
+	for {
+		_, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		at = append(at, time.Now())
+	}
+	st.Close()
+	// The ticker's k-th tick comes no sooner than k intervals after it
+	// started, just before the first event was written.
+	if len(at) < 3 {
+		t.Fatalf("%d events; want a few", len(at))
+	}
+	if d, least := at[len(at)-1].Sub(at[0]), time.Duration(len(at)-2)*interval; d < least {
+		t.Errorf("%d events over %v; want at least %v (%v apart)", len(at), d, least, interval)
+	}
+
+	_, c, _ = newTestServer(t, standin.Options{TokenInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err = c.CreateChatCompletionStream(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil { // the first event comes at once
+		t.Fatalf("first event: %v", err)
+	}
+	cancel()
+	if _, err := st.Recv(); err == nil {
+		t.Error("Recv after hanging up mid-stream: no error")
+	}
+	st.Close()
 }
 
 func TestCloseReleasesHangs(t *testing.T) {

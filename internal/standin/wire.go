@@ -2,20 +2,23 @@ package standin
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // The OpenAI wire format, as much of it as the stand-in reads or writes.
 
 type chatRequest struct {
-	Model               string         `json:"model"`
-	Messages            []chatMessage  `json:"messages"`
-	MaxTokens           int            `json:"max_tokens"`
-	MaxCompletionTokens int            `json:"max_completion_tokens"`
-	Stream              bool           `json:"stream"`
-	StreamOptions       *streamOptions `json:"stream_options"`
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	MaxTokens           int             `json:"max_tokens"`
+	MaxCompletionTokens int             `json:"max_completion_tokens"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	ResponseFormat      *responseFormat `json:"response_format"`
 }
 
 type streamOptions struct {
@@ -42,6 +45,7 @@ type message struct {
 type prompt struct {
 	model    string
 	messages []message
+	schema   json.RawMessage // response_format's JSON schema, or nil
 }
 
 // maxTokens is the completion limit asked for, 0 meaning none.
@@ -75,6 +79,12 @@ func (r *chatRequest) prompt() (prompt, string, error) {
 			return prompt{}, param + ".content", fmt.Errorf("standin: messages[%d].content: %w", i, err)
 		}
 		p.messages = append(p.messages, message{role: m.Role, name: m.Name, text: text})
+	}
+	if f := r.ResponseFormat; f != nil && f.Type == "json_schema" {
+		if f.JSONSchema == nil || !json.Valid(f.JSONSchema.Schema) {
+			return prompt{}, "response_format.json_schema", fmt.Errorf("standin: response_format json_schema needs a schema")
+		}
+		p.schema = f.JSONSchema.Schema
 	}
 	return p, "", nil
 }
@@ -196,15 +206,39 @@ func writeError(w http.ResponseWriter, status int, e apiError) {
 
 // writeStream writes a as server-sent events: a role chunk, one chunk per
 // token, a chunk with the finish reason, a usage chunk if asked for, and
-// the [DONE] marker.
-func writeStream(w http.ResponseWriter, a *reply, includeUsage bool) {
+// the [DONE] marker; every event after the first interval after the one
+// before it, until ctx is done.
+func writeStream(ctx context.Context, w http.ResponseWriter, a *reply, includeUsage bool, interval time.Duration) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
+	var tick *time.Ticker
+	if interval > 0 {
+		tick = time.NewTicker(interval)
+		defer tick.Stop()
+	}
+	first := true
+	// wait waits out the interval before every event but the first, and
+	// reports whether the client is still there.
+	wait := func() bool {
+		if tick == nil || first {
+			first = false
+			return true
+		}
+		select {
+		case <-tick.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	send := func(c chunk) {
+		if !wait() {
+			return
+		}
 		b, err := json.Marshal(c)
 		if err != nil {
 			panic(fmt.Sprintf("standin: encode chunk: %v", err))
@@ -235,6 +269,9 @@ func writeStream(w http.ResponseWriter, a *reply, includeUsage bool) {
 		u := a.usage()
 		c.Usage = &u
 		send(c)
+	}
+	if !wait() {
+		return
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	if flusher != nil {

@@ -9,18 +9,19 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger/mark"
 )
 
-// Ledger runs work once per key, however often it is asked to and by
+// Ledger runs work once per intent, however often it is asked to and by
 // however many workers share the ledger's store. Package badgerledger
 // (embedded, one process) and package jskv (a JetStream KV bucket, for
 // replicas and clusters) provide one each.
 //
 // A Ledger is safe for concurrent use by multiple goroutines.
 type Ledger interface {
-	// Do runs fn once per key:
+	// Do runs fn once per intent key (in.Key):
 	//
-	//   - the first caller claims key, runs fn with a context that ends if
-	//     the claim is lost, renews the claim while fn runs, and commits
-	//     fn's result;
+	//   - the first caller claims the key, runs fn, renews the claim while
+	//     fn runs, and commits fn's result; fn's context carries the
+	//     intent ([IntentFrom]) and ends if the claim is lost: taken over
+	//     by another worker, or run out because it could not be renewed;
 	//   - a caller that finds the work committed returns the stored result
 	//     without running fn;
 	//   - a caller that finds the work held by another worker waits for it
@@ -32,16 +33,29 @@ type Ledger interface {
 	//   - an error of fn releases the claim and is returned, so a later call
 	//     runs fn again; an error wrapped with [Permanent] records the work
 	//     as given up instead, and later calls return an error wrapping
-	//     [ErrGivenUp].
+	//     [ErrGivenUp];
+	//   - a panic of fn releases the claim, as an error does, and Do panics
+	//     again with the same value: a later call runs fn again;
+	//   - the ledger keeps the fingerprint of the payload the work was
+	//     begun with (in.Fingerprint): a caller whose fingerprint differs
+	//     is the same work, reworded, and is answered as any other, unless
+	//     DoOptions.RejectMismatch is set: then Do returns an error
+	//     wrapping [ErrMismatch], without running fn.
 	//
 	// Do returns the result stored by whichever call ran fn, and whether
-	// this call ran it.
-	Do(ctx context.Context, key Key, fn func(ctx context.Context) (Result, error), opts DoOptions) (res Result, ran bool, err error)
+	// this call ran it. ran is true whenever this call ran fn, even if Do
+	// also returns an error: a result larger than [MaxResultBytes] (the
+	// work is recorded done without it, and the error wraps
+	// [ErrResultTooLarge]), or a commit the store refused (the claim then
+	// runs out, and a later call takes the work over: see [TakenOver]).
+	// The zero Key names no work: Do refuses it with an error wrapping
+	// [ErrInvalidKey].
+	Do(ctx context.Context, in Intent, fn func(ctx context.Context) (Result, error), opts DoOptions) (res Result, ran bool, err error)
 }
 
 // Result is what the work produced: what a later call for the same key
 // gets back instead of running the work again. Its fields together must
-// fit the ledger's result limit (64 KiB).
+// fit in [MaxResultBytes].
 type Result struct {
 	// DownstreamID is the id the side effect's target gave the work: a
 	// ticket number, a message id, a charge id.
@@ -55,9 +69,6 @@ type DoOptions struct {
 	// Owner names the caller in the ledger's record, for inspection and in
 	// HeldError. The default is "dedupe.Do".
 	Owner string
-	// Fingerprint is the payload's fingerprint (Intent.Fingerprint), so the
-	// ledger can count a key reused with another payload.
-	Fingerprint Fingerprint
 	// Lease is how long the claim holds between renewals; Do renews it
 	// every third of it while fn runs, and a crashed worker's claim is
 	// taken over after it. The default is 30s.
@@ -66,7 +77,32 @@ type DoOptions struct {
 	// holds the key, instead of waiting for it to commit or give up. The
 	// default is to wait, as long as ctx allows.
 	NoWait bool
+	// RejectMismatch makes Do refuse an intent whose key the ledger holds
+	// for another payload (another Intent.Fingerprint), committed, held or
+	// abandoned, with an error wrapping ErrMismatch, as a payment API
+	// refuses an idempotency key reused with other parameters (an HTTP
+	// 422). The default treats it as the same work: an agent's retry
+	// often rewords its request.
+	RejectMismatch bool
 }
+
+// ErrMismatch is wrapped by the error of [Ledger.Do], with
+// DoOptions.RejectMismatch set, for an intent whose key the ledger holds
+// for another payload fingerprint. fn did not run; the work and its
+// record are as they were. (Work whose holder died is taken over by the
+// call whose payload matches.)
+var ErrMismatch = errors.New("dedupe: key reused with another payload")
+
+// MaxResultBytes bounds a [Result]: its DownstreamID and Response
+// together.
+const MaxResultBytes = 64 << 10
+
+// ErrResultTooLarge is wrapped by the error of [Ledger.Do] when the work's
+// Result is larger than MaxResultBytes. The work ran (Do reports ran) and
+// is recorded done, with its DownstreamID if that alone fits and without
+// its Response: later calls return that Result and do not run the work
+// again.
+var ErrResultTooLarge = errors.New("dedupe: result too large to keep")
 
 // ErrGivenUp is wrapped by the error of [Ledger.Do] for a key whose work
 // was given up before (its function returned a [Permanent] error): the
@@ -102,3 +138,13 @@ func IsPermanent(err error) bool {
 // one-shot effect (one its sink cannot dedupe by the key) must reconcile
 // first, asking the world whether it happened, instead of running again.
 func TakenOver(ctx context.Context) bool { return mark.TakenOver(ctx) }
+
+// IntentFrom returns the intent whose work ctx is that of: [Ledger.Do]
+// sets it on the context of the function it runs (and so do package
+// jsonce's handlers and wmonce's middleware, which run through Do). Pass
+// in.Key.String() downstream as the idempotency key of the effect; package
+// llmcache takes it as a call's intent when the call names none.
+func IntentFrom(ctx context.Context) (Intent, bool) {
+	in, ok := mark.Intent(ctx).(Intent)
+	return in, ok
+}

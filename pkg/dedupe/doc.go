@@ -8,16 +8,21 @@
 //	...
 //	defer ledger.Close()
 //	in, err := keyer.Intent(payload)
-//	res, ran, err := ledger.Do(ctx, in.Key, func(ctx context.Context) (dedupe.Result, error) {
+//	res, ran, err := ledger.Do(ctx, in, func(ctx context.Context) (dedupe.Result, error) {
 //		id, err := openTicket(ctx, in.Key.String()) // the key as the sink's idempotency key
 //		return dedupe.Result{DownstreamID: id}, err
-//	}, dedupe.DoOptions{Fingerprint: in.Fingerprint})
+//	}, dedupe.DoOptions{})
+//
+// [Run] is Do for a value of the caller's type, kept as JSON:
+//
+//	ticket, ran, err := dedupe.Run(ctx, ledger, in, func(ctx context.Context) (Ticket, error) { ... })
 //
 // The package holds the keys and the [Ledger] contract; it imports neither
 // Badger nor NATS. The ledgers are packages of their own: badgerledger
 // (embedded, one process) and jskv (a JetStream KV bucket, for replicas and
 // clusters). Package jsonce wraps a nats.go JetStream message handler with
-// a ledger. The in-memory duplicate window is package window.
+// a ledger, and package httponce an http.Handler (the Idempotency-Key
+// header). The in-memory duplicate window is package window.
 //
 // # Intent keys
 //
@@ -38,6 +43,10 @@
 //     spec itself and the selection are length-prefixed into one
 //     domain-separated message and hashed.
 //
+// Work a client names with a string of its own (an Idempotency-Key header)
+// is keyed by [ClientKey], in a domain of its own and a scope of the
+// caller's choosing (the route, the client).
+//
 // Keys are 128 bits because they are durable: at a billion keys a 64-bit
 // hash collides with real probability, and a collision silently swallows
 // real work. The text form, [Key.String], is 32 lowercase hex digits and is
@@ -54,7 +63,12 @@
 // deadline (its lease, renewed while the work runs), committed with the
 // [Result], or given up with the reason. [Ledger.Do] claims the key, runs
 // the work, and commits its result; a later call for the key returns that
-// result without running anything. Every claim carries a fencing token, so
+// result without running anything. The work's context carries its intent
+// ([IntentFrom]), to send downstream as the effect's own idempotency key.
+// The ledger keeps the fingerprint of the payload the work was begun with:
+// the same key with another payload is the same work by default (an agent
+// rewording its request), or refused with [ErrMismatch]
+// (DoOptions.RejectMismatch). Every claim carries a fencing token, so
 // a worker that stalled past its lease cannot overwrite the outcome of the
 // worker that took over.
 //

@@ -70,7 +70,7 @@ func ExampleLedger() {
 	}
 	for _, delivery := range []string{`{"invoice":"in_1","attempt":1}`, `{"invoice":"in_1","attempt":2}`} {
 		in, _ := keyer.Intent([]byte(delivery))
-		res, ran, err := ledger.Do(context.Background(), in.Key, charge, dedupe.DoOptions{Fingerprint: in.Fingerprint})
+		res, ran, err := ledger.Do(context.Background(), in, charge, dedupe.DoOptions{})
 		fmt.Println(res.DownstreamID, ran, err)
 	}
 	fmt.Println("charges:", charges)

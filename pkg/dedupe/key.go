@@ -1,6 +1,7 @@
 package dedupe
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -274,9 +275,45 @@ func (k *Keyer) RunIntent(runID string, payload []byte) (Intent, error) {
 	return k.intent(runID, nil, payload)
 }
 
+// LookupIntent derives the intent of payload as HeaderIntent does (as
+// RunIntent does for a spec that names no headers; header may then be nil),
+// and reads the value at p from the same canonical form: value is its
+// canonical JSON (a copy), and ok is false when payload has no such value.
+// It canonicalizes the payload once where Intent followed by
+// [canon.Append] and [canon.Lookup] would twice: a consumer reads a field
+// beside the key (an alert's status, say) on its hot path.
+func (k *Keyer) LookupIntent(runID string, header func(name string) string, payload []byte, p canon.Pointer) (in Intent, value []byte, ok bool, err error) {
+	if header == nil {
+		if len(k.headers) > 0 {
+			return Intent{}, nil, false, fmt.Errorf("%w: the spec names headers and no header function was given", ErrMissingHeader)
+		}
+		header = func(string) string { return "" }
+	}
+	in, err = k.intentLookup(runID, header, payload, func(doc []byte) error {
+		v, found, err := canon.Lookup(doc, p)
+		if err != nil {
+			return err
+		}
+		if found {
+			value, ok = bytes.Clone(v), true
+		}
+		return nil
+	})
+	if err != nil {
+		return Intent{}, nil, false, err
+	}
+	return in, value, ok, nil
+}
+
 // intent derives the intent of payload within run runID, with the values
 // of the spec's headers read through header.
 func (k *Keyer) intent(runID string, header func(string) string, payload []byte) (Intent, error) {
+	return k.intentLookup(runID, header, payload, nil)
+}
+
+// intentLookup is intent, calling look (unless nil) with the payload's
+// canonical form, which look must not keep.
+func (k *Keyer) intentLookup(runID string, header func(string) string, payload []byte, look func(doc []byte) error) (Intent, error) {
 	if k.spec.PerRun && runID == "" {
 		return Intent{}, ErrNoRunID
 	}
@@ -286,6 +323,11 @@ func (k *Keyer) intent(runID string, header func(string) string, payload []byte)
 	var err error
 	if s.doc, err = s.c.Append(s.doc[:0], payload); err != nil {
 		return Intent{}, err
+	}
+	if look != nil {
+		if err := look(s.doc); err != nil {
+			return Intent{}, err
+		}
 	}
 	in := append(s.in[:0], k.prefix...)
 	if k.spec.PerRun {

@@ -284,3 +284,70 @@ func TestKeyerAllocs(t *testing.T) {
 		t.Errorf("Intent allocates %v times per call; want 0", n)
 	}
 }
+
+// TestLookupIntent: LookupIntent gives the intent RunIntent and
+// HeaderIntent give, and the value at the pointer from the same canonical
+// form (canonical JSON, whatever the payload's spelling), or not found; a
+// payload that is not I-JSON fails as it does for Intent.
+func TestLookupIntent(t *testing.T) {
+	status, err := canon.ParsePointer("/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "alerts", Step: "triage", Fields: []string{"/fp"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	headed, err := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "alerts", Step: "triage", Fields: []string{"/fp"}, Headers: []string{"Oncegate-Event"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := func(name string) string {
+		if name == "Oncegate-Event" {
+			return "alert"
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		name    string
+		k       *dedupe.Keyer
+		header  func(string) string
+		payload string
+		value   string // "" with ok false
+		err     error
+	}{
+		{name: "present", k: plain, payload: `{"fp":"a1","status":"resolved"}`, value: `"resolved"`},
+		{name: "spelled otherwise", k: plain, payload: "{ \"status\" : \"\\u0072esolved\",\n \"fp\":\"a1\" }", value: `"resolved"`},
+		{name: "not a string", k: plain, payload: `{"fp":"a1","status":1.50}`, value: `1.5`},
+		{name: "absent", k: plain, payload: `{"fp":"a1"}`},
+		{name: "headers", k: headed, header: header, payload: `{"fp":"a1","status":"firing"}`, value: `"firing"`},
+		{name: "headers, no function", k: headed, payload: `{"fp":"a1"}`, err: dedupe.ErrMissingHeader},
+		{name: "not JSON", k: plain, payload: `{"fp":`, err: canon.ErrSyntax},
+		{name: "duplicate member", k: plain, payload: `{"fp":"a","fp":"b"}`, err: canon.ErrDuplicateName},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in, v, ok, err := tc.k.LookupIntent("", tc.header, []byte(tc.payload), status)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("err = %v; want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(v); ok != (tc.value != "") || got != tc.value {
+				t.Errorf("value %q, %v; want %q", got, ok, tc.value)
+			}
+			var want dedupe.Intent
+			if tc.header != nil {
+				want, err = tc.k.HeaderIntent("", tc.header, []byte(tc.payload))
+			} else {
+				want, err = tc.k.Intent([]byte(tc.payload))
+			}
+			if err != nil || in != want {
+				t.Errorf("intent %v; want %v (%v), as Intent gives", in, want, err)
+			}
+		})
+	}
+}

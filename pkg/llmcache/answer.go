@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+
+	"github.com/tiktoken-go/tokenizer"
 )
 
 // verdict is what the cache learned from one upstream answer.
@@ -12,6 +14,11 @@ type verdict struct {
 	reason   string // why not, when !complete
 	usage    *Usage // from the answer, nil when it carried none
 	text     string // the generated text and tool arguments, for estimates
+
+	// tokens counts text's tokens, if counted is set: a stream's text is
+	// counted as it arrives.
+	tokens  int64
+	counted bool
 }
 
 // finished reports whether a finish_reason ends a whole answer. "length"
@@ -87,69 +94,64 @@ func inspectJSON(body []byte) verdict {
 // carries an error event, or leaves a choice without a finishing reason is
 // not complete.
 func inspectStream(body []byte) verdict {
-	var v verdict
-	var text strings.Builder
-	finish := map[int]string{}
-	done := false
-	for line := range bytes.Lines(body) {
-		line = bytes.TrimRight(line, "\r\n")
-		data, ok := bytes.CutPrefix(line, []byte("data:"))
-		if !ok {
-			continue // blank separators, comments, event names
+	var in streamInspector
+	return in.verdict(body)
+}
+
+// streamInspector judges a stream as it arrives, so that what is left to
+// judge once its last event is in is that event: a fill feeds it the
+// answer so far after every read, and asks for the verdict at the end.
+// Fed any prefixes of one body, it gives the verdict inspectStream gives
+// the whole.
+type streamInspector struct {
+	off    int // body[:off] is judged: whole lines
+	failed string
+	done   bool
+	usage  *Usage
+	text   strings.Builder
+	finish map[int]string
+
+	// count, if set, counts the text's tokens as it arrives (for a stream
+	// that will report no usage), a word at a time: text[:counted] has
+	// tokens tokens.
+	count   tokenizer.Codec
+	counted int
+	tokens  int64
+}
+
+// feed judges the whole lines of body (the answer so far) not yet judged.
+func (in *streamInspector) feed(body []byte) {
+	for in.failed == "" {
+		i := bytes.IndexByte(body[in.off:], '\n')
+		if i < 0 {
+			return
 		}
-		data = bytes.TrimSpace(data)
-		if done {
-			v.reason = "data after [DONE]"
-			return v
-		}
-		if string(data) == "[DONE]" {
-			done = true
-			continue
-		}
-		var c struct {
-			Choices []struct {
-				Index int `json:"index"`
-				Delta struct {
-					Content   string         `json:"content"`
-					ToolCalls []wireToolCall `json:"tool_calls"`
-				} `json:"delta"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-			Usage *wireUsage      `json:"usage"`
-			Error json.RawMessage `json:"error"`
-		}
-		if err := json.Unmarshal(data, &c); err != nil {
-			v.reason = "stream event is not a chunk: " + err.Error()
-			return v
-		}
-		if len(c.Error) > 0 && string(c.Error) != "null" {
-			v.reason = "stream carries an error event"
-			return v
-		}
-		if c.Usage != nil {
-			v.usage = &Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
-		}
-		for _, ch := range c.Choices {
-			text.WriteString(ch.Delta.Content)
-			for _, tc := range ch.Delta.ToolCalls {
-				text.WriteString(tc.Function.Arguments)
-			}
-			if _, seen := finish[ch.Index]; !seen {
-				finish[ch.Index] = ""
-			}
-			if ch.FinishReason != nil && *ch.FinishReason != "" {
-				finish[ch.Index] = *ch.FinishReason
-			}
-		}
+		in.line(body[in.off : in.off+i+1])
+		in.off += i + 1
 	}
-	v.text = text.String()
+}
+
+// verdict judges the rest of body, the whole answer, and returns the
+// verdict on it.
+func (in *streamInspector) verdict(body []byte) verdict {
+	in.feed(body)
+	if in.failed == "" && in.off < len(body) {
+		in.line(body[in.off:])
+		in.off = len(body)
+	}
+	if in.count != nil {
+		in.countText(true)
+	}
+	v := verdict{usage: in.usage, text: in.text.String(), tokens: in.tokens, counted: in.count != nil}
 	switch {
-	case !done:
+	case in.failed != "":
+		v.reason = in.failed
+	case !in.done:
 		v.reason = "stream ended before [DONE]"
-	case len(finish) == 0:
+	case len(in.finish) == 0:
 		v.reason = "stream has no choices"
 	default:
-		for _, r := range finish {
+		for _, r := range in.finish {
 			if !finished(r) {
 				v.reason = "finish_reason " + quoteReason(r)
 				return v
@@ -158,6 +160,95 @@ func inspectStream(body []byte) verdict {
 		v.complete = true
 	}
 	return v
+}
+
+// line judges one line of the stream.
+func (in *streamInspector) line(line []byte) {
+	line = bytes.TrimRight(line, "\r\n")
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return // blank separators, comments, event names
+	}
+	data = bytes.TrimSpace(data)
+	if in.done {
+		in.failed = "data after [DONE]"
+		return
+	}
+	if string(data) == "[DONE]" {
+		in.done = true
+		return
+	}
+	var c struct {
+		Choices []struct {
+			Index int `json:"index"`
+			Delta struct {
+				Content   string         `json:"content"`
+				ToolCalls []wireToolCall `json:"tool_calls"`
+			} `json:"delta"`
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *wireUsage      `json:"usage"`
+		Error json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		in.failed = "stream event is not a chunk: " + err.Error()
+		return
+	}
+	if len(c.Error) > 0 && string(c.Error) != "null" {
+		in.failed = "stream carries an error event"
+		return
+	}
+	if c.Usage != nil {
+		in.usage = &Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
+	}
+	if in.finish == nil {
+		in.finish = map[int]string{}
+	}
+	for _, ch := range c.Choices {
+		in.text.WriteString(ch.Delta.Content)
+		for _, tc := range ch.Delta.ToolCalls {
+			in.text.WriteString(tc.Function.Arguments)
+		}
+		if _, seen := in.finish[ch.Index]; !seen {
+			in.finish[ch.Index] = ""
+		}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			in.finish[ch.Index] = *ch.FinishReason
+		}
+	}
+	if in.count != nil {
+		in.countText(false)
+	}
+}
+
+// countEvery is how much text a stream's count waits for: each count
+// costs more than its text (the tokenizer's set-up), and a model streams
+// a token or so per event.
+const countEvery = 256
+
+// countText counts the tokens of the text not yet counted, once there are
+// countEvery bytes of it, up to the last space that follows a word (the
+// tokenizer starts a piece there, so the count of the two sides is the
+// count of the whole); or all of it, if all is set.
+func (in *streamInspector) countText(all bool) {
+	rest := in.text.String()[in.counted:]
+	cut := len(rest)
+	if !all && len(rest) < countEvery {
+		return
+	}
+	if !all {
+		cut = 0
+		for i := len(rest) - 1; i > 0; i-- {
+			if c := rest[i-1]; rest[i] == ' ' && c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+				cut = i
+				break
+			}
+		}
+	}
+	if cut > 0 {
+		in.tokens += countTokens(in.count, rest[:cut])
+		in.counted += cut
+	}
 }
 
 func quoteReason(r string) string {

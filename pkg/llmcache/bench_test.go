@@ -11,6 +11,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
+	"github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
 )
 
 // BenchmarkChat compares, through the real go-openai client, a call to a
@@ -28,7 +29,7 @@ func BenchmarkChat(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer stop()
-	c, err := llmcache.Open(b.TempDir(), llmcache.Options{})
+	c, err := badgerstore.Open(b.TempDir(), llmcache.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -120,23 +120,10 @@ func budgetID(ns, unit string) []byte {
 // *BudgetError if the unit's spending plus its live reservations plus need
 // would pass limit. It returns the reservation's id, for settle.
 func (b *budgets) reserve(ctx context.Context, ns, unit string, need, limit int64, until time.Time) (uint64, error) {
-	id := rand.Uint64() | 1
 	var denied *BudgetError
-	err := b.store.UpdateBudget(ctx, budgetID(ns, unit), b.ttl, func(old []byte) ([]byte, error) {
-		r, err := decodeBudget(old)
-		if err != nil {
-			return nil, err
-		}
-		// A retried write whose first attempt applied finds its own
-		// reservation: replace it, never count it twice.
-		r.res = slices.DeleteFunc(r.res, func(x reservation) bool { return x.id == id })
-		held := r.live(b.clock())
-		if r.spent+held+need > limit {
-			denied = &BudgetError{Namespace: ns, Unit: unit, Spent: r.spent, Reserved: held, Need: need, Budget: limit}
-			return nil, denied
-		}
-		r.res = append(r.res, reservation{id: id, need: need, until: until.UnixNano()})
-		return r.encode(), nil
+	id, err := b.reserveID(ctx, budgetID(ns, unit), b.ttl, need, limit, until, func(spent, held int64) error {
+		denied = &BudgetError{Namespace: ns, Unit: unit, Spent: spent, Reserved: held, Need: need, Budget: limit}
+		return denied
 	})
 	if denied != nil && errors.Is(err, ErrBudgetExceeded) {
 		return 0, denied
@@ -147,9 +134,41 @@ func (b *budgets) reserve(ctx context.Context, ns, unit string, need, limit int6
 	return id, nil
 }
 
+// reserveID sets need units aside under the record id, kept for ttl,
+// until until, or returns deny's error if the record's spending plus its
+// live reservations plus need would pass limit.
+func (b *budgets) reserveID(ctx context.Context, rid []byte, ttl time.Duration, need, limit int64, until time.Time, deny func(spent, held int64) error) (uint64, error) {
+	id := rand.Uint64() | 1
+	err := b.store.UpdateBudget(ctx, rid, ttl, func(old []byte) ([]byte, error) {
+		r, err := decodeBudget(old)
+		if err != nil {
+			return nil, err
+		}
+		// A retried write whose first attempt applied finds its own
+		// reservation: replace it, never count it twice.
+		r.res = slices.DeleteFunc(r.res, func(x reservation) bool { return x.id == id })
+		held := r.live(b.clock())
+		if r.spent+held+need > limit {
+			return nil, deny(r.spent, held)
+		}
+		r.res = append(r.res, reservation{id: id, need: need, until: until.UnixNano()})
+		return r.encode(), nil
+	})
+	return id, err
+}
+
 // settle releases reservation id (0 for none) and records spent tokens.
 func (b *budgets) settle(ctx context.Context, ns, unit string, id uint64, spent int64) error {
-	err := b.store.UpdateBudget(ctx, budgetID(ns, unit), b.ttl, func(old []byte) ([]byte, error) {
+	if err := b.settleID(ctx, budgetID(ns, unit), b.ttl, id, spent); err != nil {
+		return fmt.Errorf("llmcache: settle the budget of %s: %w", unit, err)
+	}
+	return nil
+}
+
+// settleID releases reservation id (0 for none) of the record rid and
+// records spent units.
+func (b *budgets) settleID(ctx context.Context, rid []byte, ttl time.Duration, id uint64, spent int64) error {
+	return b.store.UpdateBudget(ctx, rid, ttl, func(old []byte) ([]byte, error) {
 		r, err := decodeBudget(old)
 		if err != nil {
 			r = budgetRecord{} // a damaged record is replaced
@@ -164,10 +183,6 @@ func (b *budgets) settle(ctx context.Context, ns, unit string, id uint64, spent 
 		r.spent += spent
 		return r.encode(), nil
 	})
-	if err != nil {
-		return fmt.Errorf("llmcache: settle the budget of %s: %w", unit, err)
-	}
-	return nil
 }
 
 // spent returns the tokens recorded for unit.

@@ -12,9 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	badger "github.com/dgraph-io/badger/v4"
-	"github.com/dgraph-io/badger/v4/options"
 )
 
 // ErrClosed is returned by a Cache, and by requests through its transport,
@@ -28,13 +25,13 @@ var ErrClosed = errors.New("llmcache: cache closed")
 // rather than pay the model again, and its caller retries it later.
 var ErrStoreUnavailable = errors.New("llmcache: shared store unavailable")
 
-// ErrInvalidOptions is wrapped by the error New and Open return for
-// options that cannot work.
+// ErrInvalidOptions is wrapped by the error NewStore (and the stores'
+// openers) return for options that cannot work.
 var ErrInvalidOptions = errors.New("llmcache: invalid options")
 
-// ErrEncryptionKey is wrapped by OpenEncrypted's error when the directory
-// was written with another encryption key than the one given, or with
-// none, or with one when none is given.
+// ErrEncryptionKey is wrapped by the error of a store that was written
+// with another encryption key than the one given, or with none, or with
+// one when none is given (badgerstore.OpenEncrypted, jsstore.New).
 var ErrEncryptionKey = errors.New("llmcache: encryption key does not match the cache's")
 
 // Options configures a [Cache]. The zero value means the defaults.
@@ -107,12 +104,33 @@ type Options struct {
 	// StoreRetry.
 	SharedWait time.Duration
 
-	// StoreRetry is how long a complete answer that the store refused is
-	// retried in the background, after its callers have it. With a store
-	// shared between processes the fill claim is held meanwhile, so that
-	// the others wait for this answer instead of paying for another. The
-	// default is 30s.
+	// StoreRetry is the part of SharedWait's default that allows for a
+	// holder retrying its answer's write. The default is 30s.
+	//
+	// Deprecated: it no longer bounds the retries. An answer paid for
+	// that the store refuses is held in memory and its write retried,
+	// with backoff, until it lands or the Cache is closed (see "A paid
+	// answer is kept" in the package documentation).
 	StoreRetry time.Duration
+
+	// HoldDir, if set, is a directory of this process's own where every
+	// answer paid for is written before the store is asked to keep it,
+	// and removed once the store has it, so that the answer outlives a
+	// process that dies in between (killed, crash-looping, its shared
+	// store unreachable meanwhile): NewStore takes up the answers it finds
+	// there, holds them and stores them (see "A paid answer is kept" in
+	// the package documentation). Meant for a store shared between
+	// processes, whose write is a network round trip; the files are not
+	// synced to disk (they outlive the process, not the machine). The
+	// default, "", keeps a paid answer in memory only until it is stored.
+	HoldDir string
+
+	// HoldKey, if set, is an AES key (16, 24 or 32 bytes) that seals the
+	// answers in HoldDir (AES-GCM, a random nonce per answer, the cache
+	// key as additional data). A file sealed with another key, or with
+	// none, does not decode, and is removed. The default, nil, writes them
+	// as they are.
+	HoldKey []byte
 }
 
 func (o *Options) setDefaults() {
@@ -167,9 +185,9 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
-// Cache stores model answers in a [Store] (Badger by default) and serves
-// them to go-openai through [Cache.Transport]. It is safe for concurrent
-// use.
+// Cache stores model answers in a [Store] (Badger, with package
+// badgerstore, or JetStream KV, with package jsstore) and serves them to
+// go-openai through [Cache.Transport]. It is safe for concurrent use.
 type Cache struct {
 	store  Store
 	filler Filler        // nil unless the store is shared between processes
@@ -181,89 +199,46 @@ type Cache struct {
 
 	mu      sync.Mutex
 	flights map[Key]*flight
+	held    map[Key]*Answer // paid for, refused by the store, being retried
 	closed  bool
+
+	holdFiles *holdFiles   // Options.HoldDir; nil without one
+	nheld     atomic.Int64 // len(held), read without mu on every lookup
 
 	fills  sync.WaitGroup
 	ctx    context.Context // parent of every fill; canceled by Close
 	cancel context.CancelFunc
 }
 
-// Open opens (creating if needed) a cache in its own Badger database in
-// dir, and closes the database on Close.
-//
-// Answers go to Badger's value log, uncompressed (most of them are larger
-// than 512 bytes, and the value log is never compressed); the tables hold
-// keys and budgets, uncompressed too, so that anyone can check with grep
-// that no secret reached the disk.
-//
-// Keep it apart from the ledger's database: the ledger syncs every claim
-// and commit to disk and its latency is the pipeline's, while a cache
-// write need not be synced at all (a lost answer is asked again), and an
-// answer is often a hundred times the size of a ledger record.
-func Open(dir string, opts Options) (*Cache, error) {
-	return OpenEncrypted(dir, nil, opts)
-}
-
-// OpenEncrypted is [Open] with the database encrypted at rest (tables,
-// value log and write-ahead log) with key, an AES key of 16, 24 or 32
-// bytes; a nil key is Open. A key of another length is ErrInvalidOptions.
-// A directory written with another key, or with none, and a directory
-// written with a key opened without one, fail with an error wrapping
-// [ErrEncryptionKey] (and Badger's own).
-func OpenEncrypted(dir string, key []byte, opts Options) (*Cache, error) {
-	bo := badger.DefaultOptions(dir).
-		WithSyncWrites(false).
-		WithChecksumVerificationMode(options.OnTableAndBlockRead).
-		WithNumVersionsToKeep(1).
-		WithMemTableSize(16 << 20).
-		WithBlockCacheSize(32 << 20).
-		WithValueThreshold(512).
-		WithCompression(options.None).
-		WithLogger(nil)
-	if key != nil {
-		if n := len(key); n != 16 && n != 24 && n != 32 {
-			return nil, fmt.Errorf("%w: encryption key is %d bytes; want 16, 24 or 32", ErrInvalidOptions, n)
-		}
-		bo = bo.WithEncryptionKey(key).WithIndexCacheSize(16 << 20)
-	}
-	db, err := badger.Open(bo)
-	if errors.Is(err, badger.ErrEncryptionKeyMismatch) {
-		return nil, fmt.Errorf("%w: %s was written with another key, or none: %w", ErrEncryptionKey, dir, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("llmcache: opening badger in %s: %w", dir, err)
-	}
-	c, err := NewStore(NewBadgerStore(db, true), opts)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return c, nil
-}
-
-// New returns a cache in db, under the key prefixes "c/" (answers) and
-// "b/" (budgets). The caller keeps ownership of db and closes it after
-// Close.
-func New(db *badger.DB, opts Options) (*Cache, error) {
-	return NewStore(NewBadgerStore(db, false), opts)
-}
-
 // NewStore returns a cache in s, and closes s on Close. If s is also a
 // [Filler] (a store shared between processes), identical misses in
-// different processes make one upstream call.
+// different processes make one upstream call. With Options.HoldDir, it
+// takes up the answers an earlier process left there and stores them.
 func NewStore(s Store, opts Options) (*Cache, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	opts.setDefaults()
+	hf, err := newHoldFiles(opts.HoldDir, opts.HoldKey)
+	if err != nil {
+		return nil, err
+	}
+	opts.HoldKey = nil // kept, as a cipher, by hf alone
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cache{
 		store: s, opts: opts,
-		budgets: budgets{store: s, ttl: opts.BudgetTTL, clock: opts.Clock},
-		flights: map[Key]*flight{},
-		ctx:     ctx, cancel: cancel,
+		budgets:   budgets{store: s, ttl: opts.BudgetTTL, clock: opts.Clock},
+		flights:   map[Key]*flight{},
+		held:      map[Key]*Answer{},
+		holdFiles: hf,
+		ctx:       ctx, cancel: cancel,
 	}
 	c.filler, _ = s.(Filler)
+	if err := c.reclaim(); err != nil {
+		cancel()
+		c.fills.Wait()
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -301,6 +276,14 @@ func (c *Cache) Get(k Key) (*Answer, bool, error) {
 }
 
 func (c *Cache) get(ctx context.Context, k Key) (*Answer, bool, error) {
+	if c.nheld.Load() > 0 {
+		c.mu.Lock()
+		a := c.held[k]
+		c.mu.Unlock()
+		if a != nil && c.opts.Clock().Before(a.Expires) {
+			return a, true, nil
+		}
+	}
 	v, err := c.store.Get(ctx, k)
 	if errors.Is(err, ErrNotFound) {
 		return nil, false, nil
@@ -321,9 +304,37 @@ func (c *Cache) get(ctx context.Context, k Key) (*Answer, bool, error) {
 	return a, true, nil
 }
 
+// live reports whether a stored entry answers now: it decodes, checksum
+// and all, and has not expired.
+func (c *Cache) live(entry []byte) bool {
+	a, err := unmarshalEntry(entry)
+	return err == nil && c.opts.Clock().Before(a.Expires)
+}
+
 // Delete removes the stored answer for k, if any.
 func (c *Cache) Delete(k Key) error {
 	return c.store.Delete(context.Background(), k)
+}
+
+// hold keeps a, the answer for k that the store refused, in memory until
+// unhold: get serves it meanwhile.
+func (c *Cache) hold(k Key, a *Answer) {
+	c.mu.Lock()
+	if c.held[k] == nil {
+		c.nheld.Add(1)
+	}
+	c.held[k] = a
+	c.mu.Unlock()
+}
+
+// unhold forgets the held answer a for k, once it is stored or given up.
+func (c *Cache) unhold(k Key, a *Answer) {
+	c.mu.Lock()
+	if c.held[k] == a {
+		delete(c.held, k)
+		c.nheld.Add(-1)
+	}
+	c.mu.Unlock()
 }
 
 func (c *Cache) put(ctx context.Context, k Key, a *Answer) error {

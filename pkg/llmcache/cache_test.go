@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,7 +23,10 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/oncegate/oncegate/internal/standin"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/llmcache"
+	"github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
 )
 
 // model is a stand-in model served over loopback HTTP.
@@ -50,7 +54,7 @@ func openCache(t *testing.T, dir string, opts llmcache.Options) *llmcache.Cache 
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	c, err := llmcache.Open(dir, opts)
+	c, err := badgerstore.Open(dir, opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -339,6 +343,46 @@ func TestIncompleteAnswersAreNotStored(t *testing.T) {
 	}
 }
 
+// TestCutStreamCountsWhatArrived: a stream cut off after part of its
+// answer, reporting no usage, is counted as its prompt and the text that
+// arrived (the provider bills both), not as its prompt alone.
+func TestCutStreamCountsWhatArrived(t *testing.T) {
+	srv, err := standin.New(standin.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := httptest.NewServer(abortAfter(srv, 1500))
+	t.Cleanup(cut.Close)
+	c := openCache(t, "", llmcache.Options{})
+	req := triage("Queue depth on orders-eu at 40k and rising")
+	req.Stream = true
+	s, err := client(t, c, cut.URL+"/v1", "sk-test").CreateChatCompletionStream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	for {
+		r, err := s.Recv()
+		if err != nil {
+			break
+		}
+		for _, ch := range r.Choices {
+			text.WriteString(ch.Delta.Content)
+		}
+	}
+	s.Close()
+	if text.Len() == 0 {
+		t.Fatal("no text arrived before the cut: cut later")
+	}
+	st := c.Stats()
+	if len(st) != 1 || st[0].NotStored != 1 {
+		t.Fatalf("stats %+v; want one step with one answer not stored", st)
+	}
+	if st[0].CompletionTokens == 0 {
+		t.Errorf("CompletionTokens = 0 after %d bytes of text arrived (%q); want them counted", text.Len(), text.String())
+	}
+}
+
 func TestNamespacesAreSeparate(t *testing.T) {
 	m := startModel(t, standin.Options{})
 	c := openCache(t, "", llmcache.Options{})
@@ -434,7 +478,7 @@ func TestBudgetStopsRetryStorm(t *testing.T) {
 	m := startModel(t, standin.Options{})
 	dir := t.TempDir()
 	const budget = 400
-	c, err := llmcache.Open(dir, llmcache.Options{Budget: budget})
+	c, err := badgerstore.Open(dir, llmcache.Options{Budget: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,6 +532,100 @@ func TestBudgetStopsRetryStorm(t *testing.T) {
 	other := llmcache.WithCall(context.Background(), llmcache.Call{Namespace: "ops", Intent: "7d793037a0760186574b0282f2f435e7"})
 	if _, err := client(t, c2, m.URL, "sk-test").CreateChatCompletion(other, req); err != nil {
 		t.Errorf("another intent: %v", err)
+	}
+}
+
+// TestIntentFromDo: a call made for work that a ledger's Do runs draws
+// from the budget of Do's intent without naming it (before, its unit was
+// the cache key, and every reworded retry of the work had a budget of its
+// own).
+func TestIntentFromDo(t *testing.T) {
+	m := startModel(t, standin.Options{})
+	c := openCache(t, "", llmcache.Options{Budget: 10_000})
+	ledger, err := badgerledger.Open("", badgerledger.Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ledger.Close()
+	in := dedupe.Intent{Key: dedupe.Key{0x42}}
+	oc := client(t, c, m.URL, "sk-test")
+	ctx := llmcache.WithCall(context.Background(), llmcache.Call{Namespace: "ops", Step: "triage"})
+	_, _, err = ledger.Do(ctx, in, func(ctx context.Context) (dedupe.Result, error) {
+		_, err := oc.CreateChatCompletion(ctx, triage("Queue depth 40k on orders"))
+		return dedupe.Result{}, err
+	}, dedupe.DoOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := m.Stats()
+	if got, err := c.Spent("ops", in.Key.String()); err != nil || got == 0 || got != st.PromptTokens+st.CompletionTokens {
+		t.Errorf("Spent(ops, Do's intent) = %d, %v; want the call's %d tokens", got, err, st.PromptTokens+st.CompletionTokens)
+	}
+}
+
+// TestSpendLimit: calls that draw from a spend limit go to the model while
+// they fit it; past it, a miss is refused with a *SpendLimitError naming
+// the limit and when it resets (never sent), a hit is still answered, and
+// another account is not touched; the next period starts from nothing.
+func TestSpendLimit(t *testing.T) {
+	m := startModel(t, standin.Options{})
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	// $0.01 a token, so that a call of some 30 tokens costs some $0.30.
+	prices := llmcache.Prices{"*": {Prompt: 10_000, Completion: 10_000}}
+	c := openCache(t, "", llmcache.Options{Prices: prices, Clock: clock})
+	oc := client(t, c, m.URL, "sk-test")
+	alice := llmcache.SpendLimit{Name: "client:alice", Max: 5, Period: 24 * time.Hour}
+	team := llmcache.SpendLimit{Name: "team:ops", Max: 100, Period: 30 * 24 * time.Hour}
+	ctx := llmcache.WithCall(context.Background(), llmcache.Call{Namespace: "proxy", Limits: []llmcache.SpendLimit{alice, team}})
+	ask := func(ctx context.Context, i int) error {
+		req := triage(fmt.Sprintf("Alert %d: queue depth high", i))
+		req.MaxTokens = 100 // enough for the whole answer, which is then stored
+		_, err := oc.CreateChatCompletion(ctx, req)
+		return err
+	}
+	var sent int
+	var refused *llmcache.SpendLimitError
+	for i := range 40 {
+		err := ask(ctx, i)
+		if err == nil {
+			sent++
+			continue
+		}
+		if !errors.As(err, &refused) || !errors.Is(err, llmcache.ErrSpendLimit) {
+			t.Fatalf("call %d: %v; want a *SpendLimitError", i, err)
+		}
+		break
+	}
+	st := m.Stats()
+	cost := float64(st.PromptTokens+st.CompletionTokens) / 100
+	if refused == nil || refused.Limit != alice || !refused.Reset.Equal(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("after %d calls: refused %+v; want alice's limit, resetting at midnight UTC", sent, refused)
+	}
+	if st.Completions != int64(sent) || cost > alice.Max || refused.Spent+refused.Need <= alice.Max {
+		t.Errorf("the model answered %d of %d calls sent, costing $%.2f; refused %+v; want every call sent answered, within $%.2f, and the refused one past it", st.Completions, sent, cost, refused, alice.Max)
+	}
+	for _, l := range []llmcache.SpendLimit{alice, team} {
+		if got, _, err := c.Spending(l); err != nil || math.Abs(got-cost) > 1e-6 {
+			t.Errorf("Spending(%s) = %v, %v; want $%.2f", l.Name, got, err, cost)
+		}
+	}
+	if err := ask(ctx, 0); err != nil {
+		t.Errorf("a hit past the limit: %v; want the stored answer", err)
+	}
+	bob := llmcache.WithCall(context.Background(), llmcache.Call{Namespace: "proxy", Limits: []llmcache.SpendLimit{{Name: "client:bob", Max: 5, Period: 24 * time.Hour}, team}})
+	if err := ask(bob, 100); err != nil {
+		t.Errorf("another client: %v", err)
+	}
+	mu.Lock()
+	now = now.Add(24 * time.Hour)
+	mu.Unlock()
+	if err := ask(ctx, 101); err != nil {
+		t.Errorf("the next day: %v; want alice's limit reset", err)
+	}
+	if s := c.Stats()[0]; s.BudgetDenied != 1 {
+		t.Errorf("BudgetDenied = %d; want the 1 call refused", s.BudgetDenied)
 	}
 }
 
@@ -606,7 +744,7 @@ func TestAPIKeyNeverStored(t *testing.T) {
 	var logs bytes.Buffer
 	var logMu sync.Mutex
 	logger := slog.New(slog.NewJSONHandler(lockedWriter{&logs, &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, err := llmcache.Open(dir, llmcache.Options{Logger: logger, Budget: 10_000})
+	c, err := badgerstore.Open(dir, llmcache.Options{Logger: logger, Budget: 10_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -707,7 +845,7 @@ func TestOtherEndpointsPassThrough(t *testing.T) {
 
 func TestCloseCancelsFills(t *testing.T) {
 	m := startModel(t, standin.Options{TimeoutRate: 1})
-	c, err := llmcache.Open(t.TempDir(), llmcache.Options{})
+	c, err := badgerstore.Open(t.TempDir(), llmcache.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,8 +68,10 @@ type Call struct {
 
 	// Intent is the intent key of the work the call serves (the text form
 	// of a dedupe key). It is the unit of the token budget: every call for
-	// one intent, on every retry, draws from one budget. Without it, the
-	// cache key is the unit.
+	// one intent, on every retry, draws from one budget. The default is
+	// the intent on the request's context (dedupe.IntentFrom: set for the
+	// work that a dedupe ledger's Do runs), and without one the cache key
+	// is the unit.
 	Intent string
 
 	// KeyByIntent adds Intent to the cache key, so that the same prompt for
@@ -91,6 +93,11 @@ type Call struct {
 	// counted by the API's usage; 0 means Options.Budget, and a negative
 	// value means no limit.
 	Budget int64
+
+	// Limits are the spend limits, in dollars per period, of the accounts
+	// the call is paid from (a client, a pipeline): the call goes out only
+	// if it fits every one. See [SpendLimit]. The default is none.
+	Limits []SpendLimit
 }
 
 type callKey struct{}

@@ -4,14 +4,15 @@
 //
 // # Usage
 //
-// A [Cache] keeps answers in a [Store]: Badger, embedded, by default
-// ([Open], [New]), or JetStream KV buckets shared by every replica of a
-// deployment (package llmcache/jsstore, through [NewStore]), which makes
-// identical misses on different replicas one upstream call and each
-// intent's budget one budget. Put a go-openai client behind it in one
-// line, and say per call who is asking:
+// A [Cache] keeps answers in a [Store]: Badger, embedded, for one process
+// (package llmcache/badgerstore), or JetStream KV buckets shared by every
+// replica of a deployment (package llmcache/jsstore, through [NewStore]),
+// which makes identical misses on different replicas one upstream call
+// and each intent's budget one budget. This package imports neither. Put
+// a go-openai client behind the cache in one line, and say per call who
+// is asking:
 //
-//	cache, err := llmcache.Open("data/llm-cache", llmcache.Options{Budget: 20_000})
+//	cache, err := badgerstore.Open("data/llm-cache", llmcache.Options{Budget: 20_000})
 //	...
 //	cfg := openai.DefaultConfig(apiKey)
 //	cfg.HTTPClient = cache.HTTPClient(nil)
@@ -21,7 +22,13 @@
 //	resp, err := client.CreateChatCompletion(ctx, req) // or CreateChatCompletionStream
 //
 // It works with any OpenAI-compatible endpoint the client can reach:
-// OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp's server.
+// OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp's server. Package
+// llmcache/llmtest serves a fake one for tests and examples.
+//
+// A call made for work that [dedupe.Ledger.Do] runs (or package jsonce,
+// httponce or wmonce) needs no Intent: the cache takes the intent on the
+// context ([dedupe.IntentFrom]) as the call's, so that every retry of the
+// work draws from one budget.
 //
 // # Why a RoundTripper
 //
@@ -82,8 +89,32 @@
 // With a store shared between processes (a [Filler]), a miss first takes
 // the key's fill claim, or waits, up to [Options.SharedWait], for the
 // answer of the process that holds it (a dead holder's claim lapses and is
-// taken over). A store that cannot be read then fails the call with
-// [ErrStoreUnavailable] rather than pay for an answer that may be stored;
-// an answer that cannot be stored is retried in the background for
-// [Options.StoreRetry], under the claim.
+// taken over), or, when the answer it finds has expired (a shared store
+// may keep entries past the TTL), claims the key as for a new one. A store
+// that cannot be read then fails the call with [ErrStoreUnavailable]
+// rather than pay for an answer that may be stored.
+//
+// # A paid answer is kept
+//
+// An answer the model was paid for is never dropped because the store
+// refused it (a KV leader election, a NATS server restarting, a full
+// disk). Its callers get it at once; the answer is held in the Cache's
+// memory, where every lookup of this process finds it (served as a hit),
+// and its write is retried with backoff (up to 5s between attempts) until
+// it lands, however long that takes, under the fill claim, so that other
+// processes wait for it rather than pay for another. [StepStats].Held (the
+// consumer's oncegate_llm_answers_held) counts the answers held.
+//
+// Meanwhile the answer lives in this process, and, with [Options.HoldDir],
+// on its disk: every answer paid for is written there before the store is
+// asked to keep it, and removed once it does, so that a process killed in
+// between (the servers down, a crash loop, an outage of every replica)
+// leaves the answer to its next start, which holds it and stores it
+// (unless another process stored an answer for the key meanwhile), and the
+// intent's retry is a hit. Without a HoldDir, [Cache.Close] tries the
+// write once more and then gives it up (counted in NotStored), and a
+// process killed, or closed while the store is unreachable, loses it: the
+// intent's next try pays the model again. Either way, a process killed
+// between the model's answer and its first write (to HoldDir, or to the
+// store) loses that answer.
 package llmcache

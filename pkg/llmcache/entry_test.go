@@ -113,12 +113,22 @@ func TestInspect(t *testing.T) {
 }
 
 // FuzzInspectStream: judging never panics; a stream judged complete ends
-// with the [DONE] marker and has at least one finished choice.
+// with the [DONE] marker and has at least one finished choice; and a
+// stream judged as it arrives, in any two pieces, gets the verdict the
+// whole gets.
 func FuzzInspectStream(f *testing.F) {
-	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"))
-	f.Add([]byte("data: [DONE]\n\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"), uint16(30), uint16(70))
+	f.Add([]byte("data: [DONE]\n\n"), uint16(3), uint16(0))
+	f.Add([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\r\n\r\ndata: {\"error\":{}}\n\ndata: [DONE]"), uint16(45), uint16(52))
+	f.Fuzz(func(t *testing.T, b []byte, cut1, cut2 uint16) {
 		v := inspectStream(b)
+		var in streamInspector
+		for _, cut := range []int{int(cut1) % (len(b) + 1), int(cut2) % (len(b) + 1)} {
+			in.feed(b[:max(cut, in.off)])
+		}
+		if w := in.verdict(b); w.complete != v.complete || w.reason != v.reason || w.text != v.text || !reflect.DeepEqual(w.usage, v.usage) {
+			t.Fatalf("judged in pieces at %d and %d: %+v; whole: %+v (%q)", cut1, cut2, w, v, b)
+		}
 		if v.complete && !bytes.Contains(b, []byte("[DONE]")) {
 			t.Fatalf("complete without [DONE]: %q", b)
 		}

@@ -8,29 +8,27 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
+	"github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
+	"github.com/oncegate/oncegate/pkg/llmcache/llmtest"
 )
 
-// Example puts a go-openai client behind the cache and asks the offline
-// stand-in model the same question three times, as a retried step would.
+// Example puts a go-openai client behind the cache and asks a fake model
+// (package llmtest) the same question three times, as a retried step
+// would.
 func Example() {
-	model, err := standin.New(standin.Options{})
+	model, err := llmtest.NewServer(llmtest.Options{}) // your provider, in production
 	if err != nil {
 		log.Fatal(err)
 	}
-	url, stop, err := model.Start("127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer stop()
+	defer model.Close()
 
 	dir, err := os.MkdirTemp("", "llmcache-example")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	cache, err := llmcache.Open(dir, llmcache.Options{
+	cache, err := badgerstore.Open(dir, llmcache.Options{
 		Prices: llmcache.Prices{"gpt-4o-mini": {Prompt: 0.15, Completion: 0.60}},
 	})
 	if err != nil {
@@ -39,7 +37,7 @@ func Example() {
 	defer cache.Close()
 
 	cfg := openai.DefaultConfig("sk-...")
-	cfg.BaseURL = url
+	cfg.BaseURL = model.URL
 	cfg.HTTPClient = cache.HTTPClient(nil)
 	client := openai.NewClientWithConfig(cfg)
 

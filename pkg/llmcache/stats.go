@@ -19,13 +19,16 @@ type StepStats struct {
 	Shared       int64 // answered by joining an identical call in flight
 	Misses       int64 // sent upstream (default, no-store and refresh modes)
 	Bypassed     int64 // sent upstream in ModeBypass, or too large to key
-	BudgetDenied int64 // refused with ErrBudgetExceeded
+	BudgetDenied int64 // refused with ErrBudgetExceeded or ErrSpendLimit
 	Invalid      int64 // bodies that could not be keyed, sent upstream as is
 	Unavailable  int64 // refused with ErrStoreUnavailable: a shared store could not be read
 
 	Stored    int64 // answers written to the store
 	NotStored int64 // upstream answers not stored: errors, truncations, cancellations, no-store
 	Errors    int64 // upstream calls that failed (transport error or status >= 400)
+	// Held is a gauge: answers paid for that the store refused, held in
+	// this process (and served from it) while their write is retried.
+	Held int64
 
 	// Tokens the upstream calls spent, from the API's usage where it was
 	// given and from the tokenizer where it was not.
@@ -52,7 +55,7 @@ func (s StepStats) TokensSaved() int64 { return s.SavedPromptTokens + s.SavedCom
 type stepCounters struct {
 	requests, hits, shared, misses, bypassed, budgetDenied, invalid atomic.Int64
 	unavailable                                                     atomic.Int64
-	stored, notStored, errors                                       atomic.Int64
+	stored, notStored, errors, held                                 atomic.Int64
 	prompt, completion, estimated, savedPrompt, savedCompletion     atomic.Int64
 	costSpent, costSaved                                            atomic.Int64 // nano-dollars
 }
@@ -105,7 +108,7 @@ func (c *counters) snapshot() []StepStats {
 			Requests: s.requests.Load(), Hits: s.hits.Load(), Shared: s.shared.Load(),
 			Misses: s.misses.Load(), Bypassed: s.bypassed.Load(), BudgetDenied: s.budgetDenied.Load(),
 			Invalid: s.invalid.Load(), Unavailable: s.unavailable.Load(), Stored: s.stored.Load(), NotStored: s.notStored.Load(),
-			Errors: s.errors.Load(), PromptTokens: s.prompt.Load(), CompletionTokens: s.completion.Load(),
+			Errors: s.errors.Load(), Held: s.held.Load(), PromptTokens: s.prompt.Load(), CompletionTokens: s.completion.Load(),
 			EstimatedPromptTokens: s.estimated.Load(),
 			SavedPromptTokens:     s.savedPrompt.Load(), SavedCompletionTokens: s.savedCompletion.Load(),
 			CostSpent: float64(s.costSpent.Load()) / 1e9, CostSaved: float64(s.costSaved.Load()) / 1e9,

@@ -34,8 +34,11 @@ type request struct {
 	Stream    bool
 	MaxTokens int64 // max_completion_tokens, else max_tokens; 0 if unset
 	N         int64 // choices asked for; at least 1
-	messages  []wireMessage
-	tools     json.RawMessage
+	// NoUsage is set for a stream without stream_options.include_usage:
+	// its answer reports no usage, and its tokens are counted here.
+	NoUsage  bool
+	messages []wireMessage
+	tools    json.RawMessage
 }
 
 type wireMessage struct {
@@ -56,11 +59,15 @@ func parseRequest(body []byte) (request, error) {
 		Messages            []wireMessage   `json:"messages"`
 		Tools               json.RawMessage `json:"tools"`
 		Functions           json.RawMessage `json:"functions"`
+		StreamOptions       *struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return request{}, fmt.Errorf("%w: body: %w", ErrInvalidRequest, err)
 	}
 	q := request{Model: r.Model, Stream: r.Stream, MaxTokens: r.MaxTokens, N: max(r.N, 1), messages: r.Messages, tools: r.Tools}
+	q.NoUsage = r.Stream && (r.StreamOptions == nil || !r.StreamOptions.IncludeUsage)
 	if r.MaxCompletionTokens > 0 {
 		q.MaxTokens = r.MaxCompletionTokens
 	}

@@ -1,16 +1,17 @@
 // Package altset holds what a user would write instead of window.Window: sets
 // of 64-bit keys that remember each key for a TTL, built on sync.Map, a mutex
 // and a map, xsync.Map and otter. It also generates the workload that the
-// window benchmarks (BenchmarkWindow in pkg/dedupe and the bench/window
-// program) run against all of them, so both feed every set the same keys.
+// window benchmarks (BenchmarkWindow in this package's tests and the
+// bench/window program) run against all of them, so both feed every set the
+// same keys.
 //
 // # Fairness
 //
 // Every set reads the time once per SeenOrAdd, as time.Since(start): one
 // monotonic clock read, what a Window without Options.Now does where it does
-// not read the CPU's time-stamp counter (see windowclock.NoCounter;
-// bench/window's ONCEGATE_WINDOW_COUNTER=off sets it, keeping the window on
-// time.Since too). Otter reads its own default clock, the same time.Since,
+// not read the CPU's time-stamp counter (see window.Options.Now; a build
+// with -tags oncegate_nocounter keeps the window on time.Since too). Otter
+// reads its own default clock, the same time.Since,
 // as often as it needs (once or more per operation). None of them
 // starts a goroutine except otter, whose maintenance goroutines are part of
 // what a user of otter pays for.

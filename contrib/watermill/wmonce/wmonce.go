@@ -23,7 +23,9 @@
 //   - a new key is claimed in the ledger, its lease renewed while the
 //     handler runs, and the handler's outcome committed before the router
 //     acks the message; the messages the handler produced are stored with
-//     the commit;
+//     the commit. The message's context, while the handler runs, carries
+//     the intent ([dedupe.IntentFrom]: send its key downstream as the
+//     effect's idempotency key) and ends if the claim is lost;
 //   - a key committed before is acked without running the handler, and the
 //     router publishes the stored messages again (with their original
 //     UUIDs, so a subscriber or a stream that dedupes by id drops them);
@@ -127,9 +129,7 @@ func Middleware(l dedupe.Ledger, opts Options) (message.HandlerMiddleware, error
 				produced = out
 				return dedupe.Result{Response: b}, nil
 			}
-			do := do
-			do.Fingerprint = in.Fingerprint
-			res, ran, err := l.Do(msg.Context(), in.Key, fn, do)
+			res, ran, err := l.Do(msg.Context(), in, fn, do)
 			switch {
 			case errors.Is(err, dedupe.ErrGivenUp):
 				return nil, nil // given up before: ack and drop

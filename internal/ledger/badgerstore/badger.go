@@ -42,16 +42,22 @@ const maxConflictRetries = 32
 // key's lock from its read to its transaction's commit, and a batch takes
 // its keys' locks in key order. The ledger also remembers the claims it
 // wrote, so a commit or renewal takes its claim from memory instead of
-// reading it back, and keeps volatile claims (BeginOptions.Volatile) in
-// memory only. All of it rests on the process owning the directory: every
-// Ledger on one *badger.DB shares the locks and the memory, and
-// nothing else may write the ledger's keys in it.
+// reading it back. All of it rests on the process owning the directory:
+// every Ledger on one *badger.DB shares the locks and the memory, and
+// nothing else may write the ledger's keys in it. It is also what lets a
+// restarted process take the work its predecessor held over at once:
+// claims found in the DB that this process did not write belong to a
+// process that is gone, and their leases count as over.
 //
 // # Durability
 //
 // Begin's claim, Commit and Fail are durable when they return, except a
-// volatile claim, which is never written while the process has room for it
-// in memory (about 64K claims): after a crash its key is new again. If the DB was
+// volatile claim (BeginOptions.Volatile), which is kept in memory and
+// appended to the claims journal beside the database (journal.go) instead
+// of written, while the process has room for it (about 64K claims): it
+// survives the process's crash, with its attempt count and the time it was
+// first made (so the retry counts it, and can tell how long ago its effect
+// may have happened), but may be lost in a power failure. If the DB was
 // opened with SyncWrites, Badger fsyncs each batch of transactions;
 // otherwise the ledger calls DB.Sync after those writes (unless
 // Options.NoSync is set), coalescing the syncs of concurrent
@@ -80,6 +86,11 @@ type Ledger struct {
 	// a sync costs hundreds of microseconds of CPU whoever asks for it.
 	begins  *combine.Combiner[ledger.BeginRequest, ledger.BeginResult]
 	commits *combine.Combiner[ledger.CommitRequest, error]
+
+	// testRemembered is nil but in tests of this package, which set it on
+	// their ledger to run after a write took a key's record from memory,
+	// before its transaction writes the key.
+	testRemembered func(dedupe.Key)
 }
 
 // Options configures a Ledger.
@@ -103,7 +114,12 @@ func New(db *badger.DB, opts Options) (*Ledger, error) {
 	if err := ledgerproto.Normalize(&opts.Options); err != nil {
 		return nil, err
 	}
-	l := &Ledger{db: db, opts: opts.Options, st: acquireInproc(db)}
+	l := &Ledger{db: db, opts: opts.Options}
+	st, err := acquireInproc(db, l.recoverJournal)
+	if err != nil {
+		return nil, err
+	}
+	l.st = st
 	// A round runs under its leader's context less its cancellation: the
 	// others queued behind it with contexts of their own, and a round is
 	// one local transaction.
@@ -210,7 +226,9 @@ func (l *Ledger) write(txn *badger.Txn, rec *ledger.Record) error {
 // the one the process remembers, if it does, and otherwise is read in the
 // read-write transaction that writes the next one. A transaction that loses
 // a conflict all the same is retried. A pending record is kept in memory
-// instead of written if vol says so and there is room (see inproc).
+// instead of written if vol says so and there is room (see inproc); update
+// never journals, so vol is sameClaim (a renewal: the journal's entry
+// stands) or durableClaim.
 func (l *Ledger) update(ctx context.Context, key dedupe.Key, vol volatility, fn func(cur *ledger.Record, now time.Time) (next *ledger.Record, durable bool, err error)) error {
 	if l.closed.Load() {
 		return ledger.ErrClosed
@@ -221,6 +239,7 @@ func (l *Ledger) update(ctx context.Context, key dedupe.Key, vol volatility, fn 
 	}
 	var wrote, kept bool
 	var written *ledger.Record
+	var at time.Time
 	for range maxConflictRetries {
 		if err = ctx.Err(); err != nil {
 			break
@@ -228,6 +247,7 @@ func (l *Ledger) update(ctx context.Context, key dedupe.Key, vol volatility, fn 
 		written, wrote, kept = nil, false, false
 		err = l.db.Update(func(txn *badger.Txn) error {
 			now := l.opts.Clock.Now()
+			at = now
 			cur, curVolatile, err := l.current(txn, key, now)
 			if err != nil {
 				return err
@@ -237,7 +257,7 @@ func (l *Ledger) update(ctx context.Context, key dedupe.Key, vol volatility, fn 
 				return err
 			}
 			written = next
-			if l.keep(key, next, vol == volatileClaim || vol == sameClaim && curVolatile) {
+			if l.keep(key, next, vol == sameClaim && curVolatile) {
 				kept = true
 				return nil
 			}
@@ -252,7 +272,7 @@ func (l *Ledger) update(ctx context.Context, key dedupe.Key, vol volatility, fn 
 	case err != nil:
 		l.st.forget(key)
 	case written != nil:
-		l.st.wrote(key, written, kept)
+		l.st.wrote(key, written, kept, at)
 	}
 	unlock()
 	if err != nil {
@@ -272,22 +292,35 @@ func (l *Ledger) update(ctx context.Context, key dedupe.Key, vol volatility, fn 
 	return nil
 }
 
-// testHookRemembered, when set by a test, runs after a write took a key's
-// record from memory, before its transaction writes the key.
-var testHookRemembered func(dedupe.Key)
-
 // current returns key's live record, or nil, and whether it is volatile:
 // the one the process remembers, if it does, and otherwise the one txn
-// reads. The caller holds key's lock.
+// reads. A pending record that a process before this one wrote (see
+// inproc) is returned with its lease over: its holder is gone. The caller
+// holds key's lock, or reads without it (Get) a record that may be a write
+// behind.
 func (l *Ledger) current(txn *badger.Txn, key dedupe.Key, now time.Time) (*ledger.Record, bool, error) {
-	if rec, volatile, ok := l.st.claim(key); ok {
-		if testHookRemembered != nil {
-			testHookRemembered(key)
+	rec, valid, volatile, mine := l.st.claim(key)
+	if valid {
+		if l.testRemembered != nil {
+			l.testRemembered(key)
 		}
 		return ledgerproto.Live(&rec, now), volatile, nil
 	}
 	cur, err := l.read(txn, key, now)
-	return cur, false, err
+	if err != nil || cur == nil || mine {
+		return cur, false, err
+	}
+	return orphaned(cur, now), false, nil
+}
+
+// orphaned returns cur with its lease over if it is a pending record with a
+// live lease that this process did not write: its holder was a process
+// that held the directory before this one, and is gone.
+func orphaned(cur *ledger.Record, now time.Time) *ledger.Record {
+	if cur.State == ledger.StatePending && now.Before(cur.LeaseUntil) {
+		cur.LeaseUntil = now
+	}
+	return cur
 }
 
 // volatility says where a write puts a pending record.
@@ -295,7 +328,7 @@ type volatility uint8
 
 const (
 	durableClaim  volatility = iota // in the DB
-	volatileClaim                   // in memory, if there is room
+	volatileClaim                   // in memory and the journal, if there is room
 	sameClaim                       // where the record it renews is
 )
 
@@ -304,6 +337,75 @@ const (
 // room. The caller holds key's lock.
 func (l *Ledger) keep(key dedupe.Key, next *ledger.Record, volatile bool) bool {
 	return volatile && next.State == ledger.StatePending && l.st.room(key)
+}
+
+// recoverJournal, run once for a DB when its first ledger opens, writes
+// every claim the claims journal holds and the DB does not show settled as
+// a pending record whose holder is gone (see journal.go), then starts the
+// journal's next file and removes the ones it read.
+func (l *Ledger) recoverJournal(s *inproc) error {
+	if l.db.Opts().InMemory {
+		return nil
+	}
+	dir := l.db.Opts().Dir
+	entries, files, err := readJournal(dir)
+	if err != nil {
+		return err
+	}
+	es := make([]journalEntry, 0, len(entries))
+	for _, e := range entries {
+		es = append(es, e)
+	}
+	for len(es) > 0 {
+		n := min(len(es), 1000)
+		if err := l.db.Update(func(txn *badger.Txn) error {
+			now := l.opts.Clock.Now()
+			for _, e := range es[:n] {
+				if !now.Before(e.Created.Add(l.opts.Retention)) {
+					continue
+				}
+				cur, err := l.read(txn, e.Key, now)
+				if err != nil {
+					return err
+				}
+				if cur != nil && cur.State == ledger.StateCleared && cur.Token < e.Token {
+					cur = nil // a failure cleared (Ledger.Clear), then claimed anew: the claim is new work
+				}
+				if cur != nil && (cur.State != ledger.StatePending || cur.Token >= e.Token) {
+					continue // settled, or claimed since in the DB
+				}
+				rec := ledger.Record{Key: e.Key, State: ledger.StatePending, Owner: "a process that held the directory before",
+					Token: e.Token, LeaseUntil: now, Attempts: e.Attempts, Fingerprint: e.Fingerprint,
+					Created: e.Created, Updated: now, Expires: now.Add(l.opts.Retention)}
+				if cur != nil {
+					rec.Attempts, rec.Mismatches = max(rec.Attempts, cur.Attempts), cur.Mismatches
+				}
+				if err := l.write(txn, &rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("badgerledger: recovering the claims journal: %w", err)
+		}
+		es = es[n:]
+	}
+	if len(entries) > 0 {
+		if err := l.db.Sync(); err != nil {
+			return fmt.Errorf("badgerledger: recovering the claims journal: %w", err)
+		}
+	}
+	next := 0
+	if len(files) > 0 {
+		next = files[len(files)-1] + 1
+	}
+	if s.j, err = openJournal(dir, next); err != nil {
+		return err
+	}
+	for _, n := range files {
+		os.Remove(journalPath(dir, n))
+	}
+	return nil
 }
 
 // Begin implements [ledger.Ledger]. Claims made at the same time by other
@@ -372,10 +474,11 @@ func (l *Ledger) Get(ctx context.Context, key dedupe.Key) (ledger.Record, error)
 	return *rec, nil
 }
 
-// Pending implements [ledger.Ledger]. It reads a consistent snapshot of the DB, in
-// key order, in which the volatile claims the process keeps take the place
-// of the DB's records of their keys; then it yields the volatile claims of
-// keys the DB does not hold.
+// Pending implements [ledger.Ledger]. It reads a consistent snapshot of the
+// DB, in key order, in which the volatile claims the process keeps take the
+// place of the DB's records of their keys; then it yields the volatile
+// claims of keys the DB does not hold. A claim that a process before this
+// one left has its lease over (see inproc).
 func (l *Ledger) Pending(ctx context.Context) iter.Seq2[ledger.Record, error] {
 	return func(yield func(ledger.Record, error) bool) {
 		if l.closed.Load() {
@@ -418,6 +521,9 @@ func (l *Ledger) Pending(ctx context.Context) iter.Seq2[ledger.Record, error] {
 				if ledgerproto.Live(&rec, now) == nil || rec.State != ledger.StatePending {
 					continue
 				}
+				if _, _, _, mine := l.st.claim(k); !mine {
+					orphaned(&rec, now)
+				}
 				if !yield(rec, nil) {
 					stopped = true
 					return nil
@@ -440,9 +546,10 @@ func (l *Ledger) Pending(ctx context.Context) iter.Seq2[ledger.Record, error] {
 	}
 }
 
-// Close implements [ledger.Ledger]. It does not close the DB. When the last ledger
-// on the DB closes, the volatile claims the process kept go with it, as in
-// a crash.
+// Close implements [ledger.Ledger]. It does not close the DB. When the last
+// ledger on the DB closes, the claims it holds are left as a crash leaves
+// them (the volatile ones in the claims journal): a ledger opened on the DB
+// later takes them over at once.
 func (l *Ledger) Close() error {
 	if !l.closed.Swap(true) {
 		releaseInproc(l.db)
@@ -452,11 +559,12 @@ func (l *Ledger) Close() error {
 
 // updateBatch applies fn to each of keys in one transaction and one sync;
 // fn's errors are per key and do not abort the others. It holds the locks of
-// all the keys (see inproc) until the transaction has committed, and takes
-// each key's record from what the process remembers, if it does, instead of
-// reading it. A key the batch holds more than once sees the record its
-// previous request left. A pending record is kept in memory instead of
-// written, as in update, if volatile(i) is set.
+// all the keys (see inproc) until the transaction has committed and the
+// claims are recorded, and takes each key's record from what the process
+// remembers, if it does, instead of reading it. A key the batch holds more
+// than once sees the record its previous request left. A pending record is
+// kept in memory instead of written, and journaled, if volatile(i) is set
+// and there is room; a write is synced if it is not a volatile request's.
 func (l *Ledger) updateBatch(ctx context.Context, keys []dedupe.Key, volatile func(i int) bool, fn func(i int, cur *ledger.Record, now time.Time) (next *ledger.Record, err error)) []error {
 	errs := make([]error, len(keys))
 	fail := func(err error) []error {
@@ -492,14 +600,6 @@ func (l *Ledger) updateBatch(ctx context.Context, keys []dedupe.Key, volatile fu
 		for _, k := range distinct {
 			l.st.forget(k)
 		}
-	} else {
-		// In key order, and within a key in request order, so that of a
-		// key written twice the last write counts.
-		for _, i := range order {
-			if b.written[i] != nil {
-				l.st.wrote(keys[i], b.written[i], b.kept[i])
-			}
-		}
 	}
 	unlock()
 	if err != nil {
@@ -513,17 +613,55 @@ func (l *Ledger) updateBatch(ctx context.Context, keys []dedupe.Key, volatile fu
 	return errs
 }
 
+// record records in memory what a batch wrote and kept, journaling the
+// claims it kept first; claims the journal could not take are refused, as
+// a claim whose write failed is. The caller holds the batch's keys' locks.
+func (l *Ledger) record(keys []dedupe.Key, order []int, b *batchWrite) {
+	// In key order, and within a key in request order, so that of a key
+	// written twice the last write counts.
+	apply := func() {
+		for _, i := range order {
+			if b.written[i] != nil {
+				l.st.wrote(keys[i], b.written[i], b.kept[i], b.at)
+			}
+		}
+	}
+	var es []journalEntry
+	if l.st.j != nil {
+		for _, i := range order {
+			if b.kept[i] && b.written[i] != nil {
+				es = append(es, entryOf(b.written[i]))
+			}
+		}
+	}
+	if len(es) == 0 {
+		apply()
+		return
+	}
+	if err := l.st.j.append(es, apply, l.st.journalSnapshot); err != nil {
+		for _, i := range order {
+			if b.kept[i] {
+				b.written[i], b.errs[i] = nil, err
+			}
+		}
+		apply()
+	}
+}
+
 // batchWrite is what updateBatchLocked did with each key of a batch: the
-// record it wrote or kept in memory (kept), or fn's error.
+// record it wrote or kept in memory (kept), or fn's error; and the ledger's
+// time when it did.
 type batchWrite struct {
 	written []*ledger.Record
 	kept    []bool
 	errs    []error
+	at      time.Time
 }
 
 // updateBatchLocked is updateBatch's transaction, over the keys at order,
-// with their locks held. It fills b and returns whether it wrote anything
-// to the DB or why the whole transaction failed. A batch too large for one
+// with their locks held. It fills b, records what it wrote and kept in
+// memory (record), and returns whether it wrote anything to the DB that must
+// be synced, or why the whole transaction failed. A batch too large for one
 // Badger transaction is split in halves.
 func (l *Ledger) updateBatchLocked(ctx context.Context, keys []dedupe.Key, order []int, volatile func(i int) bool, b *batchWrite,
 	fn func(i int, cur *ledger.Record, now time.Time) (next *ledger.Record, err error)) (bool, error) {
@@ -536,6 +674,7 @@ func (l *Ledger) updateBatchLocked(ctx context.Context, keys []dedupe.Key, order
 		wrote = false
 		err = l.db.Update(func(txn *badger.Txn) error {
 			now := l.opts.Clock.Now()
+			b.at = now
 			var (
 				prev    *ledger.Record // the record the previous request on the key left
 				prevErr error          // or why it could not read one
@@ -566,7 +705,7 @@ func (l *Ledger) updateBatchLocked(ctx context.Context, keys []dedupe.Key, order
 				if err := l.write(txn, next); err != nil {
 					return err
 				}
-				wrote = true
+				wrote = wrote || !volatile(i)
 			}
 			return nil
 		})
@@ -576,11 +715,12 @@ func (l *Ledger) updateBatchLocked(ctx context.Context, keys []dedupe.Key, order
 	}
 	switch {
 	case err == nil:
+		l.record(keys, order, b)
 		return wrote, nil
 	case errors.Is(err, badger.ErrTxnTooBig) && len(order) > 1:
 		// Each half stands on its own: one that fails fails its keys only.
 		// The halves split between requests of one key at worst, and then
-		// the later half reads what the earlier one left.
+		// the later half reads what the earlier one left (recorded).
 		h := len(order) / 2
 		wrote = false
 		for _, half := range [][]int{order[:h], order[h:]} {
@@ -591,11 +731,6 @@ func (l *Ledger) updateBatchLocked(ctx context.Context, keys []dedupe.Key, order
 					l.st.forget(keys[i])
 				}
 				continue
-			}
-			for _, i := range half {
-				if b.written[i] != nil {
-					l.st.wrote(keys[i], b.written[i], b.kept[i])
-				}
 			}
 			wrote = wrote || w
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"sync"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -11,8 +12,8 @@ import (
 )
 
 // One process owns a Badger directory, so every write of a ledger record
-// goes through the BadgerLedgers of that process. They share an inproc per
-// DB, which does two things:
+// goes through the Ledgers of that process. They share an inproc per DB,
+// which does four things:
 //
 //   - It serializes the writes of each key: a write takes the key's lock
 //     before it reads the record and keeps it until its transaction has
@@ -20,48 +21,66 @@ import (
 //     at once. (Badger's conflict detection stays on: it is no longer what
 //     decides, but it still guards.)
 //   - It remembers the pending records it wrote (claims and their
-//     renewals), up to a bound. Under the key's lock the record it remembers
-//     is the current one, so every later write of the key takes it from
-//     memory instead of reading it back down Badger's skiplists: on a 2-core
-//     VM that read was the largest single cost of a durable gate after the
+//     renewals). Under the key's lock the record it remembers is the
+//     current one, so every later write of the key takes it from memory
+//     instead of reading it back down Badger's skiplists: on a 2-core VM
+//     that read was the largest single cost of a durable gate after the
 //     fsyncs.
 //   - It keeps the volatile claims (BeginOptions.Volatile): pending records
-//     that exist in memory only, never in the DB. A volatile claim is kept
-//     while there is room under the bound; past it, the claim is written
-//     like any other.
+//     that exist in memory and in the claims journal only (journal.go),
+//     never in the DB. A volatile claim is kept while there is room under
+//     the bound; past it, the claim is written like any other.
+//   - It tells this process's claims from those of the processes that held
+//     the directory before it. A pending record found in the DB that this
+//     incarnation did not write was written by a process that is gone (the
+//     directory lock proves it): its lease is over whatever it says, and
+//     the next Begin takes the work over at once instead of waiting it out.
 //
-// A record that is no longer pending (committed, failed) is forgotten. So is
-// every durable record of a transaction that failed: its state is then read
-// from the DB again. A volatile claim has no other copy and is kept.
+// A record that is no longer pending (committed, failed) is forgotten, and
+// so are durable claims whose lease ran out, once there are many (prune): a
+// claim past its lease is taken over whoever wrote it. A transaction that
+// failed leaves the key's durable memo marked stale: its record is read
+// from the DB again, and it is still this process's claim. A volatile
+// claim has no other copy and is kept.
 type inproc struct {
 	shards [inprocShards]inprocShard
+	j      *journal // nil for a DB in memory
+
+	maxVolatile int // inprocClaims; tests of this package set it lower
 }
 
 const inprocShards = 64
 
-// inprocClaims bounds the pending records a shard remembers: about 64K in
-// all, far more than are in flight. A durable claim not remembered is read;
-// a volatile claim that finds no room is written. (A variable for tests.)
-var inprocClaims = 1024
+// inprocClaims bounds the volatile claims a shard keeps: about 64K in all,
+// far more than are in flight. A volatile claim that finds no room is
+// written.
+const inprocClaims = 1024
 
-// memo is a pending record the process remembers.
+// memo is a pending record the process wrote or keeps.
 type memo struct {
 	rec      ledger.Record
 	volatile bool // rec is not in the DB
+	stale    bool // a transaction on the key failed: read its record from the DB
 }
 
 type inprocShard struct {
-	mu     sync.Mutex
-	held   map[dedupe.Key]chan struct{} // closed when the key's lock is released
-	claims map[dedupe.Key]memo
-	_      [64]byte
+	mu        sync.Mutex
+	held      map[dedupe.Key]chan struct{} // closed when the key's lock is released
+	claims    map[dedupe.Key]memo
+	volatiles int // the memos that are volatile
+	pruneAt   int // prune claims when they grow past this
+	_         [64]byte
 }
 
+// minPrune is the fewest claims of a shard worth pruning.
+const minPrune = 1024
+
 func newInproc() *inproc {
-	s := &inproc{}
+	s := &inproc{maxVolatile: inprocClaims}
 	for i := range s.shards {
 		s.shards[i].held = make(map[dedupe.Key]chan struct{})
 		s.shards[i].claims = make(map[dedupe.Key]memo)
+		s.shards[i].pruneAt = minPrune
 	}
 	return s
 }
@@ -110,53 +129,74 @@ func (s *inproc) lock(ctx context.Context, keys []dedupe.Key) (unlock func(), er
 	return unlock, nil
 }
 
-// claim returns the pending record of k this process wrote or kept last, if
-// it remembers it, and whether that record is volatile. Under k's lock it is
-// k's record.
-func (s *inproc) claim(k dedupe.Key) (rec ledger.Record, volatile, ok bool) {
+// claim returns the pending record of k this process wrote or kept last,
+// whether it is still k's record (valid: not stale), whether it is
+// volatile, and whether this process claimed k at all (mine). Under k's
+// lock a valid record is k's record.
+func (s *inproc) claim(k dedupe.Key) (rec ledger.Record, valid, volatile, mine bool) {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	m, ok := sh.claims[k]
 	sh.mu.Unlock()
-	return m.rec, m.volatile, ok
+	return m.rec, ok && !m.stale, m.volatile, ok
 }
 
-// room reports whether a volatile claim of k would be kept: k is remembered
-// already, or its shard is under the bound. The caller holds k's lock; other
-// keys may take the room meanwhile, so the bound is soft by the number of
-// writes in flight.
+// room reports whether a volatile claim of k would be kept: k's claim is
+// volatile already, or its shard keeps fewer than the bound. The caller
+// holds k's lock; other keys may take the room meanwhile, so the bound is
+// soft by the number of writes in flight.
 func (s *inproc) room(k dedupe.Key) bool {
 	sh := s.shard(k)
 	sh.mu.Lock()
-	_, ok := sh.claims[k]
-	ok = ok || len(sh.claims) < inprocClaims
+	m, ok := sh.claims[k]
+	ok = ok && m.volatile || sh.volatiles < s.maxVolatile
 	sh.mu.Unlock()
 	return ok
 }
 
 // wrote records rec as k's record, after the transaction that wrote it
 // committed or, volatile, instead of writing it. The caller holds k's lock.
-func (s *inproc) wrote(k dedupe.Key, rec *ledger.Record, volatile bool) {
+func (s *inproc) wrote(k dedupe.Key, rec *ledger.Record, volatile bool, now time.Time) {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if m, ok := sh.claims[k]; ok && m.volatile {
+		sh.volatiles--
+	}
 	if rec.State != ledger.StatePending {
 		delete(sh.claims, k)
 		return
 	}
-	if _, ok := sh.claims[k]; ok || volatile || len(sh.claims) < inprocClaims {
-		sh.claims[k] = memo{rec: *rec, volatile: volatile}
+	sh.claims[k] = memo{rec: *rec, volatile: volatile}
+	if volatile {
+		sh.volatiles++
+	}
+	if len(sh.claims) > sh.pruneAt {
+		sh.prune(k, now)
 	}
 }
 
-// forget drops a durable record s remembers of k: a transaction on k failed,
-// and k's record is whatever the DB holds. A volatile claim stays: the
-// failed transaction did not change it. The caller holds k's lock.
+// prune forgets the durable claims whose lease ran out before now, but
+// keep's: they are taken over whoever wrote them. The caller holds sh.mu.
+func (sh *inprocShard) prune(keep dedupe.Key, now time.Time) {
+	for k, m := range sh.claims {
+		if k != keep && !m.volatile && !m.rec.LeaseUntil.After(now) {
+			delete(sh.claims, k)
+		}
+	}
+	sh.pruneAt = max(2*len(sh.claims), minPrune)
+}
+
+// forget marks the durable record s remembers of k stale: a transaction on
+// k failed, and k's record is whatever the DB holds; the claim is still
+// this process's. A volatile claim stays: the failed transaction did not
+// change it. The caller holds k's lock.
 func (s *inproc) forget(k dedupe.Key) {
 	sh := s.shard(k)
 	sh.mu.Lock()
 	if m, ok := sh.claims[k]; ok && !m.volatile {
-		delete(sh.claims, k)
+		m.stale = true
+		sh.claims[k] = m
 	}
 	sh.mu.Unlock()
 }
@@ -177,6 +217,19 @@ func (s *inproc) volatiles() map[dedupe.Key]ledger.Record {
 	return out
 }
 
+// journalSnapshot is the journal's entries for the volatile claims s keeps.
+func (s *inproc) journalSnapshot() []journalEntry {
+	var out []journalEntry
+	for _, rec := range s.volatiles() {
+		out = append(out, entryOf(&rec))
+	}
+	return out
+}
+
+func entryOf(rec *ledger.Record) journalEntry {
+	return journalEntry{Key: rec.Key, Fingerprint: rec.Fingerprint, Token: rec.Token, Attempts: rec.Attempts, Created: rec.Created}
+}
+
 // inprocs holds the inproc of each open DB that has ledgers.
 var inprocs struct {
 	sync.Mutex
@@ -188,8 +241,10 @@ type inprocRef struct {
 	refs int
 }
 
-// acquireInproc returns db's inproc, making it for the first ledger of db.
-func acquireInproc(db *badger.DB) *inproc {
+// acquireInproc returns db's inproc, making it for the first ledger of db;
+// then first runs on it (to recover the claims journal and start its next
+// file) before any other ledger of db can use it.
+func acquireInproc(db *badger.DB, first func(*inproc) error) (*inproc, error) {
 	inprocs.Lock()
 	defer inprocs.Unlock()
 	if inprocs.m == nil {
@@ -197,11 +252,15 @@ func acquireInproc(db *badger.DB) *inproc {
 	}
 	r := inprocs.m[db]
 	if r == nil {
-		r = &inprocRef{s: newInproc()}
+		s := newInproc()
+		if err := first(s); err != nil {
+			return nil, err
+		}
+		r = &inprocRef{s: s}
 		inprocs.m[db] = r
 	}
 	r.refs++
-	return r.s
+	return r.s, nil
 }
 
 // releaseInproc undoes one acquireInproc of db.
@@ -211,6 +270,9 @@ func releaseInproc(db *badger.DB) {
 	if r := inprocs.m[db]; r != nil {
 		if r.refs--; r.refs == 0 {
 			delete(inprocs.m, db)
+			if r.s.j != nil {
+				r.s.j.close()
+			}
 		}
 	}
 }

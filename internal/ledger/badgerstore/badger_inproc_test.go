@@ -41,8 +41,8 @@ func TestRememberedClaimIsLocked(t *testing.T) {
 		err error
 	}
 	takeover := make(chan begun, 1)
-	testHookRemembered = func(dedupe.Key) {
-		testHookRemembered = nil
+	l.testRemembered = func(dedupe.Key) {
+		l.testRemembered = nil
 		go func() {
 			c, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "b", Lease: time.Second})
 			takeover <- begun{c, err}
@@ -55,7 +55,6 @@ func TestRememberedClaimIsLocked(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	defer func() { testHookRemembered = nil }()
 	err = l.CommitBatch(ctx, []ledger.CommitRequest{{Key: k, Token: a.Claim.Lease.Token}})[0]
 	b := <-takeover
 	switch {

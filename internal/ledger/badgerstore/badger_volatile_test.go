@@ -3,6 +3,7 @@ package badgerstore
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -73,9 +74,15 @@ func mustBegin(t *testing.T, l *Ledger, k dedupe.Key, opts ledger.BeginOptions, 
 }
 
 // TestVolatileClaim follows volatile claims through a ledger's life: they
-// never reach the DB, yet hold, renew, list, fence and commit as durable
-// ones do; a commit is durable; and after the process is gone an
-// uncommitted volatile claim is gone with it, so its key is new again.
+// are kept in memory and the claims journal, never written to the DB, yet
+// hold, renew, list, fence and commit as durable ones do; a commit is
+// durable; and after the process is gone an uncommitted claim, volatile or
+// durable, is taken over at once by the next process, which counts it as a
+// try and keeps the time it was first made.
+// (Volatile claims were once kept in memory only: after a crash the key was
+// new again, with its attempts back at 1 and no trace of when an effect may
+// have happened, so a trigger that killed its process came back for ever
+// and a redo past the sink's duplicate window went unnoticed.)
 func TestVolatileClaim(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
@@ -83,23 +90,26 @@ func TestVolatileClaim(t *testing.T) {
 	dir := t.TempDir()
 	db, l := openVolatileTest(t, dir, clock)
 	vol := ledger.BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}
-	done, open := dedupe.Key{1}, dedupe.Key{2}
+	done, open, durable := dedupe.Key{1}, dedupe.Key{2}, dedupe.Key{6}
 
 	a := mustBegin(t, l, done, vol, ledger.StatusNew)
 	mustBegin(t, l, open, vol, ledger.StatusNew)
+	mustBegin(t, l, durable, ledger.BeginOptions{Owner: "a", Lease: time.Minute}, ledger.StatusNew)
 	mustBegin(t, l, done, ledger.BeginOptions{Owner: "b", Lease: time.Minute}, ledger.StatusHeld)
 	if _, err := l.Extend(ctx, done, a.Lease.Token, 2*time.Minute); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
-	// A failed write of the key leaves the claim as it was.
+	// A failed write of the key leaves the claim as it was, and this
+	// process's.
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := l.Extend(canceled, done, a.Lease.Token, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Extend with a canceled context: %v", err)
 	}
-	for _, k := range []dedupe.Key{done, open} {
-		if st := inDB(t, db, k); st != 0 {
-			t.Fatalf("a volatile claim of %v is in the DB, %v", k, st)
+	mustBegin(t, l, done, ledger.BeginOptions{Owner: "b", Lease: time.Minute}, ledger.StatusHeld)
+	for k, want := range map[dedupe.Key]ledger.State{done: 0, open: 0, durable: ledger.StatePending} {
+		if st := inDB(t, db, k); st != want {
+			t.Fatalf("the DB holds %v for the claim of %v; want %v", st, k, want)
 		}
 	}
 	rec, err := l.Get(ctx, done)
@@ -111,13 +121,13 @@ func TestVolatileClaim(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.Key != done && rec.Key != open {
+		if rec.Key != done && rec.Key != open && rec.Key != durable {
 			t.Fatalf("Pending listed %v", rec.Key)
 		}
 		n++
 	}
-	if n != 2 {
-		t.Fatalf("Pending listed %d claims, want 2", n)
+	if n != 3 {
+		t.Fatalf("Pending listed %d claims, want 3", n)
 	}
 	if err := l.Commit(ctx, done, a.Lease.Token+1, ledger.Result{}); !errors.Is(err, ledger.ErrStaleToken) {
 		t.Fatalf("Commit with a wrong token: %v", err)
@@ -129,11 +139,14 @@ func TestVolatileClaim(t *testing.T) {
 		t.Fatalf("after Commit the DB holds %v", st)
 	}
 
-	// The process goes; a new one opens the directory.
+	// The process goes, its leases still live on the clock; a new one opens
+	// the directory and takes the claims over at once.
+	created := clock.Now()
 	l.Close()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	clock.Advance(time.Second)
 	db, l = openVolatileTest(t, dir, clock)
 	defer db.Close()
 	defer l.Close()
@@ -141,8 +154,17 @@ func TestVolatileClaim(t *testing.T) {
 	if c.Record.Result.DownstreamID != "d" {
 		t.Fatalf("committed result %+v", c.Record.Result)
 	}
-	if c := mustBegin(t, l, open, vol, ledger.StatusNew); c.Lease.Token != 1 {
-		t.Fatalf("token %d", c.Lease.Token)
+	for _, k := range []dedupe.Key{open, durable} {
+		rec, err := l.Get(ctx, k)
+		if err != nil || rec.State != ledger.StatePending || rec.LeaseUntil.After(clock.Now()) {
+			t.Fatalf("Get(%v) after the restart = %+v, %v; want pending with its lease over", k, rec, err)
+		}
+		c := mustBegin(t, l, k, vol, ledger.StatusTakenOver)
+		if c.Lease.Token != 2 || c.Record.Attempts != 2 || !c.Record.Created.Equal(created) {
+			t.Fatalf("takeover of %v after the restart: token %d, attempts %d, created %v; want 2, 2, %v", k, c.Lease.Token, c.Record.Attempts, c.Record.Created, created)
+		}
+		// The new claim is this process's: it holds.
+		mustBegin(t, l, k, vol, ledger.StatusHeld)
 	}
 }
 
@@ -169,13 +191,65 @@ func TestVolatileClaimTakenOver(t *testing.T) {
 	}
 }
 
+// TestClaimsPruned checks that the durable claims the ledger remembers are
+// pruned once their leases have run out, that the live ones stay this
+// process's (held, not taken over as a dead process's), and that they
+// commit. (A volatile claim has no other copy and is never pruned: see
+// TestVolatileClaimBound.)
+func TestClaimsPruned(t *testing.T) {
+	ctx := context.Background()
+	clock, db, l := volatileTest(t)
+
+	// Keys of one shard (the shard is the first byte's low six bits): a
+	// first lot whose leases run out, then more live ones than the shard
+	// prunes at.
+	key := func(i int) dedupe.Key { return dedupe.Key{0, byte(i), byte(i >> 8), 9} }
+	const expired, live = minPrune - 24, minPrune + 76
+	for i := range expired {
+		mustBegin(t, l, key(i), ledger.BeginOptions{Owner: "a", Lease: time.Second}, ledger.StatusNew)
+	}
+	clock.Advance(2 * time.Second)
+	reqs := make([]ledger.BeginRequest, live)
+	for i := range reqs {
+		reqs[i] = ledger.BeginRequest{Key: key(expired + i), Options: ledger.BeginOptions{Owner: "a", Lease: time.Minute}}
+	}
+	commits := make([]ledger.CommitRequest, live)
+	for i, r := range l.BeginBatch(ctx, reqs) {
+		if r.Err != nil || r.Claim.Status != ledger.StatusNew {
+			t.Fatalf("BeginBatch: %v, %v", r.Claim.Status, r.Err)
+		}
+		commits[i] = ledger.CommitRequest{Key: reqs[i].Key, Token: r.Claim.Lease.Token}
+	}
+	if n := len(l.st.shards[0].claims); n > live+1 {
+		t.Fatalf("%d claims remembered, of %d live and %d past their lease; want the %d", n, live, expired, live)
+	}
+	for i := range expired + live {
+		if inDB(t, db, key(i)) != ledger.StatePending {
+			t.Fatalf("%v: not in the DB", key(i))
+		}
+	}
+	for _, r := range reqs {
+		mustBegin(t, l, r.Key, ledger.BeginOptions{Owner: "b", Lease: time.Minute}, ledger.StatusHeld)
+	}
+	for _, err := range l.CommitBatch(ctx, commits) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range reqs {
+		if st := inDB(t, db, r.Key); st != ledger.StateCommitted {
+			t.Fatalf("%v: %v after commit", r.Key, st)
+		}
+	}
+}
+
 // TestVolatileClaimBound checks that volatile claims past the memory bound
 // are written, and that all of them, kept or written, hold and commit.
 func TestVolatileClaimBound(t *testing.T) {
-	defer func(n int) { inprocClaims = n }(inprocClaims)
-	inprocClaims = 2
 	ctx := context.Background()
 	_, db, l := volatileTest(t)
+	const bound = 2
+	l.st.maxVolatile = bound
 
 	const n = 512
 	keys := make([]dedupe.Key, n)
@@ -202,8 +276,8 @@ func TestVolatileClaimBound(t *testing.T) {
 		}
 	}
 	kept := len(l.st.volatiles())
-	if kept+written != n || kept > inprocShards*inprocClaims || written < n-inprocShards*inprocClaims {
-		t.Fatalf("%d claims kept in memory and %d written, of %d; the bound is %d", kept, written, n, inprocShards*inprocClaims)
+	if kept+written != n || kept > inprocShards*bound || written < n-inprocShards*bound {
+		t.Fatalf("%d claims kept in memory and %d written, of %d; the bound is %d", kept, written, n, inprocShards*bound)
 	}
 	for _, k := range keys {
 		mustBegin(t, l, k, ledger.BeginOptions{Owner: "b", Lease: time.Minute}, ledger.StatusHeld)
@@ -227,9 +301,83 @@ func TestVolatileClaimBound(t *testing.T) {
 	}
 }
 
+// TestJournalRotatesAndRecovers checks the claims journal: it starts a new
+// file when one grows past journalMax, carrying the claims still held; a
+// torn last entry (a crash in the middle of a write) is ignored; and the
+// next process takes over every claim the journal holds and the DB does not
+// show settled, and nothing else.
+func TestJournalRotatesAndRecovers(t *testing.T) {
+	defer func(n int64) { journalMax = n }(journalMax)
+	journalMax = 10 * journalEntrySize
+	ctx := context.Background()
+	clock := newFakeClock()
+	clock.Set(time.Unix(1e9, 0))
+	dir := t.TempDir()
+	db, l := openVolatileTest(t, dir, clock)
+	vol := ledger.BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}
+	key := func(i int) dedupe.Key { return dedupe.Key{byte(i), 7} }
+	const n = 40
+	tokens := make([]uint64, n)
+	for i := range n {
+		tokens[i] = mustBegin(t, l, key(i), vol, ledger.StatusNew).Lease.Token
+		if i%2 == 0 { // half settled: committed, or failed
+			var err error
+			if i%4 == 0 {
+				err = l.Commit(ctx, key(i), tokens[i], ledger.Result{DownstreamID: "d"})
+			} else {
+				err = l.Fail(ctx, key(i), tokens[i], "refused")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	files, err := journalFiles(dir)
+	if err != nil || len(files) != 1 || files[0] == 0 {
+		t.Fatalf("journal files %v, %v; want one, rotated past the first", files, err)
+	}
+	// A crash in the middle of an entry's write.
+	f, err := os.OpenFile(journalPath(dir, files[0]), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(journalEntry{Key: key(99), Token: 1, Attempts: 1, Created: clock.Now()}.append(nil)[:journalEntrySize/2])
+	f.Close()
+	created := clock.Now()
+	l.Close()
+	db.Close()
+	clock.Advance(time.Second)
+
+	db, l = openVolatileTest(t, dir, clock)
+	defer db.Close()
+	defer l.Close()
+	for i := range n {
+		rec, err := l.Get(ctx, key(i))
+		switch {
+		case err != nil:
+			t.Fatalf("%d: %v", i, err)
+		case i%4 == 0 && rec.State != ledger.StateCommitted, i%4 == 2 && rec.State != ledger.StateFailed:
+			t.Fatalf("%d: %v after the restart; want it settled as before", i, rec.State)
+		case i%2 == 1 && (rec.State != ledger.StatePending || rec.LeaseUntil.After(clock.Now()) || !rec.Created.Equal(created)):
+			t.Fatalf("%d: %+v after the restart; want pending, its lease over, created %v", i, rec, created)
+		}
+		if i%2 == 1 {
+			if c := mustBegin(t, l, key(i), vol, ledger.StatusTakenOver); c.Record.Attempts != 2 {
+				t.Fatalf("%d: attempts %d after the takeover; want 2", i, c.Record.Attempts)
+			}
+		}
+	}
+	if _, err := l.Get(ctx, key(99)); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("the torn entry's key: %v; want no record", err)
+	}
+	if files, _ := journalFiles(dir); len(files) != 1 {
+		t.Fatalf("journal files after the restart %v; want the new one only", files)
+	}
+}
+
 // TestVolatileBatchRepeatsKey checks that a batch that claims one key twice
-// claims it once: the second request sees the first's volatile claim,
-// which is in no transaction.
+// claims it once: the second request sees the first's claim, in the same
+// transaction.
 func TestVolatileBatchRepeatsKey(t *testing.T) {
 	_, _, l := volatileTest(t)
 	k := dedupe.Key{4}

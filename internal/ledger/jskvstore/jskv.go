@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/combine"
+	"github.com/oncegate/oncegate/internal/kvlast"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/ledgerproto"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -90,11 +92,18 @@ func (o *Options) setDefaults() error {
 // A Ledger is safe for concurrent use by multiple goroutines.
 type Ledger struct {
 	nc      *nats.Conn
+	js      jetstream.JetStream
 	kv      jetstream.KeyValue
 	opts    Options
-	getSubj string // the stream's message-get API subject
-	keySubj string // the bucket's subject prefix, "$KV.<bucket>."
+	last    *kvlast.Reader // the bucket's keys, from its stream leader
+	putSubj string         // the prefix a write publishes to: "$KV.<bucket>.", under a custom API prefix if js has one
 	closed  atomic.Bool
+
+	holds holds // the claims this process holds (pipeline.go)
+
+	testReadAny func(context.Context, dedupe.Key) (*ledger.Record, uint64, error) // replaces readAny in tests: a stale replica
+	begins      *combine.Combiner[ledger.BeginRequest, ledger.BeginResult]
+	commits     *combine.Combiner[ledger.CommitRequest, error]
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -153,17 +162,27 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Ledger, er
 	if err := opts.check(st.Config()); err != nil {
 		return nil, err
 	}
-	stream := "KV_" + opts.Bucket
-	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
-		stream = bs.StreamInfo().Config.Name
-	}
-	return &Ledger{
+	l := &Ledger{
 		nc:      nc,
+		js:      js,
 		kv:      kv,
 		opts:    opts,
-		getSubj: apiPrefix(js.Options()) + "STREAM.MSG.GET." + stream,
-		keySubj: "$KV." + opts.Bucket + ".",
-	}, nil
+		last:    kvlast.NewReader(nc, js.Options(), opts.Bucket),
+		putSubj: "$KV." + opts.Bucket + ".",
+	}
+	if p := kvlast.APIPrefix(js.Options()); js.Options().APIPrefix != "" && p != jetstream.DefaultAPIPrefix {
+		l.putSubj = p + l.putSubj
+	}
+	// A round runs under its leader's context less its cancellation, and
+	// within the ledger's Timeout: the others queued behind it with
+	// contexts of their own.
+	l.begins = combine.New(func(ctx context.Context, reqs []ledger.BeginRequest) []ledger.BeginResult {
+		return l.fastBegins(context.WithoutCancel(ctx), reqs)
+	})
+	l.commits = combine.New(func(ctx context.Context, reqs []ledger.CommitRequest) []error {
+		return l.fastCommits(context.WithoutCancel(ctx), reqs)
+	})
+	return l, nil
 }
 
 // check reports why an existing bucket with cfg cannot hold the ledger.
@@ -184,20 +203,6 @@ func (o *Options) check(cfg jetstream.KeyValueConfig) error {
 		return invalid("limits values to %d bytes, too small for results of up to %d", cfg.MaxValueSize, o.MaxResultBytes)
 	}
 	return nil
-}
-
-// apiPrefix returns the JetStream API subject prefix that js uses.
-func apiPrefix(o jetstream.JetStreamOptions) string {
-	switch {
-	case o.APIPrefix != "":
-		if o.APIPrefix[len(o.APIPrefix)-1] != '.' {
-			return o.APIPrefix + "."
-		}
-		return o.APIPrefix
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	}
-	return jetstream.DefaultAPIPrefix
 }
 
 // withTimeout bounds ctx by d if it has no deadline.
@@ -221,14 +226,11 @@ func errConflicts(op string, key dedupe.Key) error {
 	return fmt.Errorf("jskv: %s %v: lost %d compare-and-set races in a row", op, key, maxConflictRetries)
 }
 
-// Begin implements ledger.Ledger. A duplicate, which finds the work held or
-// done, costs one read that any replica of the bucket may answer; new work
-// costs that read and a write. Every claim is written, volatile or not: the
-// other processes on the bucket must see it.
-func (l *Ledger) Begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOptions) (ledger.Claim, error) {
-	if l.closed.Load() {
-		return ledger.Claim{}, ledger.ErrClosed
-	}
+// begin is Begin's plain path, for a key that exists: a duplicate, which
+// finds the work held or done, costs one read that any replica of the
+// bucket may answer; a takeover costs that read and a write. Every claim is
+// written, volatile or not: the other processes on the bucket must see it.
+func (l *Ledger) begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOptions) (ledger.Claim, error) {
 	ctx, cancel := withTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	fail := func(err error) (ledger.Claim, error) {
@@ -237,28 +239,46 @@ func (l *Ledger) Begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOpt
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	cur, rev, err := l.readAny(ctx, key)
+	readAny := l.readAny
+	if l.testReadAny != nil {
+		readAny = l.testReadAny
+	}
+	cur, rev, err := readAny(ctx, key)
 	if err != nil {
 		return fail(err)
 	}
+	stale := true // cur may be a replica's that has not caught up
 	for range maxConflictRetries {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
-		c, write, err := ledgerproto.Decide(&l.opts.Options, key, cur, opts, l.opts.Clock.Now())
+		now := l.opts.Clock.Now()
+		c, write, err := ledgerproto.Decide(&l.opts.Options, key, cur, opts, now)
+		if err == nil && !write && stale && c.Status == ledger.StatusFailed {
+			// A failure is not final: a Clear (an operator's redrive)
+			// makes the key new again, and a replica behind the leader
+			// may not have it yet. Only the leader's record says failed.
+			if cur, rev, err = l.read(ctx, key); err != nil {
+				return fail(err)
+			}
+			stale = false
+			continue
+		}
 		if err != nil || !write {
 			return c, err
 		}
-		ok, err := l.write(ctx, &c.Record, rev)
+		seq, ok, err := l.write(ctx, &c.Record, rev)
 		if err != nil {
 			return fail(err)
 		}
 		if ok {
+			l.holds.set(&c.Record, seq, now)
 			return c, nil
 		}
 		if cur, rev, err = l.read(ctx, key); err != nil {
 			return fail(err)
 		}
+		stale = false
 	}
 	return ledger.Claim{}, errConflicts("begin", key)
 }
@@ -266,7 +286,7 @@ func (l *Ledger) Begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOpt
 // Extend implements ledger.Ledger.
 func (l *Ledger) Extend(ctx context.Context, key dedupe.Key, token uint64, d time.Duration) (ledger.Lease, error) {
 	var lease ledger.Lease
-	err := l.update(ctx, "extend", key, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
+	err := l.update(ctx, "extend", key, token, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
 		rec, ls, err := ledgerproto.Extended(&l.opts.Options, key, cur, token, d, now)
 		lease = ls
 		return rec, err
@@ -274,48 +294,57 @@ func (l *Ledger) Extend(ctx context.Context, key dedupe.Key, token uint64, d tim
 	return lease, err
 }
 
-// Commit implements ledger.Ledger. When it returns nil the record is in the
-// bucket's stream; see the package documentation for what that survives.
-func (l *Ledger) Commit(ctx context.Context, key dedupe.Key, token uint64, result ledger.Result) error {
-	return l.update(ctx, "commit", key, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
+// commit is Commit's plain path.
+func (l *Ledger) commit(ctx context.Context, key dedupe.Key, token uint64, result ledger.Result) error {
+	return l.update(ctx, "commit", key, 0, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
 		return ledgerproto.Committed(&l.opts.Options, key, cur, token, result, now)
 	})
 }
 
 // Fail implements ledger.Ledger.
 func (l *Ledger) Fail(ctx context.Context, key dedupe.Key, token uint64, reason string) error {
-	return l.update(ctx, "fail", key, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
+	return l.update(ctx, "fail", key, token, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
 		return ledgerproto.Failed(&l.opts.Options, key, cur, token, reason, now)
 	})
 }
 
-// update reads the record of key, has fn turn it into the record to store
-// (or refuse), and writes that back if the record is still the one read,
-// retrying from the read if it is not.
-func (l *Ledger) update(ctx context.Context, op string, key dedupe.Key, fn func(cur *ledger.Record, now time.Time) (ledger.Record, error)) error {
+// update has fn turn the record of key into the record to store (or
+// refuse), and writes that back if the record is still the one fn was given,
+// retrying from a read if it is not. It starts from the claim this process
+// remembers holding with token, if any (pipeline.go), and otherwise from a
+// read of the stream leader.
+func (l *Ledger) update(ctx context.Context, op string, key dedupe.Key, token uint64, fn func(cur *ledger.Record, now time.Time) (ledger.Record, error)) error {
 	if l.closed.Load() {
 		return ledger.ErrClosed
 	}
 	ctx, cancel := withTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	fail := func(err error) error { return wrapErr(fmt.Sprint(op, " ", key), err) }
+	h, remembered := l.holds.get(key, token)
 	for range maxConflictRetries {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
-		cur, rev, err := l.read(ctx, key)
-		if err != nil {
-			return fail(err)
+		cur, rev := &h.rec, h.rev
+		if !remembered {
+			var err error
+			if cur, rev, err = l.read(ctx, key); err != nil {
+				return fail(err)
+			}
 		}
-		rec, err := fn(cur, l.opts.Clock.Now())
+		remembered = false
+		now := l.opts.Clock.Now()
+		rec, err := fn(cur, now)
 		if err != nil {
 			return err
 		}
-		ok, err := l.write(ctx, &rec, rev)
+		seq, ok, err := l.write(ctx, &rec, rev)
 		if err != nil {
+			l.holds.forget(key)
 			return fail(err)
 		}
 		if ok {
+			l.holds.set(&rec, seq, now)
 			return nil
 		}
 	}
@@ -323,14 +352,14 @@ func (l *Ledger) update(ctx context.Context, op string, key dedupe.Key, fn func(
 }
 
 // write stores rec if the latest revision of its key is still rev (0: the
-// key has never been written, or has expired). It reports false if another
-// writer got there first.
-func (l *Ledger) write(ctx context.Context, rec *ledger.Record, rev uint64) (bool, error) {
-	_, err := l.kv.Update(ctx, rec.Key.String(), ledgerproto.Append(nil, rec), rev)
+// key has never been written, or has expired), and returns the revision it
+// got. It reports false if another writer got there first.
+func (l *Ledger) write(ctx context.Context, rec *ledger.Record, rev uint64) (uint64, bool, error) {
+	seq, err := l.kv.Update(ctx, rec.Key.String(), ledgerproto.Append(nil, rec), rev)
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return false, nil
+		return 0, false, nil
 	}
-	return err == nil, err
+	return seq, err == nil, err
 }
 
 // Get implements ledger.Ledger.

@@ -2,13 +2,12 @@ package jskvstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/kvlast"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/ledgerproto"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -26,28 +25,9 @@ import (
 // from the leader. Begin's first read may be stale, because every verdict it
 // can lead to is safe: "held" or "done" from an older revision only delays a
 // retry (done is final, and a lease seen live was live), and a claim made on
-// it fails its revision check; after that Begin reads from the leader.
-
-// msgGetRequest is the body of a STREAM.MSG.GET request.
-type msgGetRequest struct {
-	LastFor string `json:"last_by_subj"`
-}
-
-// msgGetResponse is the reply to a STREAM.MSG.GET request.
-type msgGetResponse struct {
-	Error   *jetstream.APIError `json:"error,omitempty"`
-	Message *struct {
-		Subject  string `json:"subject"`
-		Sequence uint64 `json:"seq"`
-		Header   []byte `json:"hdrs,omitempty"`
-		Data     []byte `json:"data,omitempty"`
-	} `json:"message,omitempty"`
-}
-
-// Headers that mark a KV message as a tombstone rather than a value.
-const (
-	kvOperationHeader = "KV-Operation" // DEL or PURGE, from Delete and Purge
-)
+// it fails its revision check; after that Begin reads from the leader. A
+// "failed" is not final (Clear makes the key new again), so Begin confirms
+// it with the leader before it answers it.
 
 // readAny returns the record of key as some replica has it, possibly out of
 // date, and its revision. cur is nil if the key has no record, or its
@@ -75,40 +55,18 @@ func (l *Ledger) readAny(ctx context.Context, key dedupe.Key) (cur *ledger.Recor
 // it has expired on the ledger's clock: the deciding functions treat it as
 // absent.
 func (l *Ledger) read(ctx context.Context, key dedupe.Key) (cur *ledger.Record, rev uint64, err error) {
-	req, err := json.Marshal(msgGetRequest{LastFor: l.keySubj + key.String()})
+	e, err := l.last.Get(ctx, key.String())
+	switch {
+	case errors.Is(err, kvlast.ErrHeaders):
+		return nil, 0, fmt.Errorf("%w: %w", ledger.ErrCorruptRecord, err)
+	case err != nil:
+		return nil, 0, err
+	case !e.Found:
+		return nil, e.Revision, nil
+	}
+	rec, err := ledgerproto.Decode(key, e.Value)
 	if err != nil {
 		return nil, 0, err
 	}
-	msg, err := l.nc.RequestWithContext(ctx, l.getSubj, req)
-	if err != nil {
-		return nil, 0, err
-	}
-	var resp msgGetResponse
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, 0, fmt.Errorf("decoding message-get response: %w", err)
-	}
-	if resp.Error != nil {
-		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-			return nil, 0, nil
-		}
-		return nil, 0, resp.Error
-	}
-	m := resp.Message
-	if m == nil {
-		return nil, 0, errors.New("message-get response without a message")
-	}
-	if len(m.Header) > 0 {
-		h, err := nats.DecodeHeadersMsg(m.Header)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%w: key %v: headers: %w", ledger.ErrCorruptRecord, key, err)
-		}
-		if h.Get(kvOperationHeader) != "" || h.Get(jetstream.MarkerReasonHeader) != "" {
-			return nil, m.Sequence, nil
-		}
-	}
-	rec, err := ledgerproto.Decode(key, m.Data)
-	if err != nil {
-		return nil, 0, err
-	}
-	return &rec, m.Sequence, nil
+	return &rec, e.Revision, nil
 }

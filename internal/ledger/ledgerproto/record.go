@@ -125,7 +125,7 @@ func Decode(key dedupe.Key, b []byte) (ledger.Record, error) {
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailing bytes")
 	}
-	if r.err == nil && (rec.State < ledger.StatePending || rec.State > ledger.StateFailed) {
+	if r.err == nil && (rec.State < ledger.StatePending || rec.State > ledger.StateCleared) {
 		r.fail("unknown state")
 	}
 	if r.err != nil {

@@ -67,6 +67,10 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"InvalidArguments", s.testInvalidArguments},
 		{"Closed", s.testClosed},
 		{"RaceBegin", s.testRaceBegin},
+		{"Clear", s.testClear},
+		{"ClearRefuses", s.testClearRefuses},
+		{"ClearMismatch", s.testClearMismatch},
+		{"RaceClear", s.testRaceClear},
 	} {
 		t.Run(tt.name, tt.fn)
 	}

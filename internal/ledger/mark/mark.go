@@ -1,6 +1,6 @@
 // Package mark holds what package dedupe and the ledger's Do machinery
-// (package ledger, which imports dedupe) must both see: the context mark of
-// taken-over work and the error type of Permanent. It imports nothing, so
+// (package ledger, which imports dedupe) must both see: the context marks of
+// taken-over work and of the intent, and the error type of Permanent. It imports nothing, so
 // that dedupe can import it without a cycle.
 package mark
 
@@ -19,6 +19,17 @@ func TakenOver(ctx context.Context) bool {
 	v, _ := ctx.Value(takenOverKey{}).(bool)
 	return v
 }
+
+type intentKey struct{}
+
+// WithIntent returns ctx carrying in, the dedupe.Intent whose work ctx is
+// that of (held as any: this package cannot import dedupe).
+func WithIntent(ctx context.Context, in any) context.Context {
+	return context.WithValue(ctx, intentKey{}, in)
+}
+
+// Intent returns what WithIntent put on ctx, or nil.
+func Intent(ctx context.Context) any { return ctx.Value(intentKey{}) }
 
 // PermanentError is the error dedupe.Permanent returns: Err, marked final.
 type PermanentError struct {

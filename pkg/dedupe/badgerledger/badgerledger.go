@@ -69,8 +69,8 @@ func Open(dir string, opts Options) (*Ledger, error) {
 }
 
 // Do implements [dedupe.Ledger].
-func (l *Ledger) Do(ctx context.Context, key dedupe.Key, fn func(ctx context.Context) (dedupe.Result, error), opts dedupe.DoOptions) (res dedupe.Result, ran bool, err error) {
-	return ledger.Do(ctx, l.l, key, fn, opts)
+func (l *Ledger) Do(ctx context.Context, in dedupe.Intent, fn func(ctx context.Context) (dedupe.Result, error), opts dedupe.DoOptions) (res dedupe.Result, ran bool, err error) {
+	return ledger.Do(ctx, l.l, in, fn, opts)
 }
 
 // Close closes the ledger and its database; later calls fail.

@@ -27,7 +27,7 @@ func TestReopen(t *testing.T) {
 	if _, err := badgerledger.Open(dir, badgerledger.Options{}); err == nil {
 		t.Error("a second Open of a held directory succeeded")
 	}
-	res, ran, err := l.Do(ctx, key, func(context.Context) (dedupe.Result, error) {
+	res, ran, err := l.Do(ctx, dedupe.Intent{Key: key}, func(context.Context) (dedupe.Result, error) {
 		return dedupe.Result{DownstreamID: "INC-1", Response: []byte("opened")}, nil
 	}, dedupe.DoOptions{})
 	if err != nil || !ran || res.DownstreamID != "INC-1" {
@@ -36,7 +36,7 @@ func TestReopen(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if _, _, err := l.Do(ctx, key, nil, dedupe.DoOptions{}); err == nil {
+	if _, _, err := l.Do(ctx, dedupe.Intent{Key: key}, nil, dedupe.DoOptions{}); err == nil {
 		t.Error("Do after Close succeeded")
 	}
 
@@ -45,7 +45,7 @@ func TestReopen(t *testing.T) {
 		t.Fatalf("Open after Close: %v", err)
 	}
 	defer l.Close()
-	res, ran, err = l.Do(ctx, key, func(context.Context) (dedupe.Result, error) {
+	res, ran, err = l.Do(ctx, dedupe.Intent{Key: key}, func(context.Context) (dedupe.Result, error) {
 		t.Error("committed work ran again after a reopen")
 		return dedupe.Result{}, nil
 	}, dedupe.DoOptions{})

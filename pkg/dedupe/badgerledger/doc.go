@@ -7,10 +7,10 @@
 //	}
 //	defer ledger.Close()
 //	in, err := keyer.Intent(payload)
-//	res, ran, err := ledger.Do(ctx, in.Key, func(ctx context.Context) (dedupe.Result, error) {
+//	res, ran, err := ledger.Do(ctx, in, func(ctx context.Context) (dedupe.Result, error) {
 //		id, err := openTicket(ctx, in.Key.String())
 //		return dedupe.Result{DownstreamID: id}, err
-//	}, dedupe.DoOptions{Fingerprint: in.Fingerprint})
+//	}, dedupe.DoOptions{})
 //
 // [Ledger] documents what is durable when. Several processes sharing work
 // use the JetStream KV ledger (package jskv) instead; the two keep the same

@@ -30,7 +30,7 @@ func ExampleOpen() {
 		return dedupe.Result{DownstreamID: "INC-4411"}, nil
 	}
 	for range 3 {
-		res, ran, err := ledger.Do(ctx, key, open, dedupe.DoOptions{})
+		res, ran, err := ledger.Do(ctx, dedupe.Intent{Key: key}, open, dedupe.DoOptions{})
 		fmt.Printf("%q ran=%v err=%v\n", res.DownstreamID, ran, err)
 	}
 
@@ -39,11 +39,11 @@ func ExampleOpen() {
 		return dedupe.Result{}, dedupe.Permanent(errors.New("card declined"))
 	}
 	for range 2 {
-		_, _, err := ledger.Do(ctx, declined, charge, dedupe.DoOptions{})
+		_, _, err := ledger.Do(ctx, dedupe.Intent{Key: declined}, charge, dedupe.DoOptions{})
 		fmt.Println(err, errors.Is(err, dedupe.ErrGivenUp))
 	}
 	// Output:
-	// "" ran=false err=tracker unavailable
+	// "" ran=true err=tracker unavailable
 	// "INC-4411" ran=true err=<nil>
 	// "INC-4411" ran=false err=<nil>
 	// card declined false

@@ -8,10 +8,10 @@
 //	...
 //	defer ledger.Close()
 //	in, err := keyer.Intent(payload)
-//	res, ran, err := ledger.Do(ctx, in.Key, func(ctx context.Context) (dedupe.Result, error) {
+//	res, ran, err := ledger.Do(ctx, in, func(ctx context.Context) (dedupe.Result, error) {
 //		id, err := openTicket(ctx, in.Key.String())
 //		return dedupe.Result{DownstreamID: id}, err
-//	}, dedupe.DoOptions{Fingerprint: in.Fingerprint})
+//	}, dedupe.DoOptions{})
 //
 // [Ledger] implements [dedupe.Ledger] and keeps the same records as the
 // Badger ledger (package badgerledger), deciding with the same code, so the

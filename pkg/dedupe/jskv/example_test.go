@@ -67,7 +67,7 @@ func ExampleNew() {
 		return dedupe.Result{DownstreamID: fmt.Sprintf("INC-%d", 4410+incidents)}, nil
 	}
 	for _, l := range []*jskv.Ledger{a, b} {
-		res, ran, err := l.Do(ctx, key, open, dedupe.DoOptions{})
+		res, ran, err := l.Do(ctx, dedupe.Intent{Key: key}, open, dedupe.DoOptions{})
 		fmt.Println(res.DownstreamID, ran, err)
 	}
 	fmt.Println("incidents opened:", incidents)

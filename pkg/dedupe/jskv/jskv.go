@@ -64,8 +64,8 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Ledger, er
 }
 
 // Do implements [dedupe.Ledger].
-func (l *Ledger) Do(ctx context.Context, key dedupe.Key, fn func(ctx context.Context) (dedupe.Result, error), opts dedupe.DoOptions) (res dedupe.Result, ran bool, err error) {
-	return ledger.Do(ctx, l.l, key, fn, opts)
+func (l *Ledger) Do(ctx context.Context, in dedupe.Intent, fn func(ctx context.Context) (dedupe.Result, error), opts dedupe.DoOptions) (res dedupe.Result, ran bool, err error) {
+	return ledger.Do(ctx, l.l, in, fn, opts)
 }
 
 // Close releases the ledger; later calls fail. It does not close the

@@ -46,7 +46,7 @@ func TestNew(t *testing.T) {
 	runs := 0
 	fn := func(context.Context) (dedupe.Result, error) { runs++; return dedupe.Result{DownstreamID: "once"}, nil }
 	for _, l := range []*jskv.Ledger{a, b} {
-		if res, _, err := l.Do(ctx, dedupe.Key{1}, fn, dedupe.DoOptions{}); err != nil || res.DownstreamID != "once" {
+		if res, _, err := l.Do(ctx, dedupe.Intent{Key: dedupe.Key{1}}, fn, dedupe.DoOptions{}); err != nil || res.DownstreamID != "once" {
 			t.Errorf("Do = %+v, %v", res, err)
 		}
 	}

@@ -20,7 +20,7 @@ import (
 // An order published three times (the shop retried, with a new delivery
 // id each time) is charged once. (The example starts a JetStream server in
 // the process.)
-func ExampleHandler() {
+func ExampleConsume() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "jsonce-example")
 	if err != nil {
@@ -63,11 +63,13 @@ func ExampleHandler() {
 		log.Fatal(err)
 	}
 	var charges atomic.Int64
-	h := jsonce.Handler(ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
-		n := charges.Add(1) // the charge, sent with the intent key as its idempotency key
+	var idempotencyKey atomic.Value
+	cc, err := jsonce.Consume(ctx, cons, ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
+		in, _ := dedupe.IntentFrom(ctx)
+		idempotencyKey.Store(in.Key.String()) // sent with the charge
+		n := charges.Add(1)
 		return dedupe.Result{DownstreamID: fmt.Sprintf("ch_%d", n)}, nil
 	}, jsonce.Options{})
-	cc, err := cons.Consume(h)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -86,6 +88,8 @@ func ExampleHandler() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Println("charges:", charges.Load())
+	fmt.Println("idempotency key:", idempotencyKey.Load())
 	// Output:
 	// charges: 1
+	// idempotency key: 1dc993662c7347973594f9dc141c41be
 }

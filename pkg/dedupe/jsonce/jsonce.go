@@ -3,11 +3,13 @@
 // however often its trigger is redelivered or published again.
 //
 //	keyer, _ := dedupe.NewKeyer(dedupe.KeySpec{Pipeline: "billing", Step: "charge", Fields: []string{"/invoice"}})
-//	h := jsonce.Handler(ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
-//		id, err := charge(ctx, m.Data()) // send the intent key along as an idempotency key
+//	cc, err := jsonce.Consume(ctx, cons, ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
+//		in, _ := dedupe.IntentFrom(ctx)
+//		id, err := charge(ctx, m.Data(), in.Key.String()) // the intent key as the charge's idempotency key
 //		return dedupe.Result{DownstreamID: id}, err
 //	}, jsonce.Options{})
-//	cc, _ := cons.Consume(h)
+//	...
+//	defer cc.Stop() // ends the contexts of the handlers still running
 //
 // The wrapped handler acks, naks and terms the message itself, as
 // Oncegate's consumer decides: a duplicate of committed work is acked
@@ -21,15 +23,21 @@
 // retry (or,
 // wrapped with dedupe.Permanent, terms it and records the work given up);
 // a message that cannot be keyed is termed. While the handler runs, the
-// message is kept in progress and the ledger lease renewed. The handler's
-// context reports [dedupe.TakenOver] when its intent's previous holder died
-// mid-work, so that a one-shot effect can reconcile first.
+// message is kept in progress and the ledger lease renewed.
+//
+// The handler's context carries its intent ([dedupe.IntentFrom]: pass the
+// key downstream as the effect's idempotency key), reports
+// [dedupe.TakenOver] when its intent's previous holder died mid-work (so
+// that a one-shot effect can reconcile first), and ends when the work is
+// no longer the handler's: its lease taken over or run out, or the
+// consumption stopped ([Consume]'s Stop or context, [Handler]'s context).
 package jsonce
 
 import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -57,12 +65,54 @@ type Options struct {
 	OnTerm func(m jetstream.Msg, err error)
 }
 
+// Consume runs fn once per intent of the messages of cons, as [Handler]
+// does, and returns the consumption's control: its Stop also ends the
+// context of every handler still running (their work is released, and
+// their messages come back), as does the end of ctx; its Drain lets them
+// finish. The options of cons.Consume may follow.
+func Consume(ctx context.Context, cons jetstream.Consumer, l dedupe.Ledger, keyer *dedupe.Keyer, fn func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error), opts Options, copts ...jetstream.PullConsumeOpt) (jetstream.ConsumeContext, error) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	cc, err := cons.Consume(Handler(hctx, l, keyer, fn, opts), copts...)
+	if err != nil {
+		cancel(nil)
+		return nil, err
+	}
+	s := &stopper{ConsumeContext: cc, cancel: cancel}
+	s.after = context.AfterFunc(ctx, s.halt)
+	return s, nil
+}
+
+// errStopped is the cause of the end of the handlers' context on Stop.
+var errStopped = errors.New("jsonce: consumption stopped")
+
+// stopper is the ConsumeContext Consume returns.
+type stopper struct {
+	jetstream.ConsumeContext
+	cancel context.CancelCauseFunc
+	after  func() bool // unregisters halt from the end of Consume's ctx
+	once   sync.Once
+}
+
+// Stop ends the handlers' context, then stops the consumption.
+func (s *stopper) Stop() {
+	s.after()
+	s.halt()
+}
+
+func (s *stopper) halt() {
+	s.once.Do(func() {
+		s.cancel(errStopped)
+		s.ConsumeContext.Stop()
+	})
+}
+
 // Handler returns a jetstream.MessageHandler that runs fn once per intent
 // of the messages it gets, keyed by keyer, through l (a
-// *badgerledger.Ledger, or a *jskv.Ledger for several processes). fn's context is
-// cancelled if the lease is taken over (the work is then another
-// worker's).
-func Handler(l dedupe.Ledger, keyer *dedupe.Keyer, fn func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error), opts Options) jetstream.MessageHandler {
+// *badgerledger.Ledger, or a *jskv.Ledger for several processes). fn's
+// context is derived from ctx: cancel ctx when the consumption stops (or
+// use [Consume], which does). It also ends if the lease is taken over or
+// runs out (the work is then another worker's).
+func Handler(ctx context.Context, l dedupe.Ledger, keyer *dedupe.Keyer, fn func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error), opts Options) jetstream.MessageHandler {
 	if opts.Owner == "" {
 		opts.Owner = "jsonce"
 	}
@@ -92,12 +142,11 @@ func Handler(l dedupe.Ledger, keyer *dedupe.Keyer, fn func(ctx context.Context, 
 			ref = meta.Stream + ":" + strconv.FormatUint(meta.Sequence.Stream, 10)
 		}
 		owner := opts.Owner + "#" + ref
-		ctx := context.Background()
-		_, _, err = l.Do(ctx, in.Key, func(ctx context.Context) (dedupe.Result, error) {
+		_, _, err = l.Do(ctx, in, func(ctx context.Context) (dedupe.Result, error) {
 			stop := keepInProgress(m, opts.Lease/3)
 			defer stop()
 			return fn(ctx, m)
-		}, dedupe.DoOptions{Owner: owner, Fingerprint: in.Fingerprint, Lease: opts.Lease, NoWait: true})
+		}, dedupe.DoOptions{Owner: owner, Lease: opts.Lease, NoWait: true})
 		var held *dedupe.HeldError
 		switch {
 		case err == nil:

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,7 +30,7 @@ func TestHandlerOnce(t *testing.T) {
 	orders := map[string]string{} // intent key -> order id
 	failOnce := map[string]bool{"o-3": true}
 	var termed []string
-	h := jsonce.Handler(ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
+	h := jsonce.Handler(ctx, ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
 		in, _ := keyer.Intent(m.Data())
 		mu.Lock()
 		defer mu.Unlock()
@@ -137,7 +139,7 @@ func TestDuplicateWaitsForHeldWork(t *testing.T) {
 	var mu sync.Mutex
 	deliveries := map[string]int{} // by delivery field
 	var runs int
-	h := jsonce.Handler(ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
+	h := jsonce.Handler(ctx, ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
 		mu.Lock()
 		runs++
 		mu.Unlock()
@@ -205,4 +207,55 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestConsumeStop: Stop ends the context of a handler still running (it
+// ran on until its work was done, holding its claim), whose work is then
+// released: the message comes back to the next consumption, which does
+// the work.
+func TestConsumeStop(t *testing.T) {
+	ctx := context.Background()
+	js, cons, ledger, keyer := orders(t)
+	started := make(chan dedupe.Intent, 1)
+	ended := make(chan error, 1)
+	cc, err := jsonce.Consume(ctx, cons, ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
+		in, _ := dedupe.IntentFrom(ctx)
+		started <- in
+		select {
+		case <-ctx.Done():
+			ended <- context.Cause(ctx)
+			return dedupe.Result{}, ctx.Err()
+		case <-time.After(20 * time.Second):
+			ended <- nil
+			return dedupe.Result{}, errors.New("the handler's context did not end")
+		}
+	}, jsonce.Options{RetryDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte(`{"order":"o-9"}`)
+	if _, err := js.Publish(ctx, "orders.new", payload); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := keyer.Intent(payload)
+	if in := <-started; in != want {
+		t.Errorf("IntentFrom(handler's ctx) = %v; want %v", in, want)
+	}
+	cc.Stop()
+	if cause := <-ended; cause == nil || !strings.Contains(cause.Error(), "stopped") {
+		t.Fatalf("the handler's context ended with %v; want it ended by Stop", cause)
+	}
+	var runs atomic.Int64
+	cc2, err := jsonce.Consume(ctx, cons, ledger, keyer, func(ctx context.Context, m jetstream.Msg) (dedupe.Result, error) {
+		runs.Add(1)
+		return dedupe.Result{DownstreamID: "ch_9"}, nil
+	}, jsonce.Options{RetryDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc2.Stop()
+	waitUntil(t, "the message to be done by the next consumption", func() bool {
+		info, err := cons.Info(ctx)
+		return runs.Load() == 1 && err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
 }

@@ -1,4 +1,4 @@
-//go:build amd64 && linux && !purego
+//go:build amd64 && linux && !purego && !oncegate_nocounter
 
 #include "textflag.h"
 

@@ -1,4 +1,9 @@
-//go:build !amd64 || !linux || purego
+//go:build !amd64 || !linux || purego || oncegate_nocounter
+
+// No time-stamp counter: off amd64 Linux, in purego builds, and in
+// builds with -tags oncegate_nocounter, which keep every window on the
+// monotonic clock (bench/window builds so to measure what the counter is
+// worth).
 
 package window
 

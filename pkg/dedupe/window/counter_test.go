@@ -4,8 +4,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/oncegate/oncegate/internal/windowclock"
 )
 
 // TestMonoNanos checks the window's default clock against the monotonic
@@ -136,24 +134,31 @@ func TestCounterBroken(t *testing.T) {
 	}
 }
 
-// TestNoCounter checks that windowclock.NoCounter keeps a window on the
-// monotonic clock, whatever the machine offers, and that Options.Now is the
-// clock when set.
-func TestNoCounter(t *testing.T) {
-	windowclock.NoCounter.Store(true)
-	w, err := New(Options{TTL: time.Minute})
-	windowclock.NoCounter.Store(false)
-	if err != nil {
-		t.Fatal(err)
+// TestClockSource checks which clock a window reads: Options.Now when set;
+// the counter for a window of a minute where this machine's monotonic clock
+// is kept with it (not in an oncegate_nocounter build: see
+// TestNoCounterBuild); the monotonic clock for a unit under counterMinUnit.
+func TestClockSource(t *testing.T) {
+	wantMinute := "monotonic"
+	if hasCounter && kernelKeepsTimeWithCounter() && !counter.broken.Load() {
+		wantMinute = "counter"
 	}
-	if src := windowclock.Source(w); src != "monotonic" {
-		t.Fatalf("with NoCounter the window reads the %s clock", src)
+	tests := []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"a minute", Options{TTL: time.Minute}, wantMinute},
+		{"a unit under counterMinUnit", Options{TTL: 32 * (counterMinUnit - 1)}, "monotonic"},
+		{"Options.Now", Options{TTL: time.Minute, Now: time.Now}, "option"},
 	}
-	w, err = New(Options{TTL: time.Minute, Now: time.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if src := windowclock.Source(w); src != "option" {
-		t.Fatalf("with Options.Now the window reads the %s clock", src)
+	for _, tt := range tests {
+		w, err := New(tt.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if src := w.clockSource(); src != tt.want {
+			t.Errorf("%s: the window reads the %s clock; want %s", tt.name, src, tt.want)
+		}
 	}
 }

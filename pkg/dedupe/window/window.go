@@ -7,8 +7,6 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
-
-	"github.com/oncegate/oncegate/internal/windowclock"
 )
 
 // Window defaults.
@@ -52,7 +50,9 @@ type Options struct {
 	// is recalibrated against the monotonic clock every 10ms, never strays
 	// from it by more than a few microseconds, and the window adds 50µs to
 	// its TTL to cover that. On a machine whose counter is not to be
-	// trusted, set Now to time.Now.
+	// trusted, set Now to time.Now, or build with -tags oncegate_nocounter
+	// (which keeps every window on the monotonic clock; bench/window
+	// compares the two clocks so).
 	Now func() time.Time
 }
 
@@ -134,13 +134,14 @@ type Window struct {
 	// Counters: each costs a locked instruction, so new keys (the common
 	// case) count nothing; Stats derives what it can from the table.
 	hits, evictions, expired [stripes]paddedCounter
+
+	// testClaimed is nil but in tests of this package, which set it on
+	// their window to run between a pending claim and the rival check, to
+	// stage the interleavings the check resolves.
+	testClaimed func(l loc, target int)
 }
 
 type bucket [slotsPerBucket]atomic.Uint64
-
-// testHookClaimed, when set by a test, runs between a pending claim and the
-// rival check, so tests can stage the interleavings the check resolves.
-var testHookClaimed func(l loc, target int)
 
 type paddedCounter struct {
 	n atomic.Uint64
@@ -194,7 +195,7 @@ func New(opts Options) (*Window, error) {
 	w.unitShift = uint(63 - bits.LeadingZeros64(uint64(opts.TTL/32)))
 	unit := int64(1) << w.unitShift
 	ttl := int64(opts.TTL)
-	if w.clock == nil && !windowclock.NoCounter.Load() && unit >= counterMinUnit && counterUsable() {
+	if w.clock == nil && unit >= counterMinUnit && counterUsable() {
 		// The counter's time may stray from the monotonic clock's by a few
 		// microseconds; the slack keeps every key for at least TTL.
 		w.fast = true
@@ -233,10 +234,6 @@ func (w *Window) capacity() int { return int(w.nb * keysPerBucket) }
 
 // bytes returns the memory held by the window's table.
 func (w *Window) bytes() int { return int(w.nb * slotsPerBucket * 8) }
-
-func init() {
-	windowclock.Source = func(w any) string { return w.(*Window).clockSource() }
-}
 
 // clockSource names the clock the window reads: "counter" (the CPU's
 // time-stamp counter, see Options.Now), "monotonic" (the process's
@@ -578,8 +575,8 @@ retry:
 		w.expired[l.stripe].n.Add(1)
 	}
 
-	if testHookClaimed != nil {
-		testHookClaimed(l, target)
+	if w.testClaimed != nil {
+		w.testClaimed(l, target)
 	}
 
 	// Phase 3: a rival add of k may have claimed another candidate while we

@@ -486,8 +486,8 @@ func TestWindowRivalCheck(t *testing.T) {
 			l.b1[0].Store(w.word(other, statePending, 0))
 			l.b2[0].Store(w.word(other|w.altBit, statePending, 0))
 			rivalP := -1
-			testHookClaimed = func(hl loc, target int) {
-				testHookClaimed = nil
+			w.testClaimed = func(hl loc, target int) {
+				w.testClaimed = nil
 				p, state := tt.rival(w, target)
 				if p == target-1 {
 					p = 0 // the free slot before the claim in its bucket
@@ -499,7 +499,6 @@ func TestWindowRivalCheck(t *testing.T) {
 				s.Store(w.word(id, state, uint64(c.Now().Sub(w.base))>>w.unitShift))
 				rivalP = p
 			}
-			defer func() { testHookClaimed = nil }()
 			if got := w.SeenOrAdd(k); got != tt.wantSeen {
 				t.Errorf("SeenOrAdd = %v; want %v", got, tt.wantSeen)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/internal/natstest"
+	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 	"github.com/oncegate/oncegate/pkg/llmcache/jsstore"
 )
@@ -57,6 +58,41 @@ func BenchmarkLargeAnswer(b *testing.B) {
 				v, err := obs.GetBytes(ctx, k.String())
 				if err != nil || len(v) != size {
 					b.Fatalf("get: %d bytes, %v", len(v), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMiss makes one miss per op (a prompt not asked before) through
+// go-openai, the cache on the store and the stand-in model, side by side:
+// a paid answer kept in memory only until the bucket has it, and kept on
+// disk as well (Options.HoldDir: written before the store's write, removed
+// after it).
+func BenchmarkMiss(b *testing.B) {
+	s := natstest.RunServer(b)
+	js := connect(b, s.ClientURL())
+	m, err := standin.New(standin.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	url, stop, err := m.Start("127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	for _, bc := range []struct {
+		name string
+		dir  string
+	}{{"memory", ""}, {"holddir", b.TempDir()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := openCache(b, js, jsstore.Options{Bucket: "bench-miss-" + bc.name}, llmcache.Options{HoldDir: bc.dir})
+			cl := client(b, c, url)
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := cl.CreateChatCompletion(context.Background(), triage(fmt.Sprintf("Disk %d%% full on db-%d", i%100, i))); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

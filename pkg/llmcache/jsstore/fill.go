@@ -36,7 +36,7 @@ func parseClaim(v []byte) (held bool, lease time.Duration, owner []byte) {
 }
 
 // Fill implements llmcache.Filler; see the package documentation.
-func (s *Store) Fill(ctx context.Context, k llmcache.Key, wait time.Duration) (llmcache.Claim, []byte, error) {
+func (s *Store) Fill(ctx context.Context, k llmcache.Key, wait time.Duration, live func([]byte) bool) (llmcache.Claim, []byte, error) {
 	if s.closed.Load() {
 		return nil, nil, llmcache.ErrClosed
 	}
@@ -51,12 +51,15 @@ func (s *Store) Fill(ctx context.Context, k llmcache.Key, wait time.Duration) (l
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, nil, wrapErr("claim "+k.String(), err)
 	}
-	return s.await(ctx, k, wait)
+	return s.await(ctx, k, wait, live)
 }
 
-// await watches the answer and the claim of k until the answer is stored,
-// the claim can be taken, wait passes or ctx is done.
-func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration) (llmcache.Claim, []byte, error) {
+// await watches the answer and the claim of k until a live answer is
+// stored, the claim can be taken, wait passes or ctx is done. An answer
+// live rejects (the bucket keeps answers past the cache's TTL) is no
+// answer: the watch goes on to the claim, and takes it as for a new key,
+// so that two processes missing on an expired answer make one call.
+func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, live func([]byte) bool) (llmcache.Claim, []byte, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	key := claimKey(k)
@@ -121,7 +124,7 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration) (
 				cctx, cancel := withTimeout(ctx, s.opts.Timeout)
 				v, err := s.assemble(cctx, k, e.Value())
 				cancel()
-				if err == nil {
+				if err == nil && (live == nil || live(v)) {
 					return nil, v, nil
 				}
 			case key:

@@ -37,13 +37,26 @@
 // claim "f.<key>" (create-if-absent) and renews it every third of
 // Options.Lease while the call runs. A miss that finds the claim held
 // watches the answer and the claim: it returns the answer as soon as it is
-// stored; it takes the claim over (compare-and-set on the revision it saw)
+// stored (an answer past the cache's TTL, which the bucket keeps for the
+// margin of its own TTL, is none: the key is claimed as a new one is); it
+// takes the claim over (compare-and-set on the revision it saw)
 // when the holder releases it without an answer, or when the claim has
 // not been renewed for a whole lease since the server stamped its last
 // write (its holder died or was cut off); and after the cache's SharedWait
 // it gives up and calls the model itself. A claim's age is read against
 // the waiter's clock, so the clocks of the replicas and the servers must
 // agree to well within a lease (as the ledger's leases already ask).
+//
+// # Sealed answers
+//
+// With Options.Key every answer is sealed with AES-GCM (a random nonce per
+// answer, the cache key as additional data) before it is written, so the
+// servers, their replicas and backups hold no answer in plain text. The
+// bucket's metadata names the key by a check value: a store without the
+// key, or with another, is refused by New (llmcache.ErrEncryptionKey)
+// rather than write plain text beside sealed answers. The value format is
+// versioned by its first four bytes ("OGE1" sealed; an unsealed answer
+// under a key reads as a miss and is written again sealed).
 //
 // # Budgets
 //
@@ -60,6 +73,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +81,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/kvlast"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
@@ -133,16 +148,28 @@ type Options struct {
 	// answers are chunked. The default is the connection's max_payload
 	// less 8 KiB.
 	ChunkBytes int
+	// Key, if set, is an AES key (16, 24 or 32 bytes) that every answer
+	// is sealed with (AES-GCM, a random nonce per answer, the cache key
+	// as additional data) before it reaches the servers; budgets and fill
+	// claims, which hold no text, are not. The bucket's metadata names the
+	// key (by a check value), and New refuses, with an error wrapping
+	// llmcache.ErrEncryptionKey, a bucket sealed with another key, or a
+	// sealed bucket without one. A key given for a bucket written in plain
+	// text seals it from then on: its plain answers are read as misses. The
+	// default, nil, stores answers as they are.
+	Key []byte
 }
 
 // Store is an llmcache.Store and llmcache.Filler in JetStream KV. It is safe
 // for concurrent use.
 type Store struct {
 	nc        *nats.Conn
-	apiPrefix string
 	kv        jetstream.KeyValue // answers, chunks, claims
 	budgets   jetstream.KeyValue
+	last      *kvlast.Reader // kv's keys, from its stream leader
+	lastSpent *kvlast.Reader // budgets' keys, from its stream leader
 	opts      Options
+	seal      *sealer // nil without Options.Key
 	owner     [8]byte
 	closed    atomic.Bool
 	stop      chan struct{} // closed by Close: renewers stop
@@ -194,24 +221,39 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 		return nil, fmt.Errorf("%w: ChunkBytes %d does not fit the server's max_payload %d with %d bytes of headroom",
 			ErrInvalidOptions, opts.ChunkBytes, limit, headroom)
 	}
-	ctx, cancel := withTimeout(ctx, opts.Timeout)
-	defer cancel()
-	s := &Store{nc: nc, apiPrefix: apiPrefix(js.Options()), opts: opts, stop: make(chan struct{})}
-	rand.Read(s.owner[:])
-	var err error
-	if s.kv, err = bucket(ctx, js, opts, opts.Bucket, "Oncegate LLM cache: answers and fill claims", opts.TTL); err != nil {
+	seal, err := newSealer(opts.Key)
+	if err != nil {
 		return nil, err
 	}
-	if s.budgets, err = bucket(ctx, js, opts, opts.BudgetBucket, "Oncegate LLM cache: tokens spent per intent", opts.BudgetTTL); err != nil {
+	opts.Key = nil // the sealer holds it
+	ctx, cancel := withTimeout(ctx, opts.Timeout)
+	defer cancel()
+	s := &Store{
+		nc: nc, opts: opts, seal: seal, stop: make(chan struct{}),
+		last:      kvlast.NewReader(nc, js.Options(), opts.Bucket),
+		lastSpent: kvlast.NewReader(nc, js.Options(), opts.BudgetBucket),
+	}
+	rand.Read(s.owner[:])
+	var meta map[string]string
+	if seal != nil {
+		meta = map[string]string{metaEncryption: seal.id}
+	}
+	if s.kv, err = bucket(ctx, js, opts, opts.Bucket, "Oncegate LLM cache: answers and fill claims", opts.TTL, meta); err != nil {
+		return nil, err
+	}
+	if err := s.checkKey(ctx, js); err != nil {
+		return nil, err
+	}
+	if s.budgets, err = bucket(ctx, js, opts, opts.BudgetBucket, "Oncegate LLM cache: tokens spent per intent", opts.BudgetTTL, nil); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func bucket(ctx context.Context, js jetstream.JetStream, opts Options, name, desc string, ttl time.Duration) (jetstream.KeyValue, error) {
+func bucket(ctx context.Context, js jetstream.JetStream, opts Options, name, desc string, ttl time.Duration, meta map[string]string) (jetstream.KeyValue, error) {
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: name, Description: desc, History: 1, TTL: ttl,
-		Storage: opts.Storage, Replicas: opts.Replicas,
+		Storage: opts.Storage, Replicas: opts.Replicas, Metadata: meta,
 	})
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		kv, err = js.KeyValue(ctx, name)
@@ -223,6 +265,57 @@ func bucket(ctx context.Context, js jetstream.JetStream, opts Options, name, des
 		return nil, wrapErr("opening bucket "+name, err)
 	}
 	return kv, nil
+}
+
+// checkKey compares the key that seals the answers bucket, as its
+// metadata names it, with this store's (see Options.Key). A plain bucket
+// given a key is sealed from then on; it is read back after the update,
+// so that of two stores with different keys racing to seal it, the one
+// whose update was overwritten is refused too.
+func (s *Store) checkKey(ctx context.Context, js jetstream.JetStream) error {
+	have, err := s.sealedWith(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case s.seal == nil && have == "":
+		return nil
+	case s.seal == nil:
+		return fmt.Errorf("%w: bucket %s holds answers sealed with a key (%s), and this store has none; give it that key (encryption.key_file)",
+			llmcache.ErrEncryptionKey, s.opts.Bucket, have)
+	case have == "":
+		st, err := js.Stream(ctx, "KV_"+s.opts.Bucket)
+		if err != nil {
+			return wrapErr("sealing bucket "+s.opts.Bucket, err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.Metadata = maps.Clone(cfg.Metadata)
+		if cfg.Metadata == nil {
+			cfg.Metadata = map[string]string{}
+		}
+		cfg.Metadata[metaEncryption] = s.seal.id
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return wrapErr("sealing bucket "+s.opts.Bucket, err)
+		}
+		if have, err = s.sealedWith(ctx); err != nil {
+			return err
+		}
+	}
+	if have != s.seal.id {
+		return fmt.Errorf("%w: bucket %s holds answers sealed with another key (%s; this store's is %s)",
+			llmcache.ErrEncryptionKey, s.opts.Bucket, have, s.seal.id)
+	}
+	return nil
+}
+
+// sealedWith returns the key check value the answers bucket's metadata
+// names, or "" for a plain bucket.
+func (s *Store) sealedWith(ctx context.Context) (string, error) {
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return "", wrapErr("bucket "+s.opts.Bucket, err)
+	}
+	return st.Metadata()[metaEncryption], nil
 }
 
 func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
@@ -302,7 +395,7 @@ func (s *Store) Get(ctx context.Context, k llmcache.Key) ([]byte, error) {
 		return nil, wrapErr("get "+k.String(), err)
 	}
 	// A miss sends the call to the model: confirm it with the leader.
-	v, _, found, err := s.leaderRead(ctx, s.opts.Bucket, headKey(k))
+	v, _, found, err := s.leaderRead(ctx, s.last, headKey(k))
 	if err != nil {
 		return nil, wrapErr("get "+k.String(), err)
 	}
@@ -312,9 +405,19 @@ func (s *Store) Get(ctx context.Context, k llmcache.Key) ([]byte, error) {
 	return s.assemble(ctx, k, v)
 }
 
-// assemble returns the entry a head stands for: the head itself, or the
-// chunks it names.
+// assemble returns the entry a head stands for (the head itself, or the
+// chunks it names), opened if the store seals its answers.
 func (s *Store) assemble(ctx context.Context, k llmcache.Key, head []byte) ([]byte, error) {
+	v, err := s.gather(ctx, k, head)
+	if err != nil || s.seal == nil {
+		return v, err
+	}
+	return s.seal.open(k, v)
+}
+
+// gather returns the value a head stands for: the head itself, or the
+// chunks it names, joined.
+func (s *Store) gather(ctx context.Context, k llmcache.Key, head []byte) ([]byte, error) {
 	if len(head) != len(chunkMagic)+8+4+8 || string(head[:4]) != chunkMagic {
 		return head, nil
 	}
@@ -328,7 +431,7 @@ func (s *Store) assemble(ctx context.Context, k llmcache.Key, head []byte) ([]by
 	for i := range n {
 		// From the leader: a replica that served the head may lag on a
 		// chunk written before it, never the leader.
-		v, _, found, err := s.leaderRead(ctx, s.opts.Bucket, fmt.Sprintf("p.%s.%s.%d", k, gen, i))
+		v, _, found, err := s.leaderRead(ctx, s.last, fmt.Sprintf("p.%s.%s.%d", k, gen, i))
 		if err != nil {
 			return nil, wrapErr("get "+k.String(), err)
 		}
@@ -351,6 +454,9 @@ func (s *Store) Put(ctx context.Context, k llmcache.Key, entry []byte, _ time.Du
 	}
 	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	if s.seal != nil {
+		entry = s.seal.seal(k, entry)
+	}
 	head := entry
 	if len(entry) > s.opts.ChunkBytes {
 		var gen [8]byte
@@ -400,7 +506,7 @@ func (s *Store) Budget(ctx context.Context, id []byte) ([]byte, error) {
 	}
 	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	v, _, _, err := s.leaderRead(ctx, s.opts.BudgetBucket, budgetKey(id))
+	v, _, _, err := s.leaderRead(ctx, s.lastSpent, budgetKey(id))
 	if err != nil {
 		return nil, wrapErr("read budget", err)
 	}
@@ -418,7 +524,7 @@ func (s *Store) UpdateBudget(ctx context.Context, id []byte, _ time.Duration, up
 	defer cancel()
 	key := budgetKey(id)
 	for range maxConflictRetries {
-		old, rev, _, err := s.leaderRead(ctx, s.opts.BudgetBucket, key)
+		old, rev, _, err := s.leaderRead(ctx, s.lastSpent, key)
 		if err != nil {
 			return wrapErr("read budget", err)
 		}

@@ -1,6 +1,7 @@
 package jsstore_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -8,13 +9,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	openai "github.com/sashabaranov/go-openai"
@@ -45,9 +49,9 @@ func startModel(t *testing.T, opts standin.Options) *model {
 	return &model{s, url}
 }
 
-func connect(t testing.TB, url string) jetstream.JetStream {
+func connect(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name(t.Name()), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(t.Name()), nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatalf("connecting to %s: %v", url, err)
 	}
@@ -426,5 +430,403 @@ func TestUnreachableStoreRefuses(t *testing.T) {
 	}
 	if st := c.Stats(); len(st) != 1 || st[0].Unavailable != 1 {
 		t.Errorf("Stats %+v; want one Unavailable", st)
+	}
+}
+
+// TestExpiredAnswerOneCall: the answers bucket keeps an answer past the
+// cache's TTL (its own TTL has a margin), so a key whose answer expired
+// still has a head, and a released fill claim. Two replicas that miss on
+// it at once must claim the fill as for a new key: the model, which counts
+// its own calls, answers once, and both callers get that answer.
+func TestExpiredAnswerOneCall(t *testing.T) {
+	s := natstest.RunServer(t)
+	m := startModel(t, standin.Options{Latency: 300 * time.Millisecond})
+	so := jsstore.Options{Bucket: "expired", Lease: 2 * time.Second}
+	req := triage("Replica lag 40s on db-4")
+
+	// An answer stored two hours ago with a TTL of one: expired now.
+	past := openCache(t, connect(t, s.ClientURL()), so, llmcache.Options{
+		TTL: time.Hour, Clock: func() time.Time { return time.Now().Add(-2 * time.Hour) }})
+	if _, err := client(t, past, m.URL).CreateChatCompletion(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	replicas := []*llmcache.Cache{
+		openCache(t, connect(t, s.ClientURL()), so, llmcache.Options{}),
+		openCache(t, connect(t, s.ClientURL()), so, llmcache.Options{}),
+	}
+	before := m.Stats().Completions
+	var wg sync.WaitGroup
+	answers, hows := make([]string, 4), make([]string, 4)
+	errs := make([]error, 4)
+	start := make(chan struct{})
+	for i := range 4 {
+		wg.Go(func() {
+			<-start
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := client(t, replicas[i%2], m.URL).CreateChatCompletion(ctx, req)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			answers[i], hows[i] = r.Choices[0].Message.Content, r.Header().Get(llmcache.HeaderCache)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range 4 {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if answers[i] != answers[0] {
+			t.Errorf("caller %d got %q; want %q", i, answers[i], answers[0])
+		}
+	}
+	if n := m.Stats().Completions - before; n != 1 {
+		t.Errorf("model calls for the expired answer = %d (callers: %v); want 1", n, hows)
+	}
+}
+
+// TestHeldAnswerSurvivesRestart: the NATS server goes down while the model
+// answers, so the answer's write fails. The answer was paid for: it is held
+// in the process and written once the server is back. Asked again before
+// the restart (from memory) and after it (from the bucket, on this replica
+// and another), the model, which counts its own calls, is not called again.
+// StoreRetry is a nanosecond, so that a cache which gives the write up after it
+// shows, and the connection buffers nothing while it reconnects (a write
+// buffered then may be flushed to the server after all, or lost with it).
+func TestHeldAnswerSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := natstest.RunServer(t, func(o *server.Options) { o.StoreDir = dir })
+	port := s.Addr().(*net.TCPAddr).Port
+	m := startModel(t, standin.Options{})
+	var down sync.Once
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		down.Do(func() { s.Shutdown(); s.WaitForShutdown() })
+		m.ServeHTTP(w, r)
+	}))
+	t.Cleanup(model.Close)
+	url := model.URL + "/v1"
+
+	so := jsstore.Options{Bucket: "held", Timeout: time.Second}
+	co := llmcache.Options{StoreRetry: time.Nanosecond}
+	c := openCache(t, connect(t, s.ClientURL(), nats.ReconnectBufSize(-1)), so, co)
+	req := triage("Certificate for api.example.com expires in 2 days")
+	ask := func(c *llmcache.Cache, when string) (string, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		r, err := client(t, c, url).CreateChatCompletion(ctx, req)
+		if err != nil {
+			t.Errorf("%s: %v", when, err)
+			return "", ""
+		}
+		return r.Choices[0].Message.Content, r.Header().Get(llmcache.HeaderCacheKey)
+	}
+	first, key := ask(c, "the first call, the server going down")
+	if first == "" {
+		t.Fatal("no first answer")
+	}
+	held := func() (n int64) {
+		for _, st := range c.Stats() {
+			n += st.Held
+		}
+		return n
+	}
+	if n := held(); n != 1 {
+		t.Errorf("Stats().Held = %d while the server is down; want 1", n)
+	}
+	if got, _ := ask(c, "asked again while the server is down"); got != first {
+		t.Errorf("asked again while the server is down: %q; want the held answer %q", got, first)
+	}
+	if n := m.Stats().Completions; n != 1 {
+		t.Errorf("model calls before the restart = %d; want 1", n)
+	}
+
+	s = natstest.RunServer(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
+	js := connect(t, s.ClientURL())
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		kv, err := js.KeyValue(context.Background(), "held")
+		if err == nil {
+			if _, err = kv.Get(context.Background(), "a."+key); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the held answer was not in the bucket 15s after the restart: %v", err)
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for held() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := held(); n != 0 {
+		t.Errorf("Stats().Held = %d once the answer is stored; want 0", n)
+	}
+	if got, _ := ask(c, "asked again after the restart"); got != first {
+		t.Errorf("asked again after the restart: %q; want %q", got, first)
+	}
+	other := openCache(t, js, so, co)
+	if got, _ := ask(other, "another replica, after the restart"); got != first {
+		t.Errorf("another replica after the restart: %q; want %q", got, first)
+	}
+	if n := m.Stats().Completions; n != 1 {
+		t.Errorf("model calls = %d; want 1: a paid answer was paid again", n)
+	}
+}
+
+const (
+	holdChildNATS  = "JSSTORE_HOLD_NATS"
+	holdChildModel = "JSSTORE_HOLD_MODEL"
+	holdChildDir   = "JSSTORE_HOLD_DIR"
+)
+
+// TestHoldChild is the process TestPaidAnswerOutlivesKill kills: it asks
+// the model, whose answer comes as the NATS server goes down, says which
+// answer it got, and waits to be killed.
+func TestHoldChild(t *testing.T) {
+	url := os.Getenv(holdChildNATS)
+	if url == "" {
+		t.Skip("run by TestPaidAnswerOutlivesKill")
+	}
+	c := openCache(t, connect(t, url, nats.ReconnectBufSize(-1)), jsstore.Options{Bucket: "hold", Timeout: time.Second},
+		llmcache.Options{Endpoint: "model", HoldDir: os.Getenv(holdChildDir)})
+	r, err := client(t, c, os.Getenv(holdChildModel)).CreateChatCompletion(context.Background(), triage("Queue depth 12k on orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("answer %s %q\n", r.Header().Get(llmcache.HeaderCacheKey), r.Choices[0].Message.Content)
+	time.Sleep(time.Minute)
+	t.Fatal("not killed")
+}
+
+// TestPaidAnswerOutlivesKill (the full soaks' tokens past the bound): a
+// replica got the model's answer as the NATS server went down, so the
+// answer's write could not land, and was killed (SIGKILL) before the
+// server came back. The answer lived only in its memory: the next process
+// found nothing, and the intent's retry paid the model again. With a
+// HoldDir the answer waits on the replica's disk: the replica's next
+// process stores it, and another replica's call is a hit. The model,
+// which counts its own calls, answers once.
+func TestPaidAnswerOutlivesKill(t *testing.T) {
+	dir := t.TempDir()
+	s := natstest.RunServer(t, func(o *server.Options) { o.StoreDir = dir })
+	port := s.Addr().(*net.TCPAddr).Port
+	m := startModel(t, standin.Options{})
+	var down sync.Once
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		down.Do(func() { s.Shutdown(); s.WaitForShutdown() })
+		m.ServeHTTP(w, r)
+	}))
+	t.Cleanup(model.Close)
+
+	hold := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), holdChildNATS+"="+s.ClientURL(), holdChildModel+"="+model.URL+"/v1", holdChildDir+"="+hold)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "answer" {
+				got <- f
+				break
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	var key string
+	select {
+	case f := <-got:
+		key = f[1]
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("the child got no answer")
+	}
+	// The child has its answer, and the server is down: its write has not
+	// landed.
+	cmd.Process.Kill()
+	cmd.Wait()
+
+	s = natstest.RunServer(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
+	js := connect(t, s.ClientURL())
+	so := jsstore.Options{Bucket: "hold", Timeout: time.Second}
+	openCache(t, js, so, llmcache.Options{Endpoint: "model", HoldDir: hold}) // the replica's next process
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		kv, err := js.KeyValue(context.Background(), "hold")
+		if err == nil {
+			if _, err = kv.Get(context.Background(), "a."+key); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the killed replica's answer is not in the bucket 10s after its next start: %v", err)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	other := openCache(t, js, so, llmcache.Options{Endpoint: "model"})
+	r, err := client(t, other, model.URL+"/v1").CreateChatCompletion(context.Background(), triage("Queue depth 12k on orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if how := r.Header().Get(llmcache.HeaderCache); how != "hit" {
+		t.Errorf("another replica's call: %s; want a hit", how)
+	}
+	if n := m.Stats().Completions; n != 1 {
+		t.Errorf("model calls = %d; want 1: the killed replica's paid answer was paid again", n)
+	}
+	if left, _ := os.ReadDir(hold); len(left) != 0 {
+		t.Errorf("%d files left in HoldDir once the answer is stored; want none", len(left))
+	}
+}
+
+// TestCloseWithHeldAnswer: a cache closed while it holds an answer its
+// store refuses tries the write once more, then gives it up (counted as
+// not stored), and Close returns.
+func TestCloseWithHeldAnswer(t *testing.T) {
+	s := natstest.RunServer(t)
+	m := startModel(t, standin.Options{})
+	st, err := jsstore.New(context.Background(), connect(t, s.ClientURL(), nats.ReconnectBufSize(-1)), jsstore.Options{Bucket: "closing", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := llmcache.NewStore(st, llmcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.Shutdown()
+		s.WaitForShutdown()
+		m.ServeHTTP(w, r)
+	}))
+	t.Cleanup(model.Close)
+	if _, err := client(t, c, model.URL+"/v1").CreateChatCompletion(context.Background(), triage("Pod crash-looping: api-7")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if st := c.Stats(); len(st) != 1 || st[0].Held != 0 || st[0].NotStored != 1 || st[0].Stored != 0 {
+		t.Errorf("after Close: %+v; want Held 0, NotStored 1, Stored 0", st)
+	}
+}
+
+// rawValues returns every value under the answers bucket's keys matching
+// filter, as the servers hold them.
+func rawValues(t *testing.T, js jetstream.JetStream, bucket string) map[string][]byte {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for k := range keys.Keys() {
+		if e, err := kv.Get(ctx, k); err == nil {
+			out[k] = e.Value()
+		}
+	}
+	return out
+}
+
+// TestSealedAnswers: with Options.Key the answers (whole, and cut into
+// chunks) reach the servers sealed: no raw value, read with nats.go, holds
+// the answer's text, and another replica with the key reads them. A store
+// without the key, or with another, is refused on a sealed bucket; a
+// plain bucket given a key is sealed from then on, its plain answers read
+// as misses.
+func TestSealedAnswers(t *testing.T) {
+	s := natstest.RunServer(t)
+	m := startModel(t, standin.Options{})
+	js := connect(t, s.ClientURL())
+	key := bytes.Repeat([]byte{0x42}, 32)
+	so := jsstore.Options{Bucket: "sealed", ChunkBytes: 1024, Key: key}
+	a := openCache(t, js, so, llmcache.Options{})
+	long := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("explain the outage at length ", 60) + `"}]}`
+	short := `{"model":"m","messages":[{"role":"user","content":"Disk 91% full on db-9"}]}`
+	var texts []string
+	for _, body := range []string{long, short} {
+		how, b := postRaw(t, a, m.URL, body)
+		if how != "miss" {
+			t.Fatalf("first call: %s; want miss", how)
+		}
+		id := regexp.MustCompile(`chatcmpl-standin-[0-9a-f]+`).Find(b)
+		if id == nil || !bytes.Contains(b, []byte("[stand-in model]")) {
+			t.Fatalf("answer %q: want the stand-in's", b)
+		}
+		texts = append(texts, string(id), "[stand-in model]")
+	}
+	raw := rawValues(t, js, "sealed")
+	chunks := 0
+	for k, v := range raw {
+		if strings.HasPrefix(k, "p.") {
+			chunks++
+		}
+		for _, text := range texts {
+			if bytes.Contains(v, []byte(text)) {
+				t.Errorf("raw value %s holds %q", k, text)
+			}
+		}
+	}
+	if chunks == 0 {
+		t.Errorf("no chunks among %d values: the long answer was not cut", len(raw))
+	}
+
+	b := openCache(t, connect(t, s.ClientURL()), so, llmcache.Options{})
+	for _, body := range []string{long, short} {
+		if how, _ := postRaw(t, b, m.URL, body); how != "hit" {
+			t.Errorf("another replica with the key: %s; want hit", how)
+		}
+	}
+	if sum, err := b.Summary(); err != nil || sum.Answers != 2 {
+		t.Errorf("Summary through the key: %+v, %v; want 2 answers", sum, err)
+	}
+	if n := m.Stats().Completions; n != 2 {
+		t.Errorf("model calls = %d; want 2", n)
+	}
+
+	for _, tt := range []struct {
+		name string
+		key  []byte
+	}{{"no key", nil}, {"another key", bytes.Repeat([]byte{0x43}, 32)}} {
+		_, err := jsstore.New(context.Background(), js, jsstore.Options{Bucket: "sealed", Key: tt.key})
+		if !errors.Is(err, llmcache.ErrEncryptionKey) {
+			t.Errorf("%s on a sealed bucket: New error = %v; want ErrEncryptionKey", tt.name, err)
+		}
+	}
+	if _, err := jsstore.New(context.Background(), js, jsstore.Options{Bucket: "sealed", Key: key[:20]}); !errors.Is(err, jsstore.ErrInvalidOptions) {
+		t.Errorf("a 20-byte key: New error = %v; want ErrInvalidOptions", err)
+	}
+
+	// A plain bucket, then the key: its plain answer is a miss, asked
+	// again and written sealed; a store without the key is refused after.
+	plain := openCache(t, js, jsstore.Options{Bucket: "plain"}, llmcache.Options{})
+	postRaw(t, plain, m.URL, short)
+	sealed := openCache(t, js, jsstore.Options{Bucket: "plain", Key: key}, llmcache.Options{})
+	if how, _ := postRaw(t, sealed, m.URL, short); how != "miss" {
+		t.Errorf("a plain answer read with the key: %s; want miss", how)
+	}
+	for k, v := range rawValues(t, js, "plain") {
+		if strings.HasPrefix(k, "a.") && bytes.Contains(v, []byte("[stand-in model]")) {
+			t.Errorf("after the key, raw value %s is still plain", k)
+		}
+	}
+	if _, err := jsstore.New(context.Background(), js, jsstore.Options{Bucket: "plain"}); !errors.Is(err, llmcache.ErrEncryptionKey) {
+		t.Errorf("no key on a bucket sealed since: New error = %v; want ErrEncryptionKey", err)
 	}
 }

@@ -11,8 +11,9 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
+	"github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
+	"github.com/oncegate/oncegate/pkg/llmcache/llmtest"
 	"github.com/oncegate/oncegate/pkg/llmcache/ratelimit"
 )
 
@@ -21,21 +22,17 @@ import (
 // the cache without waiting; a new call would wait a minute, more than
 // MaxWait allows, and is refused at once.
 func Example() {
-	model, err := standin.New(standin.Options{})
+	model, err := llmtest.NewServer(llmtest.Options{}) // your provider, in production
 	if err != nil {
 		log.Fatal(err)
 	}
-	url, stop, err := model.Start("127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer stop()
+	defer model.Close()
 	dir, err := os.MkdirTemp("", "ratelimit-example")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	cache, err := llmcache.Open(dir, llmcache.Options{})
+	cache, err := badgerstore.Open(dir, llmcache.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -46,7 +43,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	cfg := openai.DefaultConfig("sk-...")
-	cfg.BaseURL = url
+	cfg.BaseURL = model.URL
 	cfg.HTTPClient = cache.HTTPClient(&http.Client{Transport: lim})
 	client := openai.NewClientWithConfig(cfg)
 

@@ -154,8 +154,10 @@ func TestPacesToTheLimit(t *testing.T) {
 		t.Errorf("%d requests in one second, want at most 26 (20/s + a burst of 2, +1, + jitter)", got)
 	}
 	// The last of n requests at 20/s after a burst of 2 is let through
-	// 1.9s after the first at the earliest.
-	if took := arrived[len(arrived)-1].Sub(start); took < time.Duration(n-2)*time.Second/20 {
+	// 1.9s after the first at the earliest; less one token's time (50ms)
+	// for the limiter's float arithmetic of tokens (CI once measured
+	// 1.8997s). Without the limiter the storm takes milliseconds.
+	if took := arrived[len(arrived)-1].Sub(start); took < time.Duration(n-3)*time.Second/20 {
 		t.Errorf("%d requests arrived within %v, faster than 20/s after a burst of 2", n, took)
 	}
 	if st.Waited <= 0 || st.Requests != n || st.Sent != n {

@@ -1,0 +1,455 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/outcome"
+	"github.com/oncegate/oncegate/internal/receiver"
+)
+
+// The alerts pipeline is the last mile under faults: Alertmanager-shaped
+// triggers, each alert firing (sent one to three times, as Alertmanager
+// repeats a notification) and most of them resolved later under the same
+// fingerprint, and a few alerts first seen resolved. The pipeline keys a
+// trigger by the alert's identity and its status (key.status), triages
+// firings with the model and skips the step for resolves (skip_when), and
+// routes: a critical firing to PagerDuty, any other firing to Slack, a
+// resolve of a critical alert to PagerDuty (event_action resolve, with
+// the firing's dedup_key) and Slack, any other resolve to Slack. PagerDuty
+// and Slack are the schema-checking receivers of package receiver, served
+// from this process; the pagerduty preset's effect is replayable (PagerDuty
+// collapses events by dedup_key), the slack preset's is one-shot, through
+// the outbox.
+
+const (
+	severityCritical = "critical"
+	severityWarning  = "warning"
+
+	statusFiring   = "firing"
+	statusResolved = "resolved"
+)
+
+// alertInfo is what an alerts intent is: a firing or a resolve of one
+// alert.
+type alertInfo struct {
+	fingerprint string
+	severity    string
+	status      string
+	firing      *intent // a resolve's firing, nil for an alert first seen resolved
+	resolve     *intent // a firing's resolve, if it gets one
+}
+
+// toPagerDuty and toSlack say where the pipeline's routes send an alerts
+// intent.
+func (a *alertInfo) toPagerDuty() bool { return a.severity == severityCritical }
+func (a *alertInfo) toSlack() bool {
+	return a.status == statusResolved || a.severity != severityCritical
+}
+
+// routeName is the route the intent should take.
+func (a *alertInfo) routeName() string {
+	switch {
+	case a.status == statusResolved && a.severity == severityCritical:
+		return "resolved-page"
+	case a.status == statusResolved:
+		return "resolved"
+	case a.severity == severityCritical:
+		return "page"
+	}
+	return "rest"
+}
+
+// needsModel reports whether an intent's work calls the model: an intent
+// of a pipeline with a model step, but not an alert's resolve.
+func needsModel(in *intent) bool {
+	if in.hostile != "" {
+		return false
+	}
+	if in.alert != nil {
+		return in.alert.status == statusFiring
+	}
+	return hasStep(in.pipeline)
+}
+
+// addAlerts draws n alerts with ids from next: each a firing, 70% of them
+// resolved 2 to 6s after their last firing copy, and one in 25 an alert
+// first seen resolved (never firing). The firings are spread over 85% of
+// pubWindow, so that the resolves go out within end.
+func addAlerts(rng *rand.Rand, w *workload, n, next int, pubWindow, end time.Duration) {
+	for j := range n {
+		sev := severityWarning
+		if rng.IntN(10) < 4 {
+			sev = severityCritical
+		}
+		fp := fmt.Sprintf("am-%06d", j)
+		at := time.Duration(float64(pubWindow) * 0.85 * (float64(j) + 0.5) / float64(n))
+		if j%25 == 24 {
+			in := &intent{id: next, pipeline: pAlerts, alert: &alertInfo{fingerprint: fp, severity: sev, status: statusResolved}}
+			next++
+			addAlertCopies(rng, w, in, at, 1+rng.IntN(2), end)
+			continue
+		}
+		firing := &intent{id: next, pipeline: pAlerts, alert: &alertInfo{fingerprint: fp, severity: sev, status: statusFiring}}
+		next++
+		last := addAlertCopies(rng, w, firing, at, 1+rng.IntN(3), end)
+		if rng.IntN(10) < 7 {
+			res := &intent{id: next, pipeline: pAlerts, alert: &alertInfo{fingerprint: fp, severity: sev, status: statusResolved, firing: firing}}
+			next++
+			firing.alert.resolve = res
+			addAlertCopies(rng, w, res, min(end, last+2*time.Second+time.Duration(rng.Int64N(int64(4*time.Second)))), 1+rng.IntN(2), end)
+		}
+	}
+}
+
+// addAlertCopies adds an alerts intent with copies publications from at:
+// the first, then Alertmanager's repeats (the same bytes) and redeliveries
+// (another delivery number), up to 3s later. It returns when the last goes
+// out.
+func addAlertCopies(rng *rand.Rand, w *workload, in *intent, at time.Duration, copies int, end time.Duration) time.Duration {
+	last := at
+	for c := range copies {
+		t, kind := at, "original"
+		if c > 0 {
+			t = min(end, at+time.Duration(rng.Int64N(int64(3*time.Second))))
+			kind = []string{"retry", "redelivery"}[rng.IntN(2)]
+		}
+		p := &publication{at: t, intent: in, copy: c, kind: kind, subject: "triggers." + pAlerts,
+			msgID: fmt.Sprintf("soak-%06d-%d", in.id, c)}
+		if kind == "retry" {
+			p.data = in.copies[0].data
+		} else {
+			p.data = alertPayload(in, c)
+		}
+		last = max(last, t)
+		in.copies = append(in.copies, p)
+		w.pubs = append(w.pubs, p)
+	}
+	w.intents = append(w.intents, in)
+	return last
+}
+
+// alertPayload is one alert as Oncegate's Alertmanager ingress publishes
+// it: the notification's status, and the alert. Its key is the
+// fingerprint and startsAt; its annotation ref carries the intent's
+// marker (a resolve's own, not its firing's), which the prompt and the
+// Slack text repeat.
+func alertPayload(in *intent, delivery int) []byte {
+	a := in.alert
+	n := strings.TrimPrefix(a.fingerprint, "am-")
+	b, err := json.Marshal(map[string]any{
+		"receiver": "oncegate", "status": a.status, "delivery": delivery,
+		"alert": map[string]any{
+			"status": a.status, "fingerprint": a.fingerprint, "startsAt": "2026-01-01T00:00:00Z",
+			"labels": map[string]string{"alertname": "DiskAlmostFull", "instance": "db-" + n, "severity": a.severity},
+			"annotations": map[string]string{
+				"summary": "Disk 93% full on db-" + n, "ref": fmt.Sprintf("soak%06d", in.id),
+			},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// The receivers' secrets, as the configuration reads them from the
+// environment.
+const (
+	envRoutingKey = "SOAK_PAGERDUTY_ROUTING_KEY"
+	envSlackURL   = "SOAK_SLACK_WEBHOOK_URL"
+	routingKey    = "Rsoak0123456789abcdef0123456789a"
+	slackPath     = "/services/TSOAK/BSOAK/soak0webhook0s3cret"
+)
+
+// received is one request a receiver accepted (answered 2xx).
+type received struct {
+	at     time.Time
+	key    string // Idempotency-Key
+	body   []byte
+	action string // PagerDuty: event_action
+	dedup  string // PagerDuty: dedup_key
+}
+
+// receiverLog passes requests to a receiver, counts those in flight, and
+// keeps those it accepted.
+type receiverLog struct {
+	h http.Handler
+
+	inFlight atomic.Int64
+	mu       sync.Mutex
+	accepted []received
+	refused  int
+}
+
+func (l *receiverLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l.inFlight.Add(1)
+	defer l.inFlight.Add(-1)
+	c, ok := readCall(w, r)
+	if !ok {
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(c.body))
+	cw := &captureWriter{ResponseWriter: w, status: http.StatusOK}
+	l.h.ServeHTTP(cw, r)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cw.status/100 != 2 {
+		l.refused++
+		return
+	}
+	rec := received{at: time.Now(), key: c.key, body: c.body}
+	var ev struct {
+		Action string `json:"event_action"`
+		Dedup  string `json:"dedup_key"`
+	}
+	if json.Unmarshal(c.body, &ev) == nil {
+		rec.action, rec.dedup = ev.Action, ev.Dedup
+	}
+	l.accepted = append(l.accepted, rec)
+}
+
+func (l *receiverLog) snapshot() []received {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]received(nil), l.accepted...)
+}
+
+// alertReceivers are the alerts pipeline's PagerDuty and Slack.
+type alertReceivers struct {
+	pd       *receiver.PagerDuty
+	slack    *receiver.Slack
+	pdLog    *receiverLog
+	slackLog *receiverLog
+}
+
+func newAlertReceivers() *alertReceivers {
+	r := &alertReceivers{pd: receiver.NewPagerDuty(routingKey), slack: receiver.NewSlack(slackPath)}
+	r.pdLog, r.slackLog = &receiverLog{h: r.pd}, &receiverLog{h: r.slack}
+	return r
+}
+
+func (r *alertReceivers) busy() int { return int(r.pdLog.inFlight.Load() + r.slackLog.inFlight.Load()) }
+
+// alertEffects is what PagerDuty and Slack got, by alerts intent.
+type alertEffects struct {
+	pdKeys    map[int]map[string]bool // intent → the distinct effect keys (Idempotency-Key) of its PagerDuty events
+	pdEvents  map[int]int             // intent → PagerDuty events, sent again under one key included
+	slack     map[int]int             // intent → Slack messages
+	unmatched []string                // PagerDuty events whose dedup_key is no alert's identity, or has no intent of that action
+	misrouted []string                // a message at a receiver the intent's route does not name, or of the other status
+	stray     int                     // Slack messages naming no alerts intent
+}
+
+func (a *alertEffects) wrong(list *[]string, format string, args ...any) {
+	if len(*list) < 8 {
+		*list = append(*list, fmt.Sprintf(format, args...))
+	} else {
+		*list = append(*list, "")
+	}
+}
+
+// alertEffects attributes the receivers' messages to the alerts intents:
+// a PagerDuty event by its dedup_key, which must be an alert's identity
+// (the key of its firing, and of a resolve less its status, as the
+// pipeline's keyer derives it), to the firing (a trigger) or the resolve
+// (a resolve) of that alert; a Slack message by the intent's marker in
+// its text.
+func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
+	ae := &alertEffects{pdKeys: map[int]map[string]bool{}, pdEvents: map[int]int{}, slack: map[int]int{}}
+	keyer, err := h.keyer(pAlerts)
+	if err != nil {
+		return nil, err
+	}
+	type pair struct{ firing, resolve *intent }
+	byIdentity := map[string]*pair{}
+	for _, in := range h.w.intents {
+		if in.alert == nil {
+			continue
+		}
+		ik, err := keyer.Intent(in.copies[0].data)
+		if err != nil {
+			return nil, fmt.Errorf("the identity of alerts intent %d: %w", in.id, err)
+		}
+		p := byIdentity[ik.Key.String()]
+		if p == nil {
+			p = &pair{}
+			byIdentity[ik.Key.String()] = p
+		}
+		if in.alert.status == statusFiring {
+			p.firing = in
+		} else {
+			p.resolve = in
+		}
+	}
+	for _, e := range h.alerts.pdLog.snapshot() {
+		rep.effectsAt = append(rep.effectsAt, timed{e.at, pAlerts})
+		p := byIdentity[e.dedup]
+		var in *intent
+		if p != nil {
+			in = map[string]*intent{"trigger": p.firing, "resolve": p.resolve}[e.action]
+		}
+		if in == nil {
+			ae.wrong(&ae.unmatched, "%s with dedup_key %q", e.action, e.dedup)
+			continue
+		}
+		if !in.alert.toPagerDuty() {
+			ae.wrong(&ae.misrouted, "intent %d (%s %s) at PagerDuty", in.id, in.alert.severity, in.alert.status)
+		}
+		if ae.pdKeys[in.id] == nil {
+			ae.pdKeys[in.id] = map[string]bool{}
+		}
+		ae.pdKeys[in.id][e.key] = true
+		ae.pdEvents[in.id]++
+	}
+	for _, m := range h.alerts.slackLog.snapshot() {
+		rep.effectsAt = append(rep.effectsAt, timed{m.at, pAlerts})
+		id := intentOf(m.body)
+		if id < 0 || id >= len(h.w.intents) || h.w.intents[id].alert == nil {
+			ae.stray++
+			continue
+		}
+		in := h.w.intents[id]
+		var msg struct{ Text string }
+		json.Unmarshal(m.body, &msg)
+		resolvedNote := strings.HasPrefix(msg.Text, "Resolved: ")
+		switch {
+		case !in.alert.toSlack():
+			ae.wrong(&ae.misrouted, "intent %d (%s %s) at Slack", in.id, in.alert.severity, in.alert.status)
+		case resolvedNote != (in.alert.status == statusResolved):
+			ae.wrong(&ae.misrouted, "intent %d (%s) at Slack as %q", in.id, in.alert.status, clipText(msg.Text, 60))
+		}
+		ae.slack[in.id]++
+	}
+	return ae, nil
+}
+
+// alertsReport is what the checker reports of the alerts pipeline.
+type alertsReport struct {
+	firings, resolves, firstResolved    int
+	toPD, toSlack                       int // intents routed there
+	pdEffects, slackEffects             int // their effects (PagerDuty: distinct effect keys)
+	pdEvents, pdSentAgain               int
+	resolvesToPD, resolvesMatched       int // resolves routed to PagerDuty, and those whose event carried the firing's dedup_key
+	resolvePaid                         []int
+	unknownSent                         int
+	openExpected                        int // critical firings never resolved
+	pd                                  receiver.PagerDutyStats
+	slackRefused                        map[string]int
+	routes                              map[string]int
+	unmatched, misrouted                []string
+	stray                               int
+	pdAccepted, pdLogged, slackAccepted int
+	slackLogged                         int
+}
+
+// classifyAlert classifies one alerts intent by the receivers its route
+// names: committed when each got exactly one effect (PagerDuty: one
+// effect key, however often it was sent: PagerDuty collapses by
+// dedup_key; Slack, one-shot: one message), duplicated when one got more,
+// unknown when the one-shot Slack message's dispatch was cut short
+// (unknown_outcome; sent at most once), dead-lettered or lost otherwise.
+func (h *harness) classifyAlert(rep *report, r *row, in *intent, dead []deadLetter, ae *alertEffects) {
+	ar, a := rep.alerts, in.alert
+	ar.routes[a.routeName()]++
+	switch {
+	case a.status == statusFiring:
+		ar.firings++
+		if a.resolve == nil && a.toPagerDuty() {
+			ar.openExpected++
+		}
+	case a.firing != nil:
+		ar.resolves++
+	default:
+		ar.firstResolved++
+	}
+	if a.status == statusResolved {
+		h.proxy.mu.Lock()
+		paid := h.proxy.calls[in.id] > 0
+		h.proxy.mu.Unlock()
+		if paid {
+			ar.resolvePaid = append(ar.resolvePaid, in.id)
+		}
+	}
+	var reasons []string
+	unknown := false
+	for _, d := range dead {
+		reasons = append(reasons, d.reason)
+		unknown = unknown || d.reason == string(outcome.ReasonUnknownOutcome)
+	}
+	pd, slack := len(ae.pdKeys[in.id]), ae.slack[in.id]
+	dup, missing, pdOK := false, false, true
+	if a.toPagerDuty() {
+		ar.toPD++
+		ar.pdEffects += pd
+		dup, missing, pdOK = pd > 1, pd == 0, pd == 1
+		if a.status == statusResolved {
+			ar.resolvesToPD++
+			if pd > 0 {
+				ar.resolvesMatched++
+			}
+		}
+	}
+	if a.toSlack() {
+		ar.toSlack++
+		ar.slackEffects += slack
+		dup, missing = dup || slack > 1, missing || slack == 0
+	}
+	switch {
+	case dup:
+		r.add(cDuplicated, in.id)
+	case unknown && pdOK:
+		r.add(cUnknown, in.id)
+		if slack == 1 {
+			ar.unknownSent++
+		}
+	case !missing:
+		r.add(cCommitted, in.id)
+		if len(reasons) > 0 {
+			r.alsoDead++
+			for _, x := range reasons {
+				r.reasons["also: "+x]++
+			}
+		}
+	case len(reasons) > 0:
+		r.add(cDead, in.id)
+		for _, x := range reasons {
+			r.reasons[x]++
+		}
+	default:
+		r.add(cLost, in.id)
+	}
+}
+
+func (ar *alertsReport) ok() bool {
+	return ar == nil || len(ar.resolvePaid) == 0 && len(ar.unmatched) == 0 && len(ar.misrouted) == 0 && ar.stray == 0 &&
+		ar.resolvesMatched == ar.resolvesToPD && ar.pd.Refused == 0 && len(ar.slackRefused) == 0
+}
+
+func (ar *alertsReport) print(w io.Writer) {
+	fmt.Fprintf(w, "alerts\t%d firings, %d resolves of them, %d alerts first seen resolved; routes taken: %s\n",
+		ar.firings, ar.resolves, ar.firstResolved, formatCounts(ar.routes))
+	fmt.Fprintf(w, "\tPagerDuty: %d intents routed there, %d effects (distinct effect keys; %d events accepted, %d of them sent again under a key PagerDuty had, collapsed by dedup_key); "+
+		"alerts opened %d, resolved by their firing's dedup_key %d, resolves of alerts never opened dropped %d, open %d (critical firings never resolved %d; %d firings that reached PagerDuty after their resolve, which no order between two intents prevents); refused %d\n",
+		ar.toPD, ar.pdEffects, ar.pdEvents, ar.pdSentAgain, ar.pd.Opened, ar.pd.Resolved, ar.pd.Dropped, ar.pd.Open, ar.openExpected, ar.pd.Open-ar.openExpected, ar.pd.Refused)
+	fmt.Fprintf(w, "\tSlack: %d intents routed there, %d messages (one-shot, through the outbox; %d sent of unknown outcome); refused %v\n",
+		ar.toSlack, ar.slackEffects, ar.unknownSent, ar.slackRefused)
+	fmt.Fprintf(w, "\tresolves: %d routed to PagerDuty, %d of them matched to their firing's dedup_key; model calls for a resolve %d %v; "+
+		"PagerDuty events naming no alert %d %v; messages at a receiver the route does not name %d %v; Slack messages naming no intent %d\n",
+		ar.resolvesToPD, ar.resolvesMatched, len(ar.resolvePaid), ar.resolvePaid[:min(8, len(ar.resolvePaid))],
+		len(ar.unmatched), ar.unmatched[:min(4, len(ar.unmatched))], len(ar.misrouted), ar.misrouted[:min(4, len(ar.misrouted))], ar.stray)
+}
+
+// matched says how many resolves routed to PagerDuty reached it with
+// their firing's dedup_key.
+func (ar *alertsReport) matched() string {
+	return fmt.Sprintf("%d/%d", ar.resolvesMatched, ar.resolvesToPD)
+}

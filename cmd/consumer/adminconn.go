@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncegate/oncegate/internal/admin"
+	"github.com/oncegate/oncegate/internal/app"
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
+	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
+	"github.com/oncegate/oncegate/internal/natsrun"
+)
+
+// adminConn is how a command reaches the admin operations: the running
+// consumer's service, or the stores opened here.
+type adminConn struct {
+	api    admin.API
+	by     admin.Caller
+	remote bool // the operations run in a consumer
+	close  func()
+}
+
+// openAdmin reaches the admin operations for cfg: through the service of a
+// consumer that runs (on the embedded server of the data directory, whose
+// URL it left there, or on nats.url), or, when none answers, on the stores
+// opened here: the embedded server started on the data directory (or
+// nats.url) and the ledger (Badger in the data directory, or the KV
+// bucket). Either way the answers are the same.
+func openAdmin(ctx context.Context, cfg *config.Config, command string) (*adminConn, error) {
+	prefix := admin.Prefix(cfg.Admin.Subject, cfg.Stream.Name)
+	name := "oncegate " + command
+	var closers []func()
+	conn := &adminConn{by: caller(cfg, name), close: func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}}
+	fail := func(err error) (*adminConn, error) {
+		conn.close()
+		return nil, err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	url, embedded := cfg.NATS.URL, cfg.NATS.URL == ""
+	if embedded {
+		// A running consumer wrote its server's URL in the data directory;
+		// a stale one (the process died) does not answer.
+		if b, err := os.ReadFile(filepath.Join(cfg.DataDir, app.URLFile)); err == nil {
+			url = strings.TrimSpace(string(b))
+		}
+	}
+	var nc *nats.Conn
+	var connErr error // why the URL the data directory names did not take us
+	if url != "" {
+		cctx, cancel := context.WithTimeout(ctx, cfg.NATS.ConnectTimeout)
+		c, err := natsrun.Connect(cctx, url, app.NATSOptions(cfg.NATS, name, quiet))
+		cancel()
+		connErr = err
+		switch {
+		case err != nil && !embedded:
+			return fail(err)
+		case err == nil:
+			nc = c
+			closers = append(closers, c.Close)
+			cl := admin.NewClient(c, prefix)
+			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := cl.Hello(hctx)
+			cancel()
+			if err == nil {
+				conn.api, conn.remote = cl, true
+				return conn, nil
+			}
+			if !errors.Is(err, admin.ErrNoService) {
+				return fail(err)
+			}
+			if embedded {
+				return fail(fmt.Errorf("a consumer runs on %s (its server is at %s) but does not serve the admin service (admin.off); stop it, or turn the service on", cfg.DataDir, url))
+			}
+		}
+	}
+	// No consumer answers: open the stores here.
+	if nc == nil {
+		if err := haveData(cfg.DataDir); err != nil {
+			return fail(err)
+		}
+		ecfg := cfg.NATS
+		ecfg.Embedded.Listen = "127.0.0.1:0"
+		e, err := natsrun.StartEmbeddedAuth(cfg.DataDir, app.NATSOptions(ecfg, "", quiet))
+		if errors.Is(err, natsrun.ErrStoreInUse) && connErr != nil {
+			return fail(fmt.Errorf("a consumer holds %s, and its server at %s did not take this client: %w", cfg.DataDir, url, connErr))
+		}
+		if errors.Is(err, natsrun.ErrStoreInUse) {
+			return fail(fmt.Errorf("a consumer holds %s but left no address in %s: give -nats-url: %w", cfg.DataDir, app.URLFile, err))
+		}
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = e.Shutdown(sctx)
+		})
+		if nc, err = natsrun.Connect(ctx, e.ClientURL(), app.NATSOptions(cfg.NATS, name, quiet)); err != nil {
+			return fail(err)
+		}
+		closers = append(closers, nc.Close)
+	}
+	l, closeLedger, err := openLocalLedger(ctx, cfg, nc)
+	if err != nil {
+		return fail(err)
+	}
+	if closeLedger != nil {
+		closers = append(closers, closeLedger)
+	}
+	a, err := admin.New(admin.Options{Config: cfg, Conn: nc, Ledger: l, Owner: name})
+	if err != nil {
+		return fail(err)
+	}
+	conn.api = a
+	return conn, nil
+}
+
+// openLocalLedger opens the ledger for a command run with no consumer:
+// nil if no pipeline has one.
+func openLocalLedger(ctx context.Context, cfg *config.Config, nc *nats.Conn) (ledger.Ledger, func(), error) {
+	need := false
+	for _, p := range cfg.Pipelines {
+		need = need || p.Mode != config.ModeGateWindow
+	}
+	if !need {
+		return nil, nil, nil
+	}
+	if cfg.Ledger.Store == config.StoreKV {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, nil, err
+		}
+		kv, err := jskvstore.New(ctx, js, jskvstore.Options{Options: cfg.Ledger.Options(), Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas})
+		if err != nil {
+			return nil, nil, err
+		}
+		// In an oncegate_faults build the soak records this process's
+		// ledger operations (a redrive's Clear) beside the replicas'.
+		var l ledger.Ledger = kv
+		if wrap := faultLedger(); wrap != nil {
+			if l, err = wrap(kv); err != nil {
+				kv.Close()
+				return nil, nil, err
+			}
+		}
+		return l, func() { l.Close() }, nil
+	}
+	if err := haveData(cfg.BadgerDir()); err != nil {
+		return nil, nil, err
+	}
+	key, err := app.EncryptionKey(cfg) // its length and permissions
+	clear(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := badgerstore.Open(cfg.BadgerDir(), badgerstore.OpenOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
+	if err != nil {
+		if errors.Is(err, badgerstore.ErrLocked) {
+			return nil, nil, fmt.Errorf("%s is held by a running consumer whose admin service does not answer (is admin.off set, or -nats-url wrong?): %w", cfg.BadgerDir(), err)
+		}
+		return nil, nil, err
+	}
+	l, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options()})
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return l, func() { l.Close(); db.Close() }, nil
+}
+
+// caller names the person running a command: the NATS user the
+// configuration connects as, else the OS user, and the host.
+func caller(cfg *config.Config, name string) admin.Caller {
+	who := cfg.NATS.User
+	if who == "" {
+		if u, err := user.Current(); err == nil {
+			who = u.Username
+		}
+	}
+	if host, err := os.Hostname(); err == nil {
+		who += "@" + host
+	}
+	return admin.Caller{Name: name, User: who}
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/admin"
+)
+
+const forgetUsage = `usage: consumer forget [flags] KEY
+
+Clears the failed ledger record of intent KEY (32 hex digits), so that the intent's next trigger
+runs its work anew. It refuses a committed record (its effect would happen again) and one in
+progress (its effect may be under way), and clears only the failure it read: a success that
+lands meanwhile stands. Flags may follow the argument.
+`
+
+func runForget(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("forget", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, forgetUsage)
+		fs.PrintDefaults()
+	}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return usageError{fmt.Errorf("forget: want one key")}
+	}
+	cfg, err := c.load()
+	if err != nil {
+		return err
+	}
+	conn, err := openAdmin(ctx, cfg, "forget")
+	if err != nil {
+		return fmt.Errorf("forget: %w", err)
+	}
+	defer conn.close()
+	r, err := conn.api.Forget(ctx, admin.ForgetRequest{Key: pos[0], By: conn.by})
+	if err != nil {
+		return fmt.Errorf("forget: %w", err)
+	}
+	if *asJSON {
+		return printJSON(stdout, r)
+	}
+	fmt.Fprintf(stdout, "%s: %s; the intent's next trigger runs its work anew\n", r.Key, r.Outcome)
+	if r.Record != nil {
+		fmt.Fprintf(stdout, "ledger: %s, token %d, updated %s\nreason: %s\n", r.Record.State, r.Record.Token, r.Record.Updated.Format(time.RFC3339Nano), r.Record.Reason)
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/admin"
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/console"
+)
+
+// URLFile is the file in the data directory where a process with the
+// embedded server writes the server's client URL, for the command line's
+// admin commands to find it (the port may have been picked at start).
+const URLFile = "nats.url"
+
+// startRecovery starts the admin service (unless admin.off) and writes the
+// embedded server's URL where the command line looks for it.
+func (a *App) startRecovery(o Options) error {
+	cfg := a.Config
+	if a.Embedded != nil {
+		path := filepath.Join(cfg.DataDir, URLFile)
+		if err := os.WriteFile(path, []byte(a.Embedded.ClientURL()+"\n"), 0o600); err != nil {
+			return fmt.Errorf("app: %w", err)
+		}
+		a.closers = append(a.closers, func() error { os.Remove(path); return nil })
+	}
+	if cfg.Admin.Off {
+		return nil
+	}
+	host, _ := os.Hostname()
+	ad, err := admin.New(admin.Options{
+		Config: cfg, Conn: a.Conn, Ledger: a.Ledger, Counter: a.Metrics,
+		Logger: o.Logger.With("component", "admin"), Owner: fmt.Sprintf("%s:%d", host, os.Getpid()),
+	})
+	if err != nil {
+		return err
+	}
+	a.Admin = ad
+	prefix := admin.Prefix(cfg.Admin.Subject, cfg.Stream.Name)
+	svc, err := admin.Serve(a.Conn, ad, prefix, o.Logger.With("component", "admin"))
+	if err != nil {
+		return err
+	}
+	a.closers = append(a.closers, svc.Stop)
+	o.Logger.Info("admin service", "subject", prefix+".>", "service", admin.ServiceName)
+	return a.startConsole(o)
+}
+
+// startConsole serves the console if console.listen is set.
+func (a *App) startConsole(o Options) error {
+	cfg := a.Config
+	if cfg.Console.Listen == "" {
+		return nil
+	}
+	token := o.Getenv(config.EnvConsoleToken)
+	if f := cfg.Console.TokenFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("app: console token file: %w", err)
+		}
+		if token = strings.TrimSpace(string(b)); token == "" {
+			return fmt.Errorf("app: console token file %s is empty", f)
+		}
+	}
+	co := console.Options{API: a.Admin, Config: cfg, Conn: a.Conn, Token: token, Logger: o.Logger.With("component", "console")}
+	if c := a.Cache; c != nil {
+		co.CacheStats, co.CacheSummary = c.Stats, c.Summary
+	}
+	s, err := console.New(co)
+	if err != nil {
+		return err
+	}
+	if a.ConsoleAddr, err = s.Start(cfg.Console.Listen); err != nil {
+		return err
+	}
+	a.closers = append(a.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return s.Shutdown(ctx)
+	})
+	mode := "read-only: no console token"
+	if token != "" {
+		mode = "changes need the token"
+	}
+	o.Logger.Info("console", "url", "http://"+a.ConsoleAddr+"/", "mode", mode)
+	return nil
+}

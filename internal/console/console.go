@@ -1,0 +1,233 @@
+// Package console is Oncegate's console: a few server-rendered pages
+// (html/template, no JavaScript) over the admin operations (package
+// admin): dead letters by pipeline and reason with their detail and
+// payload, and buttons to redrive them and forget a failed record; a key
+// lookup; pending leases and one-shot effects waiting in the outbox, with
+// approve and cancel buttons; the LLM cache's figures.
+//
+// # Security
+//
+// Reading needs nothing but reaching the address, which is loopback unless
+// the configuration says otherwise. Every change is a POST that needs a
+// session, opened by signing in with the configured token (compared in
+// constant time; without a token the console is read-only), and carries
+// the session's CSRF token in the form; Go's cross-origin protection
+// (http.CrossOriginProtection) refuses cross-site POSTs besides. Session
+// cookies are HttpOnly and SameSite=Strict, and sessions live in memory
+// for 12 hours at most.
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/oncegate/oncegate/internal/admin"
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/pkg/llmcache"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+// Options configures a [Server].
+type Options struct {
+	// API carries the operations out. Required.
+	API admin.API
+	// Config is the consumer's configuration. Required.
+	Config *config.Config
+	// Conn, if set, reads the outbox and sends approvals and
+	// cancellations; without it the outbox is not shown.
+	Conn *nats.Conn
+	// Token is what a person signs in with to change anything; empty
+	// makes the console read-only.
+	Token string
+	// CacheStats and CacheSummary, if set, give the LLM cache's figures.
+	CacheStats   func() []llmcache.StepStats
+	CacheSummary func() (llmcache.Summary, error)
+	// Logger receives a line per change, with the client's address. The
+	// default discards.
+	Logger *slog.Logger
+}
+
+// sessionTTL is how long a sign-in lasts.
+const sessionTTL = 12 * time.Hour
+
+const cookieName = "oncegate_console"
+
+// Server is the console's HTTP server.
+type Server struct {
+	opts Options
+	tmpl *template.Template
+	h    http.Handler
+	srv  *http.Server
+
+	mu       sync.Mutex
+	sessions map[string]session
+}
+
+type session struct {
+	csrf    string
+	expires time.Time
+}
+
+// New returns a console; Start serves it.
+func New(opts Options) (*Server, error) {
+	if opts.API == nil || opts.Config == nil {
+		return nil, errors.New("console: API and Config are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	t, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: templates: %w", err)
+	}
+	s := &Server{opts: opts, tmpl: t, sessions: map[string]session{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.overview)
+	mux.HandleFunc("GET /dead", s.deadList)
+	mux.HandleFunc("GET /dead/{seq}", s.deadShow)
+	mux.HandleFunc("POST /dead/{seq}/redrive", s.change(s.redrive))
+	mux.HandleFunc("POST /forget", s.change(s.forget))
+	mux.HandleFunc("GET /key", s.keyPage)
+	mux.HandleFunc("POST /key", s.keyPage)
+	mux.HandleFunc("GET /pending", s.pending)
+	mux.HandleFunc("POST /outbox/{action}", s.change(s.outboxDecide))
+	mux.HandleFunc("GET /login", s.loginPage)
+	mux.HandleFunc("POST /login", s.login)
+	mux.HandleFunc("POST /logout", s.logout)
+	s.h = http.NewCrossOriginProtection().Handler(secureHeaders(mux))
+	return s, nil
+}
+
+// Handler returns the console's handler.
+func (s *Server) Handler() http.Handler { return s.h }
+
+// Start listens on addr (host:port; no host means loopback) and serves
+// until Shutdown. It returns the address it listens on.
+func (s *Server) Start(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("console: %w", err)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return "", fmt.Errorf("console: %w", err)
+	}
+	s.srv = &http.Server{Handler: s.h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	go s.srv.Serve(ln)
+	return ln.Addr().String(), nil
+}
+
+// Shutdown stops the server, waiting for requests in flight until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.srv == nil {
+		return nil
+	}
+	return s.srv.Shutdown(ctx)
+}
+
+func secureHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "same-origin")
+		w.Header().Set("Cache-Control", "no-store")
+		h.ServeHTTP(w, r)
+	})
+}
+
+func randomHex() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// session returns the request's live session, if any.
+func (s *Server) session(r *http.Request) (session, bool) {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return session{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss, ok := s.sessions[c.Value]
+	if !ok || time.Now().After(ss.expires) {
+		delete(s.sessions, c.Value)
+		return session{}, false
+	}
+	return ss, true
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	tok := r.PostFormValue("token")
+	if s.opts.Token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) != 1 {
+		s.opts.Logger.Warn("console sign-in refused", "client", r.RemoteAddr)
+		s.render(w, r, http.StatusForbidden, "login", page{Title: "Sign in", Error: "That is not the console's token."})
+		return
+	}
+	id := randomHex()
+	s.mu.Lock()
+	now := time.Now()
+	for k, v := range s.sessions {
+		if now.After(v.expires) {
+			delete(s.sessions, k)
+		}
+	}
+	s.sessions[id] = session{csrf: randomHex(), expires: now.Add(sessionTTL)}
+	s.mu.Unlock()
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: int(sessionTTL.Seconds()), Secure: r.TLS != nil})
+	s.opts.Logger.Info("console sign-in", "client", r.RemoteAddr)
+	http.Redirect(w, r, safeBack(r.PostFormValue("back"), "/dead"), http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(cookieName); err == nil {
+		s.mu.Lock()
+		delete(s.sessions, c.Value)
+		s.mu.Unlock()
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// change wraps a handler of a POST that changes state: it needs a session
+// and the session's CSRF token in the form.
+func (s *Server) change(h func(w http.ResponseWriter, r *http.Request, by admin.Caller)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ss, ok := s.session(r)
+		if !ok {
+			s.render(w, r, http.StatusForbidden, "login", page{Title: "Sign in", Error: "Sign in with the console's token to change anything."})
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(ss.csrf)) != 1 {
+			http.Error(w, "console: the form's CSRF token does not match your session: reload the page and try again", http.StatusForbidden)
+			return
+		}
+		h(w, r, admin.Caller{Name: "console", User: r.RemoteAddr})
+	}
+}
+
+// safeBack returns back if it is a path on this site, else def.
+func safeBack(back, def string) string {
+	if len(back) > 1 && back[0] == '/' && back[1] != '/' && back[1] != '\\' {
+		return back
+	}
+	return def
+}

@@ -1,0 +1,401 @@
+package consumer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/outcome"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// A one-shot effect may wait for a person: in its delay window, where it
+// can be cancelled, and for an approval. Waiting must not hold the slots
+// that other work needs: an entry that waits for an approval is parked (a
+// copy published under the pipeline's parked subject, the outbox entry
+// acked), and a durable consumer of its own, without a limit on the
+// entries pending, looks at the parked ones now and then, until each is
+// approved (then sent), cancelled (then acked) or past its approval
+// timeout (then dead-lettered not_approved). An approval also sends its
+// parked entry back to the outbox at once, so that it does not wait for
+// that look. Every one of these decisions is a fenced ledger operation on
+// the dispatch record, so none can report an outcome it cannot know.
+
+// parkedSubject is the subject under which pipeline's entry for the intent
+// key waits for its approval.
+func parkedSubject(pipeline, key string) string {
+	return OutboxSubject(pipeline) + ".parked." + key
+}
+
+// parkedPoll is how often a parked entry is looked at, when no approval
+// sends it back sooner.
+const parkedPoll = 30 * time.Second
+
+func (d *dispatcher) isParked(t *Trigger) bool {
+	return strings.HasPrefix(t.msg.Subject(), OutboxSubject(d.p.cfg.Name)+".parked.")
+}
+
+// pastDelay reports whether t has waited out its delay window already: a
+// parked entry, or one an approval sent back (both carry Oncegate-Key).
+func pastDelay(t *Trigger) bool { return t.msg.Headers().Get(HeaderKey) != "" }
+
+// wait puts back the entries still in their delay window, and parks or
+// keeps parked the ones waiting for an approval. An entry whose dispatch
+// is settled already (sent, cancelled, given up) goes on at once, approved
+// or not, to be acked or dead-lettered.
+func (d *dispatcher) wait(next Handler) Handler {
+	return func(ctx context.Context, ts []*Trigger) {
+		p := d.p
+		for _, t := range ts {
+			if delay := p.cfg.Effect.Delay; delay > 0 && !pastDelay(t) && t.metadata() != nil {
+				if wait := time.Until(t.metadata().Timestamp.Add(delay)); wait > 0 {
+					d.count(func(s *DispatchStats) { s.Waiting++ })
+					t.decide(nak(t.keyRef(), wait, nil))
+					continue
+				}
+			}
+			if p.cfg.Effect.ApprovalSubject == "" {
+				continue
+			}
+			l := d.gate.ledger
+			rec, err := l.Get(ctx, t.key)
+			switch {
+			case err == nil && rec.State != ledger.StatePending:
+				continue // settled: the claim stage acks or dead-letters it
+			case err != nil && !errors.Is(err, ledger.ErrNotFound):
+				t.decide(d.gate.unavailable(t, fmt.Errorf("reading the dispatch: %w", err)))
+				continue
+			}
+			rec, err = l.Get(ctx, ApprovalKey(t.intent))
+			switch {
+			case err == nil && rec.State == ledger.StateCommitted:
+				continue // approved: on to the send
+			case err != nil && !errors.Is(err, ledger.ErrNotFound):
+				t.decide(d.gate.unavailable(t, fmt.Errorf("reading the approval: %w", err)))
+			case !d.isParked(t):
+				d.park(ctx, t)
+			default:
+				d.keepParked(ctx, t)
+			}
+		}
+		pass(ctx, next, ts)
+	}
+}
+
+// park publishes a copy of t under its parked subject and acks t. The copy's
+// Nats-Msg-Id names the intent, so that a redelivered entry parked again
+// is kept once.
+func (d *dispatcher) park(ctx context.Context, t *Trigger) {
+	key := t.intent.String()
+	m := nats.NewMsg(parkedSubject(d.p.cfg.Name, key))
+	for k, vs := range t.msg.Headers() {
+		if !strings.EqualFold(k, nats.MsgIdHdr) {
+			m.Header[k] = vs
+		}
+	}
+	m.Header.Set(HeaderKey, key)
+	m.Data = t.msg.Data()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := d.p.c.js.PublishMsg(pctx, m, jetstream.WithMsgID("parked:"+key)); err != nil {
+		d.p.c.log.Warn("parking a one-shot effect for its approval failed; it comes back", "pipeline", d.p.cfg.Name, "key", key, "err", err)
+		t.decide(nak(t.keyRef(), time.Second, err))
+		return
+	}
+	d.count(func(s *DispatchStats) { s.Parked++ })
+	t.decide(ack(t.keyRef(), nil))
+}
+
+// keepParked decides a parked entry not approved yet: it waits, unless its
+// approval timeout has passed; then its dispatch is given up, fenced, and
+// the entry dead-lettered not_approved.
+func (d *dispatcher) keepParked(ctx context.Context, t *Trigger) {
+	timeout := cmp.Or(d.p.cfg.Effect.ApprovalTimeout, config.DefaultApprovalTimeout)
+	var parked time.Time
+	if meta := t.metadata(); meta != nil {
+		parked = meta.Timestamp
+	}
+	if left := time.Until(parked.Add(timeout)); left > 0 {
+		d.count(func(s *DispatchStats) { s.Waiting++ })
+		t.decide(wait(t.keyRef(), min(left+10*time.Millisecond, parkedPoll), nil))
+		return
+	}
+	why := fmt.Sprintf("no approval on %s within %s", d.p.cfg.Effect.ApprovalSubject, timeout)
+	switch st, err := d.stop(ctx, t.intent, string(outcome.ReasonNotApproved)+": "+why); {
+	case err != nil:
+		t.decide(d.gate.unavailable(t, err))
+	case st == stopped:
+		d.count(func(s *DispatchStats) { s.NotApproved++ })
+		d.finishApproval(ctx, t.intent)
+		t.decide(dead(t.keyRef(), outcome.ReasonNotApproved, errors.New(why)))
+	default:
+		// Settled otherwise meanwhile (approved and sent, cancelled, an
+		// unknown outcome) or being sent: the claim stage decides.
+	}
+}
+
+// stopState is what stop found.
+type stopState uint8
+
+const (
+	stopped stopState = iota // the dispatch is recorded failed for the reason asked
+	unknown                  // a dispatcher died mid-send: recorded unknown_outcome
+	sent                     // it went out
+	given                    // it was given up before; Record.Reason says why
+	sending                  // a dispatcher is sending it now
+)
+
+// stop records the dispatch of k's effect failed for reason, if it has not
+// gone out: a fenced claim of the dispatch record, then its failure. A
+// dispatch a dispatcher claimed and did not record (taken over here) may
+// have gone out: it is recorded unknown_outcome instead, and stop says so.
+func (d *dispatcher) stop(ctx context.Context, k dedupe.Key, reason string) (stopState, error) {
+	st, _, err := d.stopRecord(ctx, k, reason)
+	return st, err
+}
+
+func (d *dispatcher) stopRecord(ctx context.Context, k dedupe.Key, reason string) (stopState, ledger.Record, error) {
+	l := d.gate.ledger
+	dk := DispatchKey(k)
+	claim, err := l.Begin(ctx, dk, ledger.BeginOptions{Owner: d.p.c.opts.Owner + "#stop", Lease: time.Second})
+	if err != nil {
+		return 0, ledger.Record{}, err
+	}
+	switch claim.Status {
+	case ledger.StatusNew:
+		if err := d.fail(ctx, dk, claim.Lease.Token, reason); err != nil {
+			return 0, claim.Record, err
+		}
+		return stopped, claim.Record, nil
+	case ledger.StatusTakenOver:
+		why := failureReason(outcome.ReasonUnknownOutcome, errors.New("a dispatcher claimed this effect and stopped before recording the outcome; it may or may not have been sent, and a one-shot effect is not resent"))
+		if err := d.fail(ctx, dk, claim.Lease.Token, why); err != nil {
+			return 0, claim.Record, err
+		}
+		return unknown, claim.Record, nil
+	case ledger.StatusCommitted:
+		return sent, claim.Record, nil
+	case ledger.StatusFailed:
+		return given, claim.Record, nil
+	}
+	return sending, claim.Record, nil
+}
+
+// fail records the dispatch dk failed, trying a few times within its
+// claim's second: a claim left behind by a stop that could not record its
+// failure would look, to the dispatcher that next takes it over, like a
+// send of unknown outcome.
+func (d *dispatcher) fail(ctx context.Context, dk dedupe.Key, token uint64, reason string) error {
+	var err error
+	for i := range 4 {
+		if err = d.gate.ledger.Fail(ctx, dk, token, reason); err == nil || errors.Is(err, ledger.ErrStaleToken) {
+			return err
+		}
+		time.Sleep(time.Duration(50<<i) * time.Millisecond)
+	}
+	return err
+}
+
+// request parses a cancel or approval request, whose body is an intent
+// key, and returns the key and a function that answers the requester.
+func request(msg *nats.Msg) (dedupe.Key, func(string), error) {
+	reply := func(s string) {
+		if msg.Reply != "" {
+			msg.Respond([]byte(s))
+		}
+	}
+	k, err := dedupe.ParseKey(strings.TrimSpace(string(msg.Data)))
+	if err != nil {
+		reply("error: " + err.Error())
+	}
+	return k, reply, err
+}
+
+// cancel answers a cancel request: the body is an intent key. The reply
+// says what happened: cancelled; unknown (a dispatcher died while sending
+// it: it may have gone out, and is dead-lettered unknown_outcome); already
+// sent; already <reason>; sending.
+func (d *dispatcher) cancel(msg *nats.Msg) {
+	k, reply, err := request(msg)
+	if err != nil {
+		return
+	}
+	ctx := context.Background()
+	st, rec, err := d.stopRecord(ctx, k, reasonCancelled)
+	if err == nil && st != sending {
+		// Settled: an approval a request claimed and never recorded (its
+		// process died between the two) is finished, whether or not the
+		// person asks to approve again.
+		defer d.finishApproval(ctx, k)
+	}
+	switch {
+	case err != nil:
+		reply("error: " + err.Error())
+	case st == stopped:
+		d.dropParked(ctx, k)
+		reply("cancelled")
+	case st == unknown:
+		reply("unknown: a dispatcher was sending it when it stopped; it may have gone out, and is dead-lettered unknown_outcome")
+	case st == sent:
+		reply("already sent")
+	case st == given:
+		reply("already " + rec.Reason)
+	default:
+		reply("sending")
+	}
+}
+
+// approve records an approval (the body is an intent key), and sends the
+// entry back from where it is parked. It answers approved only once the
+// approval is recorded, and says so when the effect went out or was given
+// up before.
+func (d *dispatcher) approve(msg *nats.Msg) {
+	k, reply, err := request(msg)
+	if err != nil {
+		return
+	}
+	ctx := context.Background()
+	if rec, err := d.gate.ledger.Get(ctx, DispatchKey(k)); err == nil {
+		switch rec.State {
+		case ledger.StateCommitted:
+			d.finishApproval(ctx, k)
+			reply("already sent")
+			return
+		case ledger.StateFailed:
+			d.finishApproval(ctx, k)
+			reply("already " + rec.Reason)
+			return
+		}
+	} else if !errors.Is(err, ledger.ErrNotFound) {
+		reply("error: " + err.Error())
+		return
+	}
+	if err := d.recordApproval(ctx, k); err != nil {
+		reply("error: " + err.Error())
+		return
+	}
+	d.unpark(ctx, k)
+	reply("approved")
+}
+
+// recordApproval records the approval of k's effect: a claim of its
+// approval record, committed. A claim left behind by a request that died
+// before its commit is taken over once its second is out; the commit is
+// tried a few times within the claim's second, so that a ledger slow to
+// answer does not leave the claim behind.
+func (d *dispatcher) recordApproval(ctx context.Context, k dedupe.Key) error {
+	l := d.gate.ledger
+	ak := ApprovalKey(k)
+	for deadline := time.Now().Add(3 * time.Second); ; {
+		claim, err := l.Begin(ctx, ak, ledger.BeginOptions{Owner: d.p.c.opts.Owner + "#approve", Lease: time.Second})
+		if err != nil {
+			return err
+		}
+		switch claim.Status {
+		case ledger.StatusNew, ledger.StatusTakenOver:
+			for i := range 4 {
+				if err = l.Commit(ctx, ak, claim.Lease.Token, ledger.Result{DownstreamID: "approved"}); err == nil || errors.Is(err, ledger.ErrStaleToken) {
+					break
+				}
+				time.Sleep(time.Duration(50<<i) * time.Millisecond)
+			}
+			return err
+		case ledger.StatusHeld:
+			// Another request is recording the approval: answer once it
+			// is recorded, not before.
+			if time.Now().After(deadline) {
+				return errors.New("another approval of this effect is being recorded and has not finished; ask again")
+			}
+			time.Sleep(min(claim.RetryAfter, 100*time.Millisecond))
+		case ledger.StatusFailed:
+			return errors.New(claim.Record.Reason)
+		default: // committed: approved before
+			return nil
+		}
+	}
+}
+
+// finishApproval finishes an approval of k's effect that an earlier
+// request claimed and did not commit (its process died between the two,
+// or the ledger did not answer the commit), once the effect is settled:
+// the request was made, and its claim must not stay pending for ever
+// because the person, asking again, heard that the effect was settled
+// meanwhile. The answer is the dispatch's, whatever becomes of this.
+func (d *dispatcher) finishApproval(ctx context.Context, k dedupe.Key) {
+	rec, err := d.gate.ledger.Get(ctx, ApprovalKey(k))
+	if err != nil || rec.State != ledger.StatePending {
+		return
+	}
+	if err := d.recordApproval(ctx, k); err != nil {
+		d.p.c.log.Warn("an approval claimed and not recorded stays pending", "pipeline", d.p.cfg.Name, "key", k.String(), "err", err)
+	}
+}
+
+// unpark sends k's parked entry, if there is one, back to the outbox to be
+// sent; the parked copy is acked when it is next looked at.
+func (d *dispatcher) unpark(ctx context.Context, k dedupe.Key) {
+	c := d.p.c
+	key := k.String()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := c.js.Stream(ctx, OutboxStream(c.cfg.Stream.Name))
+	if err != nil {
+		c.log.Warn("an approved effect stays parked until it is next looked at", "pipeline", d.p.cfg.Name, "key", key, "err", err)
+		return
+	}
+	raw, err := st.GetLastMsgForSubject(ctx, parkedSubject(d.p.cfg.Name, key))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return // not parked yet (it sees the approval when it comes), or gone
+	}
+	if err != nil {
+		c.log.Warn("an approved effect stays parked until it is next looked at", "pipeline", d.p.cfg.Name, "key", key, "err", err)
+		return
+	}
+	m := nats.NewMsg(OutboxSubject(d.p.cfg.Name))
+	for h, vs := range raw.Header {
+		if !strings.EqualFold(h, nats.MsgIdHdr) {
+			m.Header[h] = vs
+		}
+	}
+	m.Header.Set(HeaderKey, key)
+	m.Data = raw.Data
+	if _, err := c.js.PublishMsg(ctx, m, jetstream.WithMsgID("approved:"+key)); err != nil {
+		c.log.Warn("an approved effect stays parked until it is next looked at", "pipeline", d.p.cfg.Name, "key", key, "err", err)
+	}
+}
+
+// dropParked removes k's parked entry, if there is one, once its dispatch
+// is cancelled: it settles now rather than when it is next looked at.
+func (d *dispatcher) dropParked(ctx context.Context, k dedupe.Key) {
+	if d.parked == nil {
+		return
+	}
+	c := d.p.c
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// Deleted by its sequence, never purged by subject: a subject purge
+	// moves the parked consumer's ack floor past every entry parked before
+	// this one (nats-server's consumer purge), losing them.
+	st, err := c.js.Stream(ctx, OutboxStream(c.cfg.Stream.Name))
+	var raw *jetstream.RawStreamMsg
+	if err == nil {
+		raw, err = st.GetLastMsgForSubject(ctx, parkedSubject(d.p.cfg.Name, k.String()))
+	}
+	if err == nil {
+		err = st.DeleteMsg(ctx, raw.Sequence)
+	}
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return // not parked (yet), or gone
+	}
+	if err != nil {
+		c.log.Warn("a cancelled effect stays parked until it is next looked at", "pipeline", d.p.cfg.Name, "key", k.String(), "err", err)
+	}
+}

@@ -1,0 +1,121 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/ledger"
+)
+
+// hold keeps the held triggers' messages and leases alive while the rest
+// of the chain works on them. The context it returns ends if the leases
+// run out without renewal, or are all taken over: work past that point
+// could race the new holder.
+//
+// Renewals run on a timer, so work that ends before the first one is due
+// (most work: a renewal is due after a third of the ack wait or the lease)
+// costs no goroutine; the stop function waits for a renewal under way.
+func (g *gate) hold(ctx context.Context, held []*Trigger) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	until := held[0].claim.Lease.Until
+	for _, t := range held[1:] {
+		if t.claim.Lease.Until.Before(until) {
+			until = t.claim.Lease.Until
+		}
+	}
+	expire := time.AfterFunc(time.Until(until), func() { cancel(errLeaseExpired) })
+	every := max(g.keepEvery(held[0])/3, 50*time.Millisecond)
+	var (
+		mu      sync.Mutex // held by a renewal under way, and by stop
+		stopped bool
+		tick    *time.Timer
+	)
+	mu.Lock() // tick is set before the renewal reads it
+	tick = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		// The next renewal is due every after this one began, not after
+		// it ended: a pass over many leases on a slow store (a KV bucket
+		// electing a leader) must not stretch the interval past a lease.
+		start := time.Now()
+		g.renew(ctx, held, cancel, expire)
+		tick.Reset(max(every-time.Since(start), 0))
+	})
+	mu.Unlock()
+	return ctx, func() {
+		mu.Lock()
+		stopped = true
+		tick.Stop()
+		mu.Unlock()
+		expire.Stop()
+		cancel(nil)
+	}
+}
+
+// renew marks the held triggers in progress and extends their leases; it
+// cancels the work if every lease was taken over, and moves the expiry to
+// the earliest new deadline.
+func (g *gate) renew(ctx context.Context, held []*Trigger, cancel context.CancelCauseFunc, expire *time.Timer) {
+	live := 0
+	var next time.Time
+	for _, t := range held {
+		if t.lost.Load() {
+			continue
+		}
+		g.set.inProgress(t.msg)
+		asked := mono()
+		l, err := g.ledger.Extend(context.WithoutCancel(ctx), t.key, t.token.Load(), g.lease)
+		switch {
+		case err == nil:
+			t.token.Store(l.Token)
+			t.leaseEnd.Store(asked + int64(g.lease))
+			if next.IsZero() || l.Until.Before(next) {
+				next = l.Until
+			}
+			live++
+		case errors.Is(err, ledger.ErrStaleToken):
+			t.lost.Store(true) // taken over: the new holder answers for it
+		default:
+			live++
+			g.c.log.Warn("lease renewal failed", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
+		}
+	}
+	if live == 0 {
+		cancel(errLeaseLost)
+	} else if !next.IsZero() {
+		expire.Reset(time.Until(next))
+	}
+}
+
+var (
+	errLeaseExpired = errors.New("consumer: the lease ran out before the work finished")
+	errLeaseLost    = errors.New("consumer: the lease was taken over by another worker")
+)
+
+// monoBase is the origin of mono.
+var monoBase = time.Now()
+
+// mono is the process's monotonic clock, in nanoseconds since monoBase: it
+// does not jump with the wall clock, and it runs on through a pause of the
+// process (SIGSTOP, a VM's freeze), which is what leaseGone must see.
+func mono() int64 { return int64(time.Since(monoBase)) }
+
+// leaseGone reports whether t's lease may no longer be t's: taken over, as
+// a renewal found, or run out by this process's own clock (with a tenth of
+// the lease to spare), which a process that was paused and has just woken
+// sees before its timers fire. An effect is sent only while it holds: the
+// ledger fences commits, but nothing fences the effect itself, and a holder
+// that sent after its lease ran out could repeat an effect that the new
+// holder dead-lettered, or sent, past the target's duplicate window.
+func (g *gate) leaseGone(t *Trigger) bool {
+	if t.lost.Load() {
+		return true
+	}
+	end := t.leaseEnd.Load()
+	return end != 0 && mono() > end-int64(g.lease/10)
+}

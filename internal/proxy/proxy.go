@@ -1,0 +1,441 @@
+// Package proxy is Oncegate's OpenAI-compatible proxy: an HTTP endpoint
+// that agents and services in any language call as they would call their
+// model provider, answered through the LLM cache.
+//
+// POST /v1/chat/completions, streamed or not, goes through the cache
+// (package llmcache, on the process's store: JetStream KV buckets shared by
+// every replica with llm.cache.store: kv), so that
+//
+//   - a retried call (the same request, from the same client) is answered
+//     with the first answer's bytes, a stream replayed event for event, and
+//     the provider is paid once, on whichever replica the retry lands;
+//   - identical calls in flight at once, on one replica or several, make
+//     one provider call (single flight across replicas);
+//   - an Idempotency-Key or X-Oncegate-Intent header names the call's
+//     intent (an agent's step): the answer is kept for that intent, its
+//     retries get it, and its calls draw from one token budget
+//     (proxy.budget_tokens);
+//   - each client key spends at most proxy.max_budget dollars per
+//     proxy.budget_duration: a call that could pass it is refused with 429
+//     and a body that names the limit, and never sent;
+//   - the provider's rate limits (llm.rate_limit) pace the calls, and its
+//     429s are waited out.
+//
+// GET /v1/models (and /v1/models/{id}) goes to the provider as it is.
+// Clients authenticate with keys of their own (Authorization: Bearer),
+// from proxy.keys_file; the provider's key stays in the proxy. Errors are
+// answered in the OpenAI API's error format.
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ops"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/llmcache"
+	"github.com/oncegate/oncegate/pkg/llmcache/ratelimit"
+)
+
+// Request headers that name a call's intent.
+const (
+	// HeaderIntent names the intent: a dedupe key's text form (32 hex
+	// digits, such as a trigger's intent key) is taken as it is; any other
+	// string is a client's own, derived into a key in the client's scope.
+	HeaderIntent = "X-Oncegate-Intent"
+	// HeaderIdempotencyKey names the intent when HeaderIntent is absent:
+	// a client's string (a structured-field string or a bare one).
+	HeaderIdempotencyKey = "Idempotency-Key"
+)
+
+// Options configures [New].
+type Options struct {
+	// Config is the proxy's configuration. Required.
+	Config *config.Proxy
+	// Keys are the clients' keys. Required.
+	Keys *Keys
+	// Cache answers the chat completions. Required.
+	Cache *llmcache.Cache
+	// Upstream carries requests to the provider, under the cache: the
+	// rate limiter of llm.rate_limit over an HTTP transport. The default
+	// is http.DefaultTransport.
+	Upstream http.RoundTripper
+	// BaseURL is the provider's base URL, such as
+	// "https://api.openai.com/v1". Required.
+	BaseURL string
+	// APIKey is the provider's key, sent upstream as a bearer token.
+	APIKey string
+	// Metrics records requests; nil records nothing.
+	Metrics *ops.Metrics
+	// Logger logs failures; nil discards.
+	Logger *slog.Logger
+}
+
+// Server is the proxy. It is safe for concurrent use.
+type Server struct {
+	opts     Options
+	cfg      *config.Proxy
+	cached   http.RoundTripper // the cache's transport, over Upstream
+	base     string            // BaseURL without a trailing slash
+	log      *slog.Logger
+	clientOf func(string) (string, bool)
+
+	mu   sync.Mutex
+	srv  *http.Server
+	done chan struct{}
+}
+
+// New returns a proxy; Start serves it, or mount it as an http.Handler.
+func New(opts Options) (*Server, error) {
+	if opts.Config == nil || opts.Keys == nil || opts.Cache == nil || opts.BaseURL == "" {
+		return nil, errors.New("proxy: Config, Keys, Cache and BaseURL are required")
+	}
+	if opts.Upstream == nil {
+		opts.Upstream = http.DefaultTransport
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{
+		opts: opts, cfg: opts.Config,
+		cached:   opts.Cache.Transport(opts.Upstream),
+		base:     strings.TrimSuffix(opts.BaseURL, "/"),
+		log:      opts.Logger,
+		clientOf: opts.Keys.Client,
+	}, nil
+}
+
+// Start serves the proxy on its configured address and returns the
+// address it listens on.
+func (s *Server) Start() (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return "", errors.New("proxy: already started")
+	}
+	ln, err := net.Listen("tcp", listenAddr(s.cfg.Listen))
+	if err != nil {
+		return "", fmt.Errorf("proxy: %w", err)
+	}
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.done = make(chan struct{})
+	go func(srv *http.Server, done chan struct{}) {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("proxy stopped serving", "err", err)
+		}
+	}(s.srv, s.done)
+	return ln.Addr().String(), nil
+}
+
+// listenAddr puts an address without a host (":8081") on loopback.
+func listenAddr(addr string) string {
+	if strings.HasPrefix(addr, ":") {
+		return "127.0.0.1" + addr
+	}
+	return addr
+}
+
+// Shutdown stops taking requests and waits for those in progress (streams
+// included) until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	srv, done := s.srv, s.done
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	<-done
+	return err
+}
+
+// ServeHTTP answers one request; see the package documentation.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	client, ok := s.authenticate(r)
+	if !ok {
+		s.fail(w, "", start, ops.ProxyUnauthorized, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+			"Incorrect or missing proxy key: send your Oncegate proxy key as a bearer token (Authorization: Bearer <key>), as an OpenAI client sends its API key.")
+		return
+	}
+	path, ok := strings.CutPrefix(r.URL.Path, "/v1")
+	switch {
+	case ok && path == "/chat/completions":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			s.fail(w, client, start, ops.ProxyInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "POST chat completions.")
+			return
+		}
+		s.chat(w, r, client, start)
+	case ok && (path == "/models" || strings.HasPrefix(path, "/models/")):
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", http.MethodGet)
+			s.fail(w, client, start, ops.ProxyInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "GET models.")
+			return
+		}
+		s.models(w, r, client, path, start)
+	default:
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusNotFound, "invalid_request_error", "unknown_url",
+			fmt.Sprintf("Unknown request URL: %s %s. The proxy serves POST /v1/chat/completions and GET /v1/models.", r.Method, r.URL.Path))
+	}
+}
+
+// authenticate returns the client whose key the request carries.
+func (s *Server) authenticate(r *http.Request) (string, bool) {
+	auth := r.Header.Get("Authorization")
+	key, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok {
+		key, ok = strings.CutPrefix(auth, "bearer ")
+	}
+	if !ok || key == "" {
+		return "", false
+	}
+	return s.clientOf(strings.TrimSpace(key))
+}
+
+// chat answers a chat completion through the cache.
+func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, start time.Time) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.cfg.MaxBodyBytes)))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			s.fail(w, client, start, ops.ProxyInvalid, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+				fmt.Sprintf("The request body is larger than %d bytes (proxy.max_body_bytes).", s.cfg.MaxBodyBytes))
+			return
+		}
+		return // the client went away
+	}
+	intent, err := intentOf(r, client)
+	if err != nil {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_intent", err.Error())
+		return
+	}
+	budget := s.cfg.BudgetTokens
+	if budget == 0 {
+		budget = -1 // no cap; not llm.cache.budget_tokens, which is the pipelines'
+	}
+	call := llmcache.Call{
+		Namespace: ops.ProxyNamespace(client, s.cfg.SharedAnswers), Step: client,
+		Intent: intent, KeyByIntent: intent != "", Budget: budget, Limits: s.limits(client),
+	}
+	up, err := http.NewRequestWithContext(llmcache.WithCall(r.Context(), call), http.MethodPost, s.base+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		s.fail(w, client, start, ops.ProxyError, http.StatusInternalServerError, "server_error", "proxy_error", err.Error())
+		return
+	}
+	up.Header.Set("Content-Type", "application/json")
+	if a := r.Header.Get("Accept"); a != "" {
+		up.Header.Set("Accept", a)
+	}
+	s.authorize(up)
+	resp, err := s.cached.RoundTrip(up)
+	if err != nil {
+		s.refuse(w, r, client, start, err)
+		return
+	}
+	o := ops.ProxyOutcome(resp.Header.Get(llmcache.HeaderCache))
+	if resp.StatusCode >= 400 {
+		o = ops.ProxyUpstream
+	}
+	s.relay(w, resp)
+	s.opts.Metrics.ProxyRequest(client, o, time.Since(start))
+}
+
+// limits returns the spend limits a call of client draws from.
+func (s *Server) limits(client string) []llmcache.SpendLimit {
+	max, period := s.cfg.Limit(client)
+	if max <= 0 {
+		return nil
+	}
+	return []llmcache.SpendLimit{{Name: "client:" + client, Max: max, Period: period}}
+}
+
+// Spend returns each client's spending against its limit, for the
+// metrics; clients without a limit are left out.
+func (s *Server) Spend() []ops.ProxySpend {
+	var out []ops.ProxySpend
+	for _, c := range s.opts.Keys.Clients() {
+		for _, l := range s.limits(c) {
+			spent, reset, err := s.opts.Cache.Spending(l)
+			if err != nil {
+				continue
+			}
+			p := ops.ProxySpend{Client: c, SpentUSD: spent, LimitUSD: l.Max}
+			if !reset.IsZero() {
+				p.ResetsUnix = float64(reset.Unix())
+			}
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// intentOf returns the intent key a request names, as text, or "".
+func intentOf(r *http.Request, client string) (string, error) {
+	name, v := HeaderIntent, r.Header.Get(HeaderIntent)
+	if v == "" {
+		name, v = HeaderIdempotencyKey, r.Header.Get(HeaderIdempotencyKey)
+	}
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return "", nil
+	}
+	if name == HeaderIntent {
+		if k, err := dedupe.ParseKey(v); err == nil {
+			return k.String(), nil
+		}
+	}
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' { // a structured-field string
+		v = strings.NewReplacer(`\"`, `"`, `\\`, `\`).Replace(v[1 : len(v)-1])
+	}
+	k, err := dedupe.ClientKey(v, "oncegate-proxy", client)
+	if err != nil {
+		return "", fmt.Errorf("The %s header is not an intent: %v", name, err)
+	}
+	return k.String(), nil
+}
+
+// authorize sets the provider's key on a request going upstream.
+func (s *Server) authorize(up *http.Request) {
+	if s.opts.APIKey != "" {
+		up.Header.Set("Authorization", "Bearer "+s.opts.APIKey)
+	}
+}
+
+// refuse answers a call the cache did not send, or whose provider could
+// not be reached, saying why.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, client string, start time.Time, err error) {
+	if r.Context().Err() != nil {
+		s.opts.Metrics.ProxyRequest(client, ops.ProxyError, time.Since(start))
+		return // the client went away
+	}
+	if sl, ok := errors.AsType[*llmcache.SpendLimitError](err); ok {
+		w.Header().Set("X-Should-Retry", "false")
+		reset := "The limit does not reset."
+		if !sl.Reset.IsZero() {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(time.Until(sl.Reset).Seconds())))))
+			reset = "The limit resets at " + sl.Reset.UTC().Format(time.RFC3339) + "."
+		}
+		s.fail(w, client, start, ops.ProxySpendLimited, http.StatusTooManyRequests, "spend_limit_exceeded", "spend_limit_exceeded",
+			fmt.Sprintf("Spend limit reached: %s may spend $%.2f %s, has spent $%.4f, and this call may cost $%.4f more. It was not sent. %s",
+				limitName(sl.Limit), sl.Limit.Max, per(sl.Limit.Period), sl.Spent+sl.Reserved, sl.Need, reset))
+		return
+	}
+	if be, ok := errors.AsType[*llmcache.BudgetError](err); ok {
+		w.Header().Set("X-Should-Retry", "false")
+		s.fail(w, client, start, ops.ProxyBudgetDenied, http.StatusTooManyRequests, "intent_budget_exceeded", "intent_budget_exceeded",
+			fmt.Sprintf("Token budget reached: the calls of this intent may spend %d tokens (proxy.budget_tokens), have spent %d, and this call may spend %d more. It was not sent.",
+				be.Budget, be.Spent+be.Reserved, be.Need))
+		return
+	}
+	switch {
+	case errors.Is(err, ratelimit.ErrWait):
+		w.Header().Set("Retry-After", "1")
+		s.fail(w, client, start, ops.ProxyRateLimited, http.StatusTooManyRequests, "rate_limit_exceeded", "rate_limit_exceeded",
+			"The provider's rate limit (llm.rate_limit) would make this call wait longer than allowed. Retry later.")
+	case errors.Is(err, llmcache.ErrStoreUnavailable):
+		w.Header().Set("Retry-After", "1")
+		s.fail(w, client, start, ops.ProxyUnavailable, http.StatusServiceUnavailable, "server_error", "cache_unavailable",
+			"The shared cache cannot be read now, and its answer may be there: the call was not sent. Retry later.")
+	case errors.Is(err, llmcache.ErrInvalidRequest), errors.Is(err, llmcache.ErrInvalidOptions):
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+	case errors.Is(err, llmcache.ErrClosed):
+		s.fail(w, client, start, ops.ProxyUnavailable, http.StatusServiceUnavailable, "server_error", "shutting_down", "The proxy is shutting down. Retry on another replica.")
+	default:
+		s.log.Warn("proxy: the provider could not be reached", "client", client, "err", err)
+		s.fail(w, client, start, ops.ProxyError, http.StatusBadGateway, "server_error", "upstream_unreachable", "The provider could not be reached. Retry later.")
+	}
+}
+
+func limitName(l llmcache.SpendLimit) string {
+	if c, ok := strings.CutPrefix(l.Name, "client:"); ok {
+		return fmt.Sprintf("client key %q", c)
+	}
+	return l.Name
+}
+
+func per(d time.Duration) string {
+	if d <= 0 {
+		return "in all"
+	}
+	return "per " + config.Period(d).String()
+}
+
+// models passes a model listing through to the provider.
+func (s *Server) models(w http.ResponseWriter, r *http.Request, client, path string, start time.Time) {
+	up, err := http.NewRequestWithContext(r.Context(), http.MethodGet, s.base+path, nil)
+	if err != nil {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+		return
+	}
+	s.authorize(up)
+	resp, err := s.cached.RoundTrip(up)
+	if err != nil {
+		s.refuse(w, r, client, start, err)
+		return
+	}
+	s.relay(w, resp)
+	s.opts.Metrics.ProxyRequest(client, ops.ProxyPassThrough, time.Since(start))
+}
+
+// dropped are the provider's response headers the proxy does not pass on:
+// hop-by-hop ones, the length (the body is relayed as it comes), cookies
+// and the provider account's identity.
+var dropped = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Te": true, "Trailer": true, "Content-Length": true, "Set-Cookie": true,
+	"Openai-Organization": true, "Openai-Project": true,
+}
+
+// relay sends resp to w as it arrives, flushing each read, and closes it.
+func (s *Server) relay(w http.ResponseWriter, resp *http.Response) {
+	defer resp.Body.Close()
+	h := w.Header()
+	for k, vs := range resp.Header {
+		if !dropped[k] {
+			h[k] = vs
+		}
+	}
+	if resp.ContentLength >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return // the client went away; the cache finishes the call
+			}
+			rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// fail answers an error in the OpenAI API's format.
+func (s *Server) fail(w http.ResponseWriter, client string, start time.Time, o ops.ProxyOutcome, status int, typ, code, msg string) {
+	writeError(w, status, typ, code, msg)
+	s.opts.Metrics.ProxyRequest(client, o, time.Since(start))
+}
