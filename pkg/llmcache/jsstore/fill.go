@@ -144,6 +144,12 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 				}
 			}
 		case <-tick.C:
+			// The watch may have ended with the connection to its server
+			// (a restart) and be slow to start again: look at the
+			// answer itself too.
+			if v, ok := s.liveAnswer(ctx, k, live); ok {
+				return nil, v, nil
+			}
 			if exists && time.Since(seen) > lease {
 				if c, ok, err := take(); ok || err != nil {
 					return c, nil, err
@@ -156,6 +162,21 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 			return nil, nil, ctx.Err()
 		}
 	}
+}
+
+// liveAnswer reads the answer of k, if the store has a live one.
+func (s *Store) liveAnswer(ctx context.Context, k llmcache.Key, live func([]byte) bool) ([]byte, bool) {
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	e, err := s.kv.Get(ctx, headKey(k))
+	if err != nil {
+		return nil, false
+	}
+	v, err := s.assemble(ctx, k, e.Value())
+	if err != nil || (live != nil && !live(v)) {
+		return nil, false
+	}
+	return v, true
 }
 
 // lastWrite returns when e was written, by the server's clock as this

@@ -38,7 +38,9 @@
 // Options.Lease while the call runs. A miss that finds the claim held
 // watches the answer and the claim: it returns the answer as soon as it is
 // stored (an answer past the cache's TTL, which the bucket keeps for the
-// margin of its own TTL, is none: the key is claimed as a new one is); it
+// margin of its own TTL, is none: the key is claimed as a new one is), or
+// reads it every eighth of the lease besides (a watch that ends with its
+// server's restart starts again only after missed heartbeats); it
 // takes the claim over (compare-and-set on the revision it saw)
 // when the holder releases it without an answer, or when the claim has
 // not been renewed for a whole lease since the server stamped its last

@@ -830,3 +830,92 @@ func TestSealedAnswers(t *testing.T) {
 		t.Errorf("no key on a bucket sealed since: New error = %v; want ErrEncryptionKey", err)
 	}
 }
+
+// TestWaiterThroughRestart: one replica holds a key's fill claim while the
+// model answers; another waits on it. The NATS server goes down before the
+// answer comes (its write fails, and it is held) and comes back on its
+// store. The waiter gets the held answer once it is written, and the model
+// is called once. The waiter's watch ends with the server, and nats.go
+// starts it again only after missed heartbeats (14s here): the waiter also
+// reads the answer every eighth of the lease (3.75s), and has it within
+// 10s of the restart.
+func TestWaiterThroughRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := natstest.RunServer(t, func(o *server.Options) { o.StoreDir = dir })
+	port := s.Addr().(*net.TCPAddr).Port
+	m := startModel(t, standin.Options{})
+	release := make(chan struct{})
+	var calls sync.WaitGroup
+	calls.Add(1)
+	var first sync.Once
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first.Do(func() { calls.Done(); <-release })
+		m.ServeHTTP(w, r)
+	}))
+	t.Cleanup(model.Close)
+	url := model.URL + "/v1"
+
+	so := jsstore.Options{Bucket: "restart"}
+	co := llmcache.Options{FillTimeout: 3 * time.Second, Endpoint: "model"}
+	a := openCache(t, connect(t, s.ClientURL()), so, co)
+	b := openCache(t, connect(t, s.ClientURL()), so, co)
+	req := triage("Disk 91% full on db-3")
+	type result struct {
+		text string
+		err  error
+	}
+	ask := func(c *llmcache.Cache) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			r, err := client(t, c, url).CreateChatCompletion(ctx, req)
+			if err != nil {
+				ch <- result{err: err}
+				return
+			}
+			ch <- result{text: r.Choices[0].Message.Content}
+		}()
+		return ch
+	}
+	fromA := ask(a)
+	calls.Wait() // A holds the claim, the model is answering
+	js := connect(t, s.ClientURL())
+	fromB := ask(b)
+	// B waits once it watches the key: a consumer on the bucket's stream.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := js.Stream(context.Background(), "KV_restart")
+		if err == nil && st.CachedInfo().State.Consumers > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B never watched the key: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+	close(release)
+	ra := <-fromA
+	if ra.err != nil {
+		t.Fatalf("A: %v", ra.err)
+	}
+	time.Sleep(time.Second) // the server stays down a while
+	s = natstest.RunServer(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
+	start := time.Now()
+	select {
+	case rb := <-fromB:
+		if rb.err != nil || rb.text != ra.text {
+			t.Errorf("B: %q, %v; want A's answer %q", rb.text, rb.err, ra.text)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("B answered %v after the restart; want it within 10s (the lease is 30s, B reads the answer every 3.75s)", d.Round(time.Millisecond))
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("B had no answer 45s after the restart")
+	}
+	if n := m.Stats().Completions; n != 1 {
+		t.Errorf("model calls = %d; want 1", n)
+	}
+}
