@@ -683,6 +683,9 @@ func (r *report) print(w io.Writer, h *harness) {
 		ev.count(evOutage), h.outageKills.Load(), h.o.outageFor, h.o.hooksWindow, hooksStream, ev.count(evBlip), blipKind(h), h.o.poison)
 	fmt.Fprintf(tw, "replicas\t%d process starts, %d that did not start (e.g. while the server was down); restarts after a death the soak did not cause %d (%s) ≤ %d poison kill triggers × max_deliver %d = %d: %v\n",
 		starts, failed, r.restarts, r.deaths, r.restartBound/poisonMaxDeliver, poisonMaxDeliver, r.restartBound, r.restarts <= r.restartBound)
+	killed, slow, lag := h.reapLags()
+	fmt.Fprintf(tw, "reaping\t%d processes killed by the soak, reaped at most %v after the SIGKILL (%d after more than %v; a death counts from the SIGKILL)\n",
+		killed, lag.Round(time.Millisecond), slow, lossWindow)
 	if r.controls != "" {
 		fmt.Fprintf(tw, "approvals\t%s\n", r.controls)
 	}
@@ -1032,4 +1035,30 @@ func (h *harness) poisonTries() (map[int]int, error) {
 		}
 	}
 	return tries, nil
+}
+
+// reapLags returns how many replica processes the soak killed, how many of
+// them were reaped more than lossWindow after the SIGKILL, and the longest
+// wait: a process is reaped once every thread has left the kernel, which a
+// slow disk can hold up.
+func (h *harness) reapLags() (killed, slow int, longest time.Duration) {
+	for _, r := range h.replicas {
+		r.mu.Lock()
+		for _, c := range r.lives {
+			select {
+			case <-c.done:
+			default:
+				continue
+			}
+			if d, ok := c.reapLag(); ok {
+				killed++
+				longest = max(longest, d)
+				if d > lossWindow {
+					slow++
+				}
+			}
+		}
+		r.mu.Unlock()
+	}
+	return killed, slow, longest
 }

@@ -277,8 +277,7 @@ func (h *harness) apply(ctx context.Context, f fault) {
 		if f.crashAt != "" {
 			r.arm(f.crashAt)
 		}
-		c.killed.Store(true)
-		if err := c.signal(syscall.SIGKILL); err != nil {
+		if err := c.kill(); err != nil {
 			h.missed(f, "kill: "+err.Error())
 			return
 		}
@@ -403,8 +402,7 @@ func (h *harness) outage(ctx context.Context, f fault) {
 	n := 0
 	for _, r := range h.replicas {
 		if c := r.current(); c != nil && c.running() {
-			c.killed.Store(true)
-			if c.signal(syscall.SIGKILL) == nil {
+			if c.kill() == nil {
 				n++
 			}
 			c.signal(syscall.SIGCONT)

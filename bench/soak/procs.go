@@ -29,8 +29,41 @@ type child struct {
 	logPath string
 	logOff  int64 // where this start's output begins in the log
 
-	killed atomic.Bool // we sent SIGKILL
-	paused atomic.Bool // we sent SIGSTOP and no SIGCONT yet
+	killed   atomic.Bool  // we sent SIGKILL
+	killedAt atomic.Int64 // when we first sent it (Unix nanoseconds), or 0
+	paused   atomic.Bool  // we sent SIGSTOP and no SIGCONT yet
+}
+
+// kill sends SIGKILL and records that the soak sent it, and when (the
+// first time): the process runs none of its code after that, though it may
+// be reaped later (a thread in a system call, on a slow disk, holds up its
+// exit).
+func (c *child) kill() error {
+	c.killed.Store(true)
+	c.killedAt.CompareAndSwap(0, time.Now().UnixNano())
+	return c.signal(syscall.SIGKILL)
+}
+
+// died returns when the process stopped running its code: when the soak
+// sent it SIGKILL, if it did before the process was reaped, or else when it
+// was reaped. Call once done is closed.
+func (c *child) died() time.Time {
+	if ns := c.killedAt.Load(); ns != 0 {
+		if k := time.Unix(0, ns); k.Before(c.ended) {
+			return k
+		}
+	}
+	return c.ended
+}
+
+// reapLag returns how long after the soak's SIGKILL the process was
+// reaped, if the soak killed it. Call once done is closed.
+func (c *child) reapLag() (time.Duration, bool) {
+	ns := c.killedAt.Load()
+	if ns == 0 {
+		return 0, false
+	}
+	return max(c.ended.Sub(time.Unix(0, ns)), 0), true
 }
 
 func (c *child) running() bool {
@@ -163,8 +196,7 @@ func stopChild(c *child, grace time.Duration) {
 	select {
 	case <-c.done:
 	case <-time.After(grace):
-		c.killed.Store(true)
-		c.signal(syscall.SIGKILL)
+		c.kill()
 		<-c.done
 	}
 }
@@ -247,14 +279,14 @@ func (s *natsServer) start(ctx context.Context) error {
 func (s *natsServer) restart(ctx context.Context, sig syscall.Signal, down time.Duration) error {
 	c := s.current()
 	if sig == syscall.SIGKILL {
-		c.killed.Store(true)
+		c.kill()
+	} else {
+		c.signal(sig)
 	}
-	c.signal(sig)
 	select {
 	case <-c.done:
 	case <-time.After(30 * time.Second):
-		c.killed.Store(true)
-		c.signal(syscall.SIGKILL)
+		c.kill()
 		<-c.done
 	}
 	if !sleepCtx(ctx, down) {
@@ -283,6 +315,7 @@ type replica struct {
 	lives    []*child  // every process started, in order
 	armed    string    // ONCEGATE_CRASH_AT for the next start
 	holdTill time.Time // no start before then (an outage)
+	holds    int       // calls of hold: a start they overlap is killed
 	stopping bool
 
 	starts       atomic.Int64
@@ -298,8 +331,8 @@ type replica struct {
 func (r *replica) name() string { return fmt.Sprintf("replica-%d", r.idx) }
 
 // diedAfter returns when the process of the replica that was running at t
-// ended, and how (see cause), if it ended; ok is false if no process was
-// running at t, or it has not ended.
+// died (see child.died), and how (see cause), if it ended; ok is false if
+// no process was running at t, or it has not ended.
 func (r *replica) diedAfter(t time.Time) (ended time.Time, how string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -313,7 +346,7 @@ func (r *replica) diedAfter(t time.Time) (ended time.Time, how string, ok bool) 
 			continue // still running: it did not end
 		}
 		if !c.ended.Before(t) {
-			return c.ended, c.cause(), true
+			return c.died(), c.cause(), true
 		}
 	}
 	return time.Time{}, "", false
@@ -345,6 +378,7 @@ func (r *replica) current() *child {
 func (r *replica) hold(t time.Time) {
 	r.mu.Lock()
 	r.holdTill = t
+	r.holds++
 	r.mu.Unlock()
 }
 
@@ -370,6 +404,7 @@ func (r *replica) supervise(ctx context.Context) {
 			}
 			continue
 		}
+		holds := r.holds
 		env := r.h.consumerEnv(r.idx)
 		if r.armed != "" {
 			env = append(env, "ONCEGATE_CRASH_AT="+r.armed)
@@ -389,6 +424,12 @@ func (r *replica) supervise(ctx context.Context) {
 		r.mu.Lock()
 		r.cur = c
 		r.lives = append(r.lives, c)
+		// An outage that began while this process was starting found no
+		// process to kill: this one must not outlive it.
+		if r.holds != holds && time.Now().Before(r.holdTill) {
+			c.kill()
+			c.signal(syscall.SIGCONT)
+		}
 		r.mu.Unlock()
 		<-c.done
 		r.mu.Lock()

@@ -456,3 +456,32 @@ func TestStoppedWith(t *testing.T) {
 		})
 	}
 }
+
+// TestDeathCountsFromTheKill: a process the soak SIGKILLed half a second
+// after its answer, but reaped half a minute later (a thread held in the
+// kernel), died with the answer in hand: the answer paid again after it
+// is one lost in flight, not one paid again by a process that still ran.
+func TestDeathCountsFromTheKill(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	life := func(start, killed, reaped float64) *child {
+		c := &child{started: at(start), ended: at(reaped), done: make(chan struct{})}
+		close(c.done)
+		if killed > 0 {
+			c.killed.Store(true)
+			c.killedAt.Store(at(killed).UnixNano())
+		}
+		return c
+	}
+	r := &replica{idx: 2, lives: []*child{life(0, 0, 13.5), life(13.8, 17.01, 49.9), life(49.95, 0, 60)}}
+	h := &harness{events: &events{t0: t0}, t0: t0, replicas: []*replica{{}, {}, r}}
+	h.proxy = &modelProxy{times: map[int][]answerAt{636: {{2, at(16.515), 10}, {0, at(49.66), 10}}}}
+	rep := &report{}
+	h.classifyRepaid(rep, 636)
+	if rep.lostInFlight != 1 || rep.repaidWhy["its process still ran"] != 0 {
+		t.Errorf("lost in flight %d, reasons %v; want the answer lost in flight, its process killed 0.5s after it", rep.lostInFlight, rep.repaidWhy)
+	}
+	if killed, slow, lag := h.reapLags(); killed != 1 || slow != 1 || lag < 32*time.Second {
+		t.Errorf("reapLags = %d, %d, %v; want 1 killed, 1 slow, 32.89s", killed, slow, lag)
+	}
+}
