@@ -288,9 +288,13 @@ func (d *dispatcher) approve(msg *nats.Msg) {
 
 // recordApproval records the approval of k's effect: a claim of its
 // approval record, committed. A claim left behind by a request that died
-// before its commit is taken over once its second is out; the commit is
-// tried a few times within the claim's second, so that a ledger slow to
-// answer does not leave the claim behind.
+// before its commit is taken over once its second is out. The commit is
+// retried, with backoff, for approvalCommitFor (not only within the claim's
+// second: a commit still holds while no other request has taken the claim
+// over), so that a ledger that refuses writes for a while (a blip, a full
+// disk) does not leave the claim behind: the asker may have gone (a
+// replica resuming from a pause answers a request whose asker heard from
+// another meanwhile), and then nothing else would finish it.
 func (d *dispatcher) recordApproval(ctx context.Context, k dedupe.Key) error {
 	l := d.gate.ledger
 	ak := ApprovalKey(k)
@@ -301,13 +305,15 @@ func (d *dispatcher) recordApproval(ctx context.Context, k dedupe.Key) error {
 		}
 		switch claim.Status {
 		case ledger.StatusNew, ledger.StatusTakenOver:
-			for i := range 4 {
-				if err = l.Commit(ctx, ak, claim.Lease.Token, ledger.Result{DownstreamID: "approved"}); err == nil || errors.Is(err, ledger.ErrStaleToken) {
-					break
+			wait := 50 * time.Millisecond
+			for until := time.Now().Add(approvalCommitFor); ; {
+				err = l.Commit(ctx, ak, claim.Lease.Token, ledger.Result{DownstreamID: "approved"})
+				if err == nil || errors.Is(err, ledger.ErrStaleToken) || time.Now().After(until) {
+					return err
 				}
-				time.Sleep(time.Duration(50<<i) * time.Millisecond)
+				time.Sleep(wait)
+				wait = min(2*wait, time.Second)
 			}
-			return err
 		case ledger.StatusHeld:
 			// Another request is recording the approval: answer once it
 			// is recorded, not before.
@@ -322,6 +328,9 @@ func (d *dispatcher) recordApproval(ctx context.Context, k dedupe.Key) error {
 		}
 	}
 }
+
+// approvalCommitFor bounds the retries of an approval's commit.
+const approvalCommitFor = 10 * time.Second
 
 // finishApproval finishes an approval of k's effect that an earlier
 // request claimed and did not commit (its process died between the two,

@@ -656,3 +656,78 @@ func TestPausedHolderSendsNothing(t *testing.T) {
 		t.Errorf("%d effects: the paused holder published after its lease ran out and another replica gave the work up", n)
 	}
 }
+
+// commitRefuser is a ledger whose commits are refused for a while after
+// the first approval claim, as a ledger blip (a full disk) between the
+// claim and its commit refuses them.
+type commitRefuser struct {
+	ledger.Ledger
+	armed atomic.Bool
+	until atomic.Int64 // unix ns
+	for_  time.Duration
+}
+
+var errRefused = errors.New("test: the ledger refuses writes")
+
+func (r *commitRefuser) Begin(ctx context.Context, k dedupe.Key, o ledger.BeginOptions) (ledger.Claim, error) {
+	c, err := r.Ledger.Begin(ctx, k, o)
+	if err == nil && strings.HasSuffix(o.Owner, "#approve") && r.armed.CompareAndSwap(true, false) {
+		r.until.Store(time.Now().Add(r.for_).UnixNano())
+	}
+	return c, err
+}
+
+func (r *commitRefuser) Commit(ctx context.Context, k dedupe.Key, token uint64, res ledger.Result) error {
+	if time.Now().UnixNano() < r.until.Load() {
+		return errRefused
+	}
+	return r.Ledger.Commit(ctx, k, token, res)
+}
+
+// TestApprovalCommitOutlastsABlip: the ledger refuses writes for 1.5s
+// between an approval's claim and its commit. The approval used to try
+// its commit for 0.75s and answer an error, leaving its claim pending; when
+// the request's asker had gone (a replica resuming from a pause answers a
+// request whose asker heard from another replica meanwhile), nothing
+// finished the claim (the short soak, seed 333646345, left one: owner
+// …#approve, claims left pending 1). The commit is now retried for 10s:
+// the approval is recorded, its claim is not left pending, and the effect
+// goes out once.
+func TestApprovalCommitOutlastsABlip(t *testing.T) {
+	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
+	hs := httptest.NewServer(target)
+	defer hs.Close()
+	refuser := &commitRefuser{for_: 1500 * time.Millisecond}
+	f := start(t, withOneShot(hs.URL, 0, "approvals.messages"), standin.Options{}, func(o *consumer.Options) {
+		refuser.Ledger = o.Ledger
+		o.Ledger = refuser
+	})
+	payload := message("m-approve-blip", 0)
+	k := f.keyOf("messages", payload)
+	f.publish("triggers.messages", payload)
+	waitFor(t, 10*time.Second, "the effect parked", func() bool {
+		return f.subjectCount("ONCEGATE_OUTBOX", "oncegate.outbox.messages.parked."+k.String()) == 1
+	}, f)
+	refuser.armed.Store(true)
+	reply, err := f.nc.Request("approvals.messages", []byte(k.String()), 15*time.Second)
+	if err != nil || string(reply.Data) != "approved" {
+		t.Errorf("approve through a blip: %v %q; want approved", err, replyData(reply))
+	}
+	ctx := context.Background()
+	if rec, err := f.ledger.Get(ctx, consumer.ApprovalKey(k)); err != nil || rec.State != ledger.StateCommitted {
+		t.Errorf("the approval record: %+v, %v; want it committed", rec, err)
+	}
+	waitFor(t, 10*time.Second, "the approved effect sent", func() bool {
+		calls, _ := target.snapshot()
+		return len(calls) == 1
+	}, f)
+	waitFor(t, 10*time.Second, "no record pending", func() bool {
+		for _, err := range f.ledger.Pending(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return false
+		}
+		return true
+	}, f)
+}
