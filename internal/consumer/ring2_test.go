@@ -667,8 +667,6 @@ type commitRefuser struct {
 	for_  time.Duration
 }
 
-var errRefused = errors.New("test: the ledger refuses writes")
-
 func (r *commitRefuser) Begin(ctx context.Context, k dedupe.Key, o ledger.BeginOptions) (ledger.Claim, error) {
 	c, err := r.Ledger.Begin(ctx, k, o)
 	if err == nil && strings.HasSuffix(o.Owner, "#approve") && r.armed.CompareAndSwap(true, false) {
@@ -679,7 +677,7 @@ func (r *commitRefuser) Begin(ctx context.Context, k dedupe.Key, o ledger.BeginO
 
 func (r *commitRefuser) Commit(ctx context.Context, k dedupe.Key, token uint64, res ledger.Result) error {
 	if time.Now().UnixNano() < r.until.Load() {
-		return errRefused
+		return errLedgerDown
 	}
 	return r.Ledger.Commit(ctx, k, token, res)
 }
