@@ -216,15 +216,18 @@ type redriveReport struct {
 // ok reports whether the redrive phase kept its promises: something was
 // redriven, no dead letter was republished twice, the last pass (a
 // redrive of every dead letter again) republished nothing, and every
-// refused intent ended with exactly one effect. A run whose sink never saw
-// a new charge while it refused (a short run whose charges were all made
-// before, or during an outage that lasted the whole window) has nothing to
-// redrive: it is not exercised, which the report says, not failed.
+// refused intent ended with exactly one effect. A run with no dead letter
+// to redrive has not exercised the phase, which the report says, and is
+// not failed for it: the sink saw no new charge while it refused (a short
+// run whose charges were all made before, or during an outage that lasted
+// the whole window), or every charge it refused was tried again, and
+// made, after it was fixed (the failure could not be recorded: a ledger
+// blip, a kill before the record), which is right.
 func (r *redriveReport) ok() bool {
 	if r == nil {
 		return true
 	}
-	exercised := r.republished > 0 || r.refusedCalls == 0 && r.deadLetters == 0
+	exercised := r.republished > 0 || r.deadLetters == 0
 	return exercised && len(r.twice) == 0 && r.finalErr == "" && r.lastPassAfter &&
 		r.final[admin.OutcomeRedriven] == 0 && len(r.left) == 0 && len(r.notRedriven) == 0 && r.oneEffect == r.intents
 }
@@ -305,8 +308,12 @@ func (r *redriveReport) String() string {
 		"%d of %d redriven intents ended with exactly one charge; the last redrive (every dead letter again): %s",
 		r.refusedCalls, 100*refuseFrom, 100*refuseTo, r.deadLetters, r.intents, r.passesDuring, r.passesAfter, r.failedPasses,
 		r.republished, len(r.twice), r.oneEffect, r.intents, formatCounts(r.final))
-	if r.refusedCalls == 0 && r.deadLetters == 0 {
+	switch {
+	case r.deadLetters > 0:
+	case r.refusedCalls == 0:
 		s += " — not exercised: no new charge reached the sink while it refused"
+	default:
+		s += " — not exercised: every charge the sink refused was tried again, and made, once it was fixed (its failure was not recorded: a ledger blip, a kill), so none was dead-lettered"
 	}
 	if !r.lastPassAfter {
 		s += " (it ran during the faults: none ran after they settled)"

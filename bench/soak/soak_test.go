@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -483,5 +484,24 @@ func TestDeathCountsFromTheKill(t *testing.T) {
 	}
 	if killed, slow, lag := h.reapLags(); killed != 1 || slow != 1 || lag < 32*time.Second {
 		t.Errorf("reapLags = %d, %d, %v; want 1 killed, 1 slow, 32.89s", killed, slow, lag)
+	}
+}
+
+// TestRedriveNotExercised: the sink refused three charges during a ledger
+// blip, so their failures could not be recorded; they were tried again
+// after the sink was fixed and made, and none was dead-lettered (seed
+// 524014236). The phase had nothing to redrive: not exercised, not
+// failed. Dead letters that were never republished still fail it.
+func TestRedriveNotExercised(t *testing.T) {
+	base := func() *redriveReport {
+		return &redriveReport{refusedCalls: 3, lastPassAfter: true, final: map[string]int{}}
+	}
+	if r := base(); !r.ok() || !strings.Contains(r.String(), "not exercised") {
+		t.Errorf("refused, none dead-lettered: ok %v, %q; want ok and not exercised", r.ok(), r.String())
+	}
+	r := base()
+	r.deadLetters, r.intents = 2, 2
+	if r.ok() {
+		t.Errorf("2 dead letters, none republished: ok; want a failure")
 	}
 }
