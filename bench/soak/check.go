@@ -671,9 +671,9 @@ func (r *report) print(w io.Writer, h *harness) {
 	if h.o.cluster > 0 {
 		server = "node restarts"
 	}
-	fmt.Fprintf(tw, "faults\tconsumer SIGKILLs %d (scheduled) + %d at armed crash points; SIGSTOP past the lease %d; %s %d (SIGTERM %d, SIGKILL %d; %d of a stream leader); partitions %d (one node cut off for %v); ledger clock jumps %d; skipped %d\n",
+	fmt.Fprintf(tw, "faults\tconsumer SIGKILLs %d (scheduled) + %d at armed crash points; SIGSTOP past the lease %d; %s %d (SIGTERM %d, SIGKILL %d; %d of a stream leader); partitions %d (one node cut off for %v); ledger clock jumps %d; skipped %d; nodes restarted because still unhealthy 2 minutes after a fault %d\n",
 		ev.count(evKill), ev.count(evCrashPoint), ev.count(evPause), server, ev.count(evServerTerm)+ev.count(evServerKill),
-		ev.count(evServerTerm), ev.count(evServerKill), ev.countDetail("leader of"), ev.count(evPartition), h.o.partitionFor, ev.count(evClock), ev.count(evMissed))
+		ev.count(evServerTerm), ev.count(evServerKill), ev.countDetail("leader of"), ev.count(evPartition), h.o.partitionFor, ev.count(evClock), ev.count(evMissed), ev.count(evSickNode))
 	starts, failed := int64(0), int64(0)
 	for _, rp := range h.replicas {
 		starts += rp.starts.Load()
@@ -899,7 +899,7 @@ func (h *harness) serverDown(from, to time.Time) bool {
 		if !ev.at.Before(to) {
 			break
 		}
-		stop := ev.kind == evServerTerm || ev.kind == evServerKill
+		stop := ev.kind == evServerTerm || ev.kind == evServerKill || ev.kind == evSickNode
 		if !ev.at.Before(from) && (down > 0 || stop) {
 			return true
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -122,14 +123,19 @@ type clusterNode struct {
 
 // healthy reports whether the node's /healthz answers 200: it is up and
 // its JetStream assets are current.
-func (n *clusterNode) healthy() bool {
+// If not, why says what the node answered.
+func (n *clusterNode) healthy() (ok bool, why string) {
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", n.monPort))
 	if err != nil {
-		return false
+		return false, err.Error()
 	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		return true, ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	return false, fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(b))
 }
 
 // clusterConf is one node's configuration file.
@@ -263,8 +269,8 @@ func (h *harness) waitHealthy(ctx context.Context, d time.Duration) error {
 	for {
 		var sick []string
 		for _, nd := range h.nodes {
-			if !nd.healthy() {
-				sick = append(sick, nd.name)
+			if ok, why := nd.healthy(); !ok {
+				sick = append(sick, nd.name+" ("+why+")")
 			}
 		}
 		if len(sick) == 0 && h.js != nil {
@@ -280,6 +286,17 @@ func (h *harness) waitHealthy(ctx context.Context, d time.Duration) error {
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// sickNodes returns the nodes whose /healthz does not answer 200.
+func (h *harness) sickNodes() []*clusterNode {
+	var out []*clusterNode
+	for _, nd := range h.nodes {
+		if ok, _ := nd.healthy(); !ok {
+			out = append(out, nd)
+		}
+	}
+	return out
 }
 
 // behind lists the streams without a leader or with a replica that is not

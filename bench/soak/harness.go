@@ -29,6 +29,8 @@ type harness struct {
 	procs  *procs
 	events *events
 
+	healWait time.Duration // how long a node may stay unhealthy after a fault (0: 2 minutes)
+
 	consumerBin string
 	natsBin     string
 	configPath  string
