@@ -79,6 +79,7 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 		seen   time.Time     // when it was seen, on this process's monotonic clock
 		lease  time.Duration // the holder's lease
 		exists bool          // a claim entry (or its delete marker) was seen
+		read   = time.Now()  // when the answer was last read (the watch's start reads it first)
 	)
 	// take tries to replace the claim at revision rev (0: absent) by ours.
 	take := func() (llmcache.Claim, bool, error) {
@@ -146,9 +147,12 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 		case <-tick.C:
 			// The watch may have ended with the connection to its server
 			// (a restart) and be slow to start again: look at the
-			// answer itself too.
-			if v, ok := s.liveAnswer(ctx, k, live); ok {
-				return nil, v, nil
+			// answer itself too, at most twice a second.
+			if time.Since(read) >= 500*time.Millisecond {
+				read = time.Now()
+				if v, ok := s.liveAnswer(ctx, k, live); ok {
+					return nil, v, nil
+				}
 			}
 			if exists && time.Since(seen) > lease {
 				if c, ok, err := take(); ok || err != nil {
