@@ -172,11 +172,7 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 func (s *Store) liveAnswer(ctx context.Context, k llmcache.Key, live func([]byte) bool) ([]byte, bool) {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	e, err := s.kv.Get(ctx, headKey(k))
-	if err != nil {
-		return nil, false
-	}
-	v, err := s.assemble(ctx, k, e.Value())
+	v, err := s.Get(ctx, k)
 	if err != nil || (live != nil && !live(v)) {
 		return nil, false
 	}
