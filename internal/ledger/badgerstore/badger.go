@@ -84,8 +84,12 @@ type Ledger struct {
 	// Claims and commits that callers make at the same time are combined
 	// into one transaction and one sync per round (see package combine):
 	// a sync costs hundreds of microseconds of CPU whoever asks for it.
-	begins  *combine.Combiner[ledger.BeginRequest, ledger.BeginResult]
-	commits *combine.Combiner[ledger.CommitRequest, error]
+	// Durable claims and commits share their rounds (rounds): with a
+	// combiner each, a round of claims and one of commits took turns at the
+	// disk, and a caller waited for the other kind's sync before its own.
+	// Volatile claims, which need no sync, have rounds of their own
+	// (volatileRounds), so that they do not wait for a sync either.
+	rounds, volatileRounds *combine.Combiner[roundReq, roundRes]
 
 	// testRemembered is nil but in tests of this package, which set it on
 	// their ledger to run after a write took a key's record from memory,
@@ -123,12 +127,10 @@ func New(db *badger.DB, opts Options) (*Ledger, error) {
 	// A round runs under its leader's context less its cancellation: the
 	// others queued behind it with contexts of their own, and a round is
 	// one local transaction.
-	l.begins = combine.New(func(ctx context.Context, reqs []ledger.BeginRequest) []ledger.BeginResult {
-		return l.beginBatch(context.WithoutCancel(ctx), reqs)
-	})
-	l.commits = combine.New(func(ctx context.Context, reqs []ledger.CommitRequest) []error {
-		return l.commitBatch(context.WithoutCancel(ctx), reqs)
-	})
+	round := func(ctx context.Context, reqs []roundReq) []roundRes {
+		return l.round(context.WithoutCancel(ctx), reqs)
+	}
+	l.rounds, l.volatileRounds = combine.New(round), combine.New(round)
 	if !opts.NoSync && !db.Opts().SyncWrites && !db.Opts().InMemory {
 		l.syncer = newGroupSync(db.Sync)
 	}
@@ -414,8 +416,8 @@ func (l *Ledger) Begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOpt
 	if err := ctx.Err(); err != nil {
 		return ledger.Claim{}, err
 	}
-	r := l.begins.Run(ctx, []ledger.BeginRequest{{Key: key, Options: opts}})[0]
-	return r.Claim, r.Err
+	r := l.roundsOf(opts.Volatile).Run(ctx, []roundReq{{key: key, opts: opts}})[0]
+	return r.claim, r.err
 }
 
 // Extend implements [ledger.Ledger].
@@ -435,7 +437,7 @@ func (l *Ledger) Commit(ctx context.Context, key dedupe.Key, token uint64, resul
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return l.commits.Run(ctx, []ledger.CommitRequest{{Key: key, Token: token, Result: result}})[0]
+	return l.rounds.Run(ctx, []roundReq{{commit: true, key: key, token: token, result: result}})[0].err
 }
 
 // Fail implements [ledger.Ledger].
@@ -746,50 +748,50 @@ func (l *Ledger) updateBatchLocked(ctx context.Context, keys []dedupe.Key, order
 }
 
 // BeginBatch claims every key of reqs in one transaction and one sync,
-// with the claims other goroutines make at the same time. See
+// with the claims and commits other goroutines make at the same time. See
 // [ledger.Batcher] and [ledger.BeginAll].
 func (l *Ledger) BeginBatch(ctx context.Context, reqs []ledger.BeginRequest) []ledger.BeginResult {
-	if err := ctx.Err(); err != nil {
-		return fillErr(make([]ledger.BeginResult, len(reqs)), func(r *ledger.BeginResult) { r.Err = err })
-	}
-	return l.begins.Run(ctx, reqs)
-}
-
-// beginBatch claims every key of reqs in one transaction and one sync.
-func (l *Ledger) beginBatch(ctx context.Context, reqs []ledger.BeginRequest) []ledger.BeginResult {
 	out := make([]ledger.BeginResult, len(reqs))
-	keys := make([]dedupe.Key, len(reqs))
-	for i, r := range reqs {
-		keys[i] = r.Key
+	if err := ctx.Err(); err != nil {
+		return fillErr(out, func(r *ledger.BeginResult) { r.Err = err })
 	}
-	volatile := func(i int) bool { return reqs[i].Options.Volatile }
-	errs := l.updateBatch(ctx, keys, volatile, func(i int, cur *ledger.Record, now time.Time) (*ledger.Record, error) {
-		if err := ledgerproto.ValidBegin(reqs[i].Options); err != nil {
-			return nil, err
-		}
-		c, write, err := ledgerproto.Decide(&l.opts, reqs[i].Key, cur, reqs[i].Options, now)
-		out[i].Claim = c
-		if err != nil || !write {
-			return nil, err
-		}
-		return &out[i].Claim.Record, nil
-	})
-	for i, err := range errs {
-		if err != nil {
-			out[i] = ledger.BeginResult{Err: err}
-		}
+	rs := make([]roundReq, len(reqs))
+	volatile := true
+	for i, r := range reqs {
+		rs[i] = roundReq{key: r.Key, opts: r.Options}
+		volatile = volatile && r.Options.Volatile
+	}
+	for i, r := range l.roundsOf(volatile).Run(ctx, rs) {
+		out[i] = ledger.BeginResult{Claim: r.claim, Err: r.err}
 	}
 	return out
 }
 
 // CommitBatch commits every request in one transaction and one sync, with
-// the commits other goroutines make at the same time. See [ledger.Batcher]
-// and [ledger.CommitAll].
+// the claims and commits other goroutines make at the same time. See
+// [ledger.Batcher] and [ledger.CommitAll].
 func (l *Ledger) CommitBatch(ctx context.Context, reqs []ledger.CommitRequest) []error {
+	out := make([]error, len(reqs))
 	if err := ctx.Err(); err != nil {
-		return fillErr(make([]error, len(reqs)), func(e *error) { *e = err })
+		return fillErr(out, func(e *error) { *e = err })
 	}
-	return l.commits.Run(ctx, reqs)
+	rs := make([]roundReq, len(reqs))
+	for i, r := range reqs {
+		rs[i] = roundReq{commit: true, key: r.Key, token: r.Token, result: r.Result}
+	}
+	for i, r := range l.rounds.Run(ctx, rs) {
+		out[i] = r.err
+	}
+	return out
+}
+
+// roundsOf returns the rounds for claims that are all volatile, if volatile
+// is set, or else for those of which some may be synced.
+func (l *Ledger) roundsOf(volatile bool) *combine.Combiner[roundReq, roundRes] {
+	if volatile {
+		return l.volatileRounds
+	}
+	return l.rounds
 }
 
 // fillErr sets every element of rs with set, and returns rs.
@@ -800,21 +802,56 @@ func fillErr[R any](rs []R, set func(*R)) []R {
 	return rs
 }
 
-// commitBatch commits every request in one transaction and one sync.
-func (l *Ledger) commitBatch(ctx context.Context, reqs []ledger.CommitRequest) []error {
+// roundReq is a claim (Begin) or, if commit is set, a commit of a round.
+type roundReq struct {
+	commit bool
+	key    dedupe.Key
+	opts   ledger.BeginOptions // a claim's
+	token  uint64              // a commit's
+	result ledger.Result       // a commit's
+}
+
+// roundRes is what a roundReq got: the claim, for a Begin, and the error.
+type roundRes struct {
+	claim ledger.Claim
+	err   error
+}
+
+// round makes the claims and commits of reqs in one transaction and one
+// sync. A commit's key was claimed by this process, which remembers the
+// claim it wrote: no need to read it back.
+func (l *Ledger) round(ctx context.Context, reqs []roundReq) []roundRes {
+	out := make([]roundRes, len(reqs))
 	keys := make([]dedupe.Key, len(reqs))
 	for i, r := range reqs {
-		keys[i] = r.Key
+		keys[i] = r.key
 	}
-	// Each key was claimed by this process, which remembers the claim it
-	// wrote: no need to read it back.
-	return l.updateBatch(ctx, keys, func(int) bool { return false }, func(i int, cur *ledger.Record, now time.Time) (*ledger.Record, error) {
-		rec, err := ledgerproto.Committed(&l.opts, reqs[i].Key, cur, reqs[i].Token, reqs[i].Result, now)
-		if err != nil {
+	volatile := func(i int) bool { return !reqs[i].commit && reqs[i].opts.Volatile }
+	errs := l.updateBatch(ctx, keys, volatile, func(i int, cur *ledger.Record, now time.Time) (*ledger.Record, error) {
+		r := &reqs[i]
+		if r.commit {
+			rec, err := ledgerproto.Committed(&l.opts, r.key, cur, r.token, r.result, now)
+			if err != nil {
+				return nil, err
+			}
+			return &rec, nil
+		}
+		if err := ledgerproto.ValidBegin(r.opts); err != nil {
 			return nil, err
 		}
-		return &rec, nil
+		c, write, err := ledgerproto.Decide(&l.opts, r.key, cur, r.opts, now)
+		out[i].claim = c
+		if err != nil || !write {
+			return nil, err
+		}
+		return &out[i].claim.Record, nil
 	})
+	for i, err := range errs {
+		if err != nil {
+			out[i] = roundRes{err: err}
+		}
+	}
+	return out
 }
 
 var _ ledger.Batcher = (*Ledger)(nil)
