@@ -276,13 +276,8 @@ func (c *Cache) Get(k Key) (*Answer, bool, error) {
 }
 
 func (c *Cache) get(ctx context.Context, k Key) (*Answer, bool, error) {
-	if c.nheld.Load() > 0 {
-		c.mu.Lock()
-		a := c.held[k]
-		c.mu.Unlock()
-		if a != nil && c.opts.Clock().Before(a.Expires) {
-			return a, true, nil
-		}
+	if a := c.heldAnswer(k); a != nil {
+		return a, true, nil
 	}
 	v, err := c.store.Get(ctx, k)
 	if errors.Is(err, ErrNotFound) {
@@ -314,6 +309,21 @@ func (c *Cache) live(entry []byte) bool {
 // Delete removes the stored answer for k, if any.
 func (c *Cache) Delete(k Key) error {
 	return c.store.Delete(context.Background(), k)
+}
+
+// heldAnswer returns the live answer for k that c holds because the store
+// refused it (hold), or nil.
+func (c *Cache) heldAnswer(k Key) *Answer {
+	if c.nheld.Load() == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	a := c.held[k]
+	c.mu.Unlock()
+	if a == nil || !c.opts.Clock().Before(a.Expires) {
+		return nil
+	}
+	return a
 }
 
 // hold keeps a, the answer for k that the store refused, in memory until

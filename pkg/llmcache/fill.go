@@ -81,15 +81,30 @@ func (f *fill) run(fl *flight, store bool) {
 	}
 	// Only a store another process writes to, or an answer this Cache
 	// stored since the caller looked, can make the second look find one.
-	if (f.call.Mode == ModeDefault || f.call.Mode == ModeNoStore) && (c.filler != nil || c.puts.Load() != f.puts) {
-		a, ok, err := f.t.lookup(wctx, f.key)
-		if err != nil {
-			f.release(claim)
-			f.st.unavailable.Add(1)
-			f.abandon(fl, err)
-			return
+	// A shared store that gave a claim has looked after taking it
+	// (Filler), from its leader: what is left to look at then is an answer
+	// this Cache holds because the store refused it, which a flight of the
+	// key may have left since the caller's lookup.
+	if f.call.Mode == ModeDefault || f.call.Mode == ModeNoStore {
+		var a *Answer
+		switch {
+		case c.filler != nil && claim != nil:
+			a = c.heldAnswer(f.key)
+		case c.filler != nil || c.puts.Load() != f.puts:
+			var ok bool
+			var err error
+			a, ok, err = f.t.lookup(wctx, f.key)
+			if err != nil {
+				f.release(claim)
+				f.st.unavailable.Add(1)
+				f.abandon(fl, err)
+				return
+			}
+			if !ok {
+				a = nil
+			}
 		}
-		if ok {
+		if a != nil {
 			f.release(claim)
 			f.serve(fl, a, "hit")
 			return

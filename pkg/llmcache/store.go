@@ -58,6 +58,12 @@ type Filler interface {
 	// (expired, or damaged): a store may keep an entry past the cache's
 	// TTL, and such an entry under k is no answer. Fill never returns an
 	// entry live rejects; it claims k as though k held none.
+	//
+	// Fill reads k's entry after it takes the claim, from where every
+	// acknowledged write is (a stream leader), and returns a live entry it
+	// finds there instead of the claim, which it gives up: an answer
+	// stored between the caller's lookup and the claim is never paid for
+	// again. The Cache does not look again after a Claim.
 	Fill(ctx context.Context, k Key, wait time.Duration, live func(entry []byte) bool) (Claim, []byte, error)
 }
 

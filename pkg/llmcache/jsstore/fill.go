@@ -46,7 +46,7 @@ func (s *Store) Fill(ctx context.Context, k llmcache.Key, wait time.Duration, li
 	rev, err := s.create(cctx, key, mine)
 	cancel()
 	if err == nil {
-		return s.hold(k, rev), nil, nil
+		return s.claimed(ctx, k, rev, live)
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return nil, nil, wrapErr("claim "+k.String(), err)
@@ -81,8 +81,9 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 		exists bool          // a claim entry (or its delete marker) was seen
 		read   = time.Now()  // when the answer was last read (the watch's start reads it first)
 	)
-	// take tries to replace the claim at revision rev (0: absent) by ours.
-	take := func() (llmcache.Claim, bool, error) {
+	// take tries to replace the claim at revision rev (0: absent) by ours;
+	// having it, it returns what claimed returns.
+	take := func() (llmcache.Claim, []byte, bool, error) {
 		cctx, cancel := withTimeout(ctx, s.opts.Timeout)
 		defer cancel()
 		var r uint64
@@ -94,13 +95,14 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 		}
 		switch {
 		case err == nil:
-			return s.hold(k, r), true, nil
+			c, v, err := s.claimed(ctx, k, r, live)
+			return c, v, true, err
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
-			return nil, false, nil // another waiter won; the watch shows its claim
+			return nil, nil, false, nil // another waiter won; the watch shows its claim
 		case ctx.Err() != nil:
-			return nil, false, ctx.Err()
+			return nil, nil, false, ctx.Err()
 		default:
-			return nil, false, nil // a store hiccup: the next tick tries again
+			return nil, nil, false, nil // a store hiccup: the next tick tries again
 		}
 	}
 	for {
@@ -111,8 +113,8 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 			}
 			if e == nil { // the current values have been delivered
 				if !exists {
-					if c, ok, err := take(); ok || err != nil {
-						return c, nil, err
+					if c, v, ok, err := take(); ok || err != nil {
+						return c, v, err
 					}
 				}
 				continue
@@ -139,8 +141,8 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 				// retried after its answer was lost: one process never
 				// fills a key twice at once.
 				if !held || bytes.Equal(owner, s.owner[:]) {
-					if c, ok, err := take(); ok || err != nil {
-						return c, nil, err
+					if c, v, ok, err := take(); ok || err != nil {
+						return c, v, err
 					}
 				}
 			}
@@ -155,8 +157,8 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 				}
 			}
 			if exists && time.Since(seen) > lease {
-				if c, ok, err := take(); ok || err != nil {
-					return c, nil, err
+				if c, v, ok, err := take(); ok || err != nil {
+					return c, v, err
 				}
 				seen = time.Now() // lost the race: wait for the winner's claim
 			}
@@ -166,6 +168,33 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 			return nil, nil, ctx.Err()
 		}
 	}
+}
+
+// claimed holds the claim of k just written at revision rev, and then reads
+// k's answer from the stream leader, as Filler requires: an answer stored
+// after the caller's lookup, but before the claim, is returned instead of
+// the claim, which is released. An answer that is expired, damaged or
+// missing a chunk is none. If the read fails, so does claimed, and the
+// claim is released: the caller must not call the model on a key whose
+// answer may be stored.
+func (s *Store) claimed(ctx context.Context, k llmcache.Key, rev uint64, live func([]byte) bool) (llmcache.Claim, []byte, error) {
+	c := s.hold(k, rev)
+	rctx, cancel := withTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	head, _, found, err := s.leaderRead(rctx, s.last, headKey(k))
+	var v []byte
+	if err == nil && found {
+		v, err = s.assemble(rctx, k, head)
+	}
+	switch {
+	case err != nil && !errors.Is(err, llmcache.ErrNotFound) && !errors.Is(err, llmcache.ErrCorruptEntry):
+		c.Release(context.WithoutCancel(ctx))
+		return nil, nil, wrapErr("read "+k.String(), err)
+	case err == nil && found && (live == nil || live(v)):
+		c.Release(context.WithoutCancel(ctx))
+		return nil, v, nil
+	}
+	return c, nil, nil
 }
 
 // liveAnswer reads the answer of k, if the store has a live one.

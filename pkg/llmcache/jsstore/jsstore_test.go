@@ -919,3 +919,43 @@ func TestWaiterThroughRestart(t *testing.T) {
 		t.Errorf("model calls = %d; want 1", n)
 	}
 }
+
+// TestFillLooksAfterItsClaim: an answer stored after the caller's lookup
+// but before its claim (here one whose claim entry is gone, so that the
+// claim is created afresh) comes back from Fill instead of a claim, as
+// llmcache.Filler requires, and the claim it took is released, not left
+// to lapse. An expired answer (live says no) is no answer: Fill claims.
+func TestFillLooksAfterItsClaim(t *testing.T) {
+	s := natstest.RunServer(t)
+	js := connect(t, s.ClientURL())
+	ctx := context.Background()
+	st, err := jsstore.New(ctx, js, jsstore.Options{Bucket: "after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	k := llmcache.Key{0xa1}
+	if err := st.Put(ctx, k, []byte("the answer"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	cl, v, err := st.Fill(ctx, k, time.Second, func([]byte) bool { return true })
+	if err != nil || cl != nil || string(v) != "the answer" {
+		t.Fatalf("Fill = claim %v, entry %q, %v; want the answer stored before the claim, and no claim", cl != nil, v, err)
+	}
+	raw := rawValues(t, js, "after")
+	if c, ok := raw["f."+k.String()]; !ok || len(c) == 0 || c[0] != 0 {
+		t.Errorf("claim entry after Fill found the answer: %v (present %v); want it released", c, ok)
+	}
+
+	expired := llmcache.Key{0xa2}
+	if err := st.Put(ctx, expired, []byte("an expired answer"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	cl, v, err = st.Fill(ctx, expired, time.Second, func([]byte) bool { return false })
+	if err != nil || cl == nil || v != nil {
+		t.Fatalf("Fill on an expired answer = claim %v, entry %q, %v; want a claim", cl != nil, v, err)
+	}
+	if err := cl.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
