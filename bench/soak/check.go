@@ -152,7 +152,7 @@ type report struct {
 	repaidWhy                                        map[string]int // extra answers, by what became of the answer before
 	repaidAliveEx                                    []string       // extra answers whose previous answer's process still ran, or died more than 100ms after it
 	tokensMin, tokensSpent                           int64
-	lostInFlight                                     int   // answers paid again because the process that made the one before died or stopped with it in hand
+	lostInFlight                                     int   // answers paid again because the process that made the one before died or stopped with it in hand, or had died before it came
 	lostTokens                                       int64 // the tokens of those answers paid again
 	standin                                          map[string]int64
 
@@ -211,7 +211,8 @@ const lossWindow = time.Second
 // modelBounded: the model answered at most once per intent with a model
 // step, plus once per answer lost in flight (the process that asked died,
 // or was stopped past its claims, within lossWindow of the answer: it had
-// the answer and no time to keep it). Any other answer paid again fails.
+// the answer and no time to keep it; or it had died before the answer
+// came, and nobody received it). Any other answer paid again fails.
 func (r *report) modelBounded() bool { return r.modelAnswered <= r.modelMin+r.lostInFlight }
 
 // tokensBounded: the tokens spent are within 0.05% of the minimum (each
@@ -727,7 +728,7 @@ func (r *report) print(w io.Writer, h *harness) {
 		extra = 100 * float64(r.tokensSpent-r.tokensMin) / float64(r.tokensMin)
 	}
 	fmt.Fprintf(tw, "tokens\t%d spent; minimum %d (each intent's first answer); %+.3f%%\n", r.tokensSpent, r.tokensMin, extra)
-	fmt.Fprintf(tw, "paid once\tmodel answers %d ≤ %d intents with a model step + %d answers lost in flight (their process died or stopped ≤ %v after the answer; %d consumer kills) = %d: %v; tokens %d ≤ (minimum + %d lost in flight) + 0.05%% = %d: %v\n",
+	fmt.Fprintf(tw, "paid once\tmodel answers %d ≤ %d intents with a model step + %d answers lost in flight (their process died before the answer came, or died or stopped ≤ %v after it; %d consumer kills) = %d: %v; tokens %d ≤ (minimum + %d lost in flight) + 0.05%% = %d: %v\n",
 		r.modelAnswered, r.modelMin, r.lostInFlight, lossWindow, r.consumerKills, r.modelMin+r.lostInFlight, r.modelBounded(),
 		r.tokensSpent, r.lostTokens, (r.tokensMin+r.lostTokens)*10005/10000, r.tokensBounded())
 	if r.ledgerErr != nil {
@@ -839,6 +840,12 @@ func (h *harness) classifyRepaid(rep *report, id int) {
 				rep.repaidAliveEx = append(rep.repaidAliveEx, fmt.Sprintf("intent %d: replica-%d at %+.3fs, still running, then replica-%d at %+.3fs",
 					id, prev.replica, prev.at.Sub(h.t0).Seconds(), next.replica, next.at.Sub(h.t0).Seconds()))
 			}
+			continue
+		}
+		if ended.Before(prev.at) {
+			// No process of the replica ran when the answer came: the
+			// model answered a call whose caller had died.
+			rep.repaidWhy["died before the answer came ("+how+")"]++
 			continue
 		}
 		var after string

@@ -332,14 +332,19 @@ func (r *replica) name() string { return fmt.Sprintf("replica-%d", r.idx) }
 
 // diedAfter returns when the process of the replica that was running at t
 // died (see child.died), and how (see cause), if it ended; ok is false if
-// no process was running at t, or it has not ended.
+// it has not ended. If no process of the replica ran at t, between two
+// lives, it returns the death of the last one before t, which is then
+// before t: an answer that came then was made for a process already gone
+// (the model answers a call whose caller died), and nobody received it.
 func (r *replica) diedAfter(t time.Time) (ended time.Time, how string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var last *child // the last process started at or before t
 	for _, c := range r.lives {
 		if c.started.After(t) {
 			break
 		}
+		last = c
 		select {
 		case <-c.done:
 		default:
@@ -347,6 +352,13 @@ func (r *replica) diedAfter(t time.Time) (ended time.Time, how string, ok bool) 
 		}
 		if !c.ended.Before(t) {
 			return c.died(), c.cause(), true
+		}
+	}
+	if last != nil {
+		select {
+		case <-last.done: // it ended before t, and none ran at t
+			return last.died(), last.cause(), true
+		default:
 		}
 	}
 	return time.Time{}, "", false

@@ -582,3 +582,40 @@ func TestFakeNode(t *testing.T) {
 		io.WriteString(w, `{"status":"ok"}`)
 	}))
 }
+
+// TestAnswerAfterItsCallerDied: the model answered a call 3ms after the
+// soak killed the process that made it, and before the replica's next
+// process started (seed 491296106, six answers at +47.969s). Nobody
+// received the answer: paying for it again is a loss in flight, which the
+// checker called "its process still ran" when it looked only for a death
+// after the answer.
+func TestAnswerAfterItsCallerDied(t *testing.T) {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	life := func(start, killed, reaped float64) *child {
+		c := &child{started: at(start), ended: at(reaped), done: make(chan struct{})}
+		close(c.done)
+		if killed > 0 {
+			c.killed.Store(true)
+			c.killedAt.Store(at(killed).UnixNano())
+		}
+		return c
+	}
+	r := &replica{idx: 2, lives: []*child{life(5.6, 47.6, 47.61), life(47.8, 47.966, 47.967), life(48.3, 0, 100)}}
+	h := &harness{events: &events{t0: t0}, t0: t0, replicas: []*replica{{}, {}, r}}
+	h.proxy = &modelProxy{times: map[int][]answerAt{4468: {{2, at(47.969), 10}, {1, at(82.44), 10}}}}
+	rep := &report{}
+	h.classifyRepaid(rep, 4468)
+	if rep.lostInFlight != 1 || rep.repaidWhy["its process still ran"] != 0 || rep.repaidWhy["died before the answer came (killed by the soak)"] != 1 {
+		t.Errorf("lost in flight %d, reasons %v; want the answer lost in flight, its caller killed before it came", rep.lostInFlight, rep.repaidWhy)
+	}
+
+	// An answer while the replica's process runs, paid again while it
+	// still runs, is no loss.
+	h.proxy = &modelProxy{times: map[int][]answerAt{7: {{2, at(50), 10}, {0, at(60), 10}}}}
+	rep = &report{}
+	h.classifyRepaid(rep, 7)
+	if rep.lostInFlight != 0 || rep.repaidWhy["its process still ran"] != 1 {
+		t.Errorf("lost in flight %d, reasons %v; want its process still ran", rep.lostInFlight, rep.repaidWhy)
+	}
+}
