@@ -208,6 +208,12 @@ func (r *report) pass() bool {
 // 281ms once, with the CLI's redrives running beside three replicas).
 const lossWindow = time.Second
 
+// resumeGrace is how long after a pause's end an answer counts as one the
+// paused process had in its socket (stoppedWith): seed 418632018 recorded
+// one 6ms after the SIGCONT that ended a pause past the lease, paid again
+// by the replica that took its claim over during the pause.
+const resumeGrace = 100 * time.Millisecond
+
 // modelBounded: the model answered at most once per intent with a model
 // step, plus once per answer lost in flight (the process that asked died,
 // or was stopped past its claims, within lossWindow of the answer: it had
@@ -874,11 +880,13 @@ func (h *harness) classifyRepaid(rep *report, id int) {
 
 // stoppedWith reports whether the replica that made answer prev was
 // stopped (SIGSTOP) when the answer came, or within lossWindow after it,
-// and before answer next: the answer was in its socket or its hands, and
-// the pause (past the lease) ran out the call's deadline, so the process
-// dropped it when it resumed, while to the other replicas it was gone. (A
-// stopped process's socket takes the model's answer all the same: the
-// soak's proxy records it answered.)
+// or had resumed at most resumeGrace before it, and the pause began before
+// answer next: the answer was in its socket or its hands, and the pause
+// (past the lease) ran out the call's deadline and its fill claim, so the
+// process dropped it when it resumed, while another replica took the
+// claim over. (A stopped process's socket takes the model's answer all
+// the same: the soak's proxy records it answered, or, if the proxy's write
+// waits on the stopped reader, records it just after the resume.)
 func (h *harness) stoppedWith(prev, next answerAt) bool {
 	var stopped time.Time // the pause under way, if any
 	for _, ev := range h.events.snapshot() {
@@ -889,7 +897,7 @@ func (h *harness) stoppedWith(prev, next answerAt) bool {
 		case evPause:
 			stopped = ev.at
 		case evResume:
-			if !stopped.IsZero() && !ev.at.Before(prev.at) && stopped.Sub(prev.at) <= lossWindow && stopped.Before(next.at) {
+			if !stopped.IsZero() && !ev.at.Add(resumeGrace).Before(prev.at) && stopped.Sub(prev.at) <= lossWindow && stopped.Before(next.at) {
 				return true // stopped before the answer, or within the window after it
 			}
 			stopped = time.Time{}

@@ -428,8 +428,9 @@ func TestAlertsWorkload(t *testing.T) {
 
 // TestStoppedWith: an answer paid again counts as lost in flight when the
 // process that made the one before was stopped as it came (its socket took
-// it) or within lossWindow after, and before the next; not when its pause
-// ended before the answer, began long after it, or after the next answer.
+// it), resumed just before it (resumeGrace), or was stopped within
+// lossWindow after, and before the next; not when its pause ended well
+// before the answer, began long after it, or after the next answer.
 func TestStoppedWith(t *testing.T) {
 	t0 := time.Now()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -440,6 +441,8 @@ func TestStoppedWith(t *testing.T) {
 		want            bool
 	}{
 		{"stopped as the answer came", 51.99, 57, 52.014, 64, true},
+		{"resumed 6ms before the answer came", 52.9, 56.43, 56.436, 56.77, true},
+		{"resumed 0.5s before the answer came", 52.9, 56.43, 56.93, 57.2, false},
 		{"stopped just after", 52.3, 57, 52.0, 64, true},
 		{"still stopped", 52.3, 0, 52.0, 64, true},
 		{"paused and resumed before the answer", 40, 45, 52, 64, false},
