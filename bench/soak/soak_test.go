@@ -471,15 +471,7 @@ func TestStoppedWith(t *testing.T) {
 func TestDeathCountsFromTheKill(t *testing.T) {
 	t0 := time.Now()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	life := func(start, killed, reaped float64) *child {
-		c := &child{started: at(start), ended: at(reaped), done: make(chan struct{})}
-		close(c.done)
-		if killed > 0 {
-			c.killed.Store(true)
-			c.killedAt.Store(at(killed).UnixNano())
-		}
-		return c
-	}
+	life := func(start, killed, reaped float64) *child { return endedChild(at, start, killed, reaped) }
 	r := &replica{idx: 2, lives: []*child{life(0, 0, 13.5), life(13.8, 17.01, 49.9), life(49.95, 0, 60)}}
 	h := &harness{events: &events{t0: t0}, t0: t0, replicas: []*replica{{}, {}, r}}
 	h.proxy = &modelProxy{times: map[int][]answerAt{636: {{2, at(16.515), 10}, {0, at(49.66), 10}}}}
@@ -595,15 +587,7 @@ func TestFakeNode(t *testing.T) {
 func TestAnswerAfterItsCallerDied(t *testing.T) {
 	t0 := time.Now()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	life := func(start, killed, reaped float64) *child {
-		c := &child{started: at(start), ended: at(reaped), done: make(chan struct{})}
-		close(c.done)
-		if killed > 0 {
-			c.killed.Store(true)
-			c.killedAt.Store(at(killed).UnixNano())
-		}
-		return c
-	}
+	life := func(start, killed, reaped float64) *child { return endedChild(at, start, killed, reaped) }
 	r := &replica{idx: 2, lives: []*child{life(5.6, 47.6, 47.61), life(47.8, 47.966, 47.967), life(48.3, 0, 100)}}
 	h := &harness{events: &events{t0: t0}, t0: t0, replicas: []*replica{{}, {}, r}}
 	h.proxy = &modelProxy{times: map[int][]answerAt{4468: {{2, at(47.969), 10}, {1, at(82.44), 10}}}}
@@ -621,4 +605,17 @@ func TestAnswerAfterItsCallerDied(t *testing.T) {
 	if rep.lostInFlight != 0 || rep.repaidWhy["its process still ran"] != 1 {
 		t.Errorf("lost in flight %d, reasons %v; want its process still ran", rep.lostInFlight, rep.repaidWhy)
 	}
+}
+
+// endedChild is a replica's process that started at start and was reaped
+// at reaped (seconds, through at), SIGKILLed by the soak at killed if
+// killed is not 0.
+func endedChild(at func(float64) time.Time, start, killed, reaped float64) *child {
+	c := &child{started: at(start), ended: at(reaped), done: make(chan struct{})}
+	close(c.done)
+	if killed > 0 {
+		c.killed.Store(true)
+		c.killedAt.Store(at(killed).UnixNano())
+	}
+	return c
 }
