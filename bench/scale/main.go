@@ -321,6 +321,27 @@ func awaitInterest(servers []*server.Server, subject string) error {
 	}
 }
 
+// createStream creates the stream sc, trying again for up to 30s while
+// the meta leader finds no peers to place its replicas on: a cluster whose
+// every peer it just counted online can still answer so for a moment (CI
+// saw "no suitable peers for placement, peer offline" on the first cell).
+func createStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	const noPeers = 10005 // JSClusterNoPeersErrF
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := js.CreateStream(ctx, sc)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != noPeers || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // runCell measures r replicas on fresh streams named after id.
 func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Server, natsURL, modelURL, dir, id string, r int, o options) (cell, error) {
 	c := cell{replicas: r, triggers: o.n * r}
@@ -332,7 +353,7 @@ func runCell(ctx context.Context, js jetstream.JetStream, servers []*server.Serv
 		{Name: name + "_DEAD", Subjects: []string{prefix + ".dead.>"}},
 	} {
 		sc.Replicas, sc.Storage = len(servers), jetstream.FileStorage
-		if _, err := js.CreateStream(ctx, sc); err != nil {
+		if err := createStream(ctx, js, sc); err != nil {
 			return c, fmt.Errorf("stream %s: %w", sc.Name, err)
 		}
 	}
