@@ -6,11 +6,24 @@
 // that writes a batch in one transaction and one fsync (the Badger ledger)
 // so writes one batch per round for any number of concurrent callers, and a
 // caller alone pays nothing for it.
+//
+// Under a steady load the callers a call releases come back with their next
+// requests at once (a claim's caller commits, a commit's caller claims the
+// next key). A round that started the moment the last one ended would go
+// without them, and the callers would split into two halves taking turns:
+// twice the calls, each for half of them. So the caller that leads a round
+// first waits, briefly, for as many callers as the last round served: at
+// most a quarter of the last call's duration (gatherMax at most), and not
+// at all when the last round served one caller. A round that waits in vain
+// expects no more than it got, so a load that falls off costs one short
+// wait, not one per round.
 package combine
 
 import (
 	"context"
+	"runtime"
 	"sync"
+	"time"
 )
 
 // A Combiner merges concurrent calls of its function. Its zero value is not
@@ -18,10 +31,15 @@ import (
 type Combiner[Q, R any] struct {
 	do func(ctx context.Context, qs []Q) []R
 
-	mu    sync.Mutex
-	busy  bool
-	queue []*op[Q, R]
+	mu     sync.Mutex
+	busy   bool
+	queue  []*op[Q, R]
+	expect int           // the callers the last round served, and those queued at its end
+	took   time.Duration // how long the last call took
 }
+
+// gatherMax bounds a leader's wait for the callers of the last round.
+const gatherMax = 100 * time.Microsecond
 
 // New returns a Combiner of do, which must return one result per request,
 // in the order of the requests. do is called with the context of the
@@ -32,11 +50,10 @@ func New[Q, R any](do func(ctx context.Context, qs []Q) []R) *Combiner[Q, R] {
 
 // op is one caller's part of a combined call.
 type op[Q, R any] struct {
-	qs    []Q
-	rs    []R
-	done  chan struct{} // closed when rs is set, or when the caller leads
-	lead  bool          // the caller makes the call for batch
-	batch []*op[Q, R]
+	qs   []Q
+	rs   []R
+	done chan struct{} // closed when rs is set, or when the caller leads
+	lead bool          // the caller makes the next call
 }
 
 // Run returns what do returns for qs, made in one call with the requests of
@@ -52,40 +69,67 @@ func (c *Combiner[Q, R]) Run(ctx context.Context, qs []Q) []R {
 		if !o.lead {
 			return o.rs
 		}
+		c.mu.Lock()
 	} else {
 		c.busy = true
-		c.mu.Unlock()
-		o.batch = []*op[Q, R]{o}
 	}
-	c.call(ctx, o)
-	c.mu.Lock()
-	next := c.queue
+	c.gather()
+	batch := append([]*op[Q, R]{o}, c.queue...)
 	c.queue = nil
-	c.busy = len(next) > 0
+	c.expect = len(batch)
 	c.mu.Unlock()
-	if len(next) > 0 {
-		next[0].lead, next[0].batch = true, next
-		close(next[0].done)
+	start := time.Now()
+	c.call(ctx, batch)
+	took := time.Since(start)
+	c.mu.Lock()
+	c.expect += len(c.queue)
+	c.took = took
+	if len(c.queue) == 0 {
+		c.busy = false
+		c.mu.Unlock()
+		return o.rs
 	}
+	next := c.queue[0]
+	c.queue = c.queue[1:]
+	c.mu.Unlock()
+	next.lead = true
+	close(next.done)
 	return o.rs
 }
 
-// call makes one call for the batch lead leads, and hands out the results.
-func (c *Combiner[Q, R]) call(ctx context.Context, lead *op[Q, R]) {
-	if len(lead.batch) == 1 {
+// gather waits, with c.mu held, until the queue holds the callers the last
+// round leads the leader to expect, or for a quarter of the last call's
+// duration (at most gatherMax), whichever comes first.
+func (c *Combiner[Q, R]) gather() {
+	if c.expect <= 1 || len(c.queue)+1 >= c.expect {
+		return
+	}
+	deadline := time.Now().Add(min(c.took/4, gatherMax))
+	for len(c.queue)+1 < c.expect && time.Now().Before(deadline) {
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+	}
+}
+
+// call makes one call for batch, whose first op is the leader's, and hands
+// out the results.
+func (c *Combiner[Q, R]) call(ctx context.Context, batch []*op[Q, R]) {
+	lead := batch[0]
+	if len(batch) == 1 {
 		lead.rs = c.do(ctx, lead.qs)
 		return
 	}
 	n := 0
-	for _, o := range lead.batch {
+	for _, o := range batch {
 		n += len(o.qs)
 	}
 	qs := make([]Q, 0, n)
-	for _, o := range lead.batch {
+	for _, o := range batch {
 		qs = append(qs, o.qs...)
 	}
 	rs := c.do(ctx, qs)
-	for _, o := range lead.batch {
+	for _, o := range batch {
 		o.rs, rs = rs[:len(o.qs):len(o.qs)], rs[len(o.qs):]
 		if o != lead {
 			close(o.done)

@@ -3,6 +3,7 @@ package combine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -75,5 +76,35 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out after 10s waiting for the condition")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCallersComeBack checks that callers a round releases, and that come
+// back at once with their next requests, are served together by the next
+// round: under a steady load the callers do not split into two halves
+// taking turns, which made twice the calls (each a sync, in the Badger
+// ledger) for the same work.
+func TestCallersComeBack(t *testing.T) {
+	var calls atomic.Int64
+	c := New(func(_ context.Context, qs []int) []int {
+		calls.Add(1)
+		time.Sleep(time.Millisecond) // a sync
+		return make([]int, len(qs))
+	})
+	const callers, each = 8, 50
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range each {
+				c.Run(context.Background(), []int{1})
+			}
+		})
+	}
+	wg.Wait()
+	// Two halves taking turns make two calls per request of each caller;
+	// one round for all of them makes one. Allow for the rounds a busy
+	// machine splits.
+	if n := calls.Load(); n > each*3/2 {
+		t.Errorf("%d calls for %d callers making %d requests each; want at most %d (about %d: one round for all of them per request)", n, callers, each, each*3/2, each)
 	}
 }
