@@ -47,6 +47,10 @@ type inproc struct {
 	j      *journal // nil for a DB in memory
 
 	maxVolatile int // inprocClaims; tests of this package set it lower
+
+	// testBlocked is nil but in tests of this package, which set it to
+	// learn that a caller waits for a key's lock.
+	testBlocked func(dedupe.Key)
 }
 
 const inprocShards = 64
@@ -117,6 +121,9 @@ func (s *inproc) lock(ctx context.Context, keys []dedupe.Key) (unlock func(), er
 				break
 			}
 			sh.mu.Unlock()
+			if s.testBlocked != nil {
+				s.testBlocked(k)
+			}
 			select {
 			case <-ch:
 			case <-ctx.Done():

@@ -15,6 +15,8 @@ import (
 // same key arrives before the commit is written. The takeover must wait
 // for the commit and then find the key committed; were it let through, it
 // would take over a claim whose commit then goes through all the same.
+// The takeover is a volatile claim: volatile claims have rounds of their
+// own, so it is the key's lock, not the commit's round, that holds it.
 func TestRememberedClaimIsLocked(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
@@ -41,18 +43,25 @@ func TestRememberedClaimIsLocked(t *testing.T) {
 		err error
 	}
 	takeover := make(chan begun, 1)
+	blocked := make(chan struct{})
+	l.st.testBlocked = func(got dedupe.Key) {
+		if got == k {
+			close(blocked)
+		}
+	}
 	l.testRemembered = func(dedupe.Key) {
 		l.testRemembered = nil
 		go func() {
-			c, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "b", Lease: time.Second})
+			c, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "b", Lease: time.Second, Volatile: true})
 			takeover <- begun{c, err}
 		}()
-		// With the lock, the takeover waits for this commit: give it the
-		// time it would need to get through without.
 		select {
+		case <-blocked: // the takeover waits for this commit
 		case b := <-takeover:
+			t.Errorf("the takeover got %v (%v) while the commit held the key", b.c.Status, b.err)
 			takeover <- b
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(10 * time.Second):
+			t.Error("after 10s the takeover neither waited for the key nor ended")
 		}
 	}
 	err = l.CommitBatch(ctx, []ledger.CommitRequest{{Key: k, Token: a.Claim.Lease.Token}})[0]
