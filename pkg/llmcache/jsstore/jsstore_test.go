@@ -496,16 +496,9 @@ func TestExpiredAnswerOneCall(t *testing.T) {
 // shows, and the connection buffers nothing while it reconnects (a write
 // buffered then may be flushed to the server after all, or lost with it).
 func TestHeldAnswerSurvivesRestart(t *testing.T) {
-	dir := t.TempDir()
-	s := natstest.RunServer(t, func(o *server.Options) { o.StoreDir = dir })
-	port := s.Addr().(*net.TCPAddr).Port
+	s, dir, port := serverOnDisk(t)
 	m := startModel(t, standin.Options{})
-	var down sync.Once
-	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		down.Do(func() { s.Shutdown(); s.WaitForShutdown() })
-		m.ServeHTTP(w, r)
-	}))
-	t.Cleanup(model.Close)
+	model := downingModel(t, s, m)
 	url := model.URL + "/v1"
 
 	so := jsstore.Options{Bucket: "held", Timeout: time.Second}
@@ -546,18 +539,8 @@ func TestHeldAnswerSurvivesRestart(t *testing.T) {
 	s = natstest.RunServer(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
 	js := connect(t, s.ClientURL())
 	deadline := time.Now().Add(15 * time.Second)
-	for {
-		kv, err := js.KeyValue(context.Background(), "held")
-		if err == nil {
-			if _, err = kv.Get(context.Background(), "a."+key); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("the held answer was not in the bucket 15s after the restart: %v", err)
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := waitStored(js, "held", "a."+key, deadline); err != nil {
+		t.Errorf("the held answer was not in the bucket 15s after the restart: %v", err)
 	}
 	for held() != 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -611,16 +594,9 @@ func TestHoldChild(t *testing.T) {
 // process stores it, and another replica's call is a hit. The model,
 // which counts its own calls, answers once.
 func TestPaidAnswerOutlivesKill(t *testing.T) {
-	dir := t.TempDir()
-	s := natstest.RunServer(t, func(o *server.Options) { o.StoreDir = dir })
-	port := s.Addr().(*net.TCPAddr).Port
+	s, dir, port := serverOnDisk(t)
 	m := startModel(t, standin.Options{})
-	var down sync.Once
-	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		down.Do(func() { s.Shutdown(); s.WaitForShutdown() })
-		m.ServeHTTP(w, r)
-	}))
-	t.Cleanup(model.Close)
+	model := downingModel(t, s, m)
 
 	hold := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldChild$", "-test.count=1")
@@ -661,19 +637,8 @@ func TestPaidAnswerOutlivesKill(t *testing.T) {
 	js := connect(t, s.ClientURL())
 	so := jsstore.Options{Bucket: "hold", Timeout: time.Second}
 	openCache(t, js, so, llmcache.Options{Endpoint: "model", HoldDir: hold}) // the replica's next process
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		kv, err := js.KeyValue(context.Background(), "hold")
-		if err == nil {
-			if _, err = kv.Get(context.Background(), "a."+key); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("the killed replica's answer is not in the bucket 10s after its next start: %v", err)
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := waitStored(js, "hold", "a."+key, time.Now().Add(10*time.Second)); err != nil {
+		t.Errorf("the killed replica's answer is not in the bucket 10s after its next start: %v", err)
 	}
 	other := openCache(t, js, so, llmcache.Options{Endpoint: "model"})
 	r, err := client(t, other, model.URL+"/v1").CreateChatCompletion(context.Background(), triage("Queue depth 12k on orders"))
@@ -840,9 +805,7 @@ func TestSealedAnswers(t *testing.T) {
 // reads the answer every eighth of the lease (3.75s), and has it within
 // 10s of the restart.
 func TestWaiterThroughRestart(t *testing.T) {
-	dir := t.TempDir()
-	s := natstest.RunServer(t, func(o *server.Options) { o.StoreDir = dir })
-	port := s.Addr().(*net.TCPAddr).Port
+	s, dir, port := serverOnDisk(t)
 	m := startModel(t, standin.Options{})
 	release := make(chan struct{})
 	var calls sync.WaitGroup
@@ -958,4 +921,41 @@ func TestFillLooksAfterItsClaim(t *testing.T) {
 	if err := cl.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// waitStored waits until bucket holds key, or until deadline, when it
+// returns the last error of the look.
+func waitStored(js jetstream.JetStream, bucket, key string, deadline time.Time) error {
+	for {
+		kv, err := js.KeyValue(context.Background(), bucket)
+		if err == nil {
+			if _, err = kv.Get(context.Background(), key); err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// serverOnDisk starts a server whose store is in a directory of the
+// test's, to be started again on the same directory and port.
+func serverOnDisk(t *testing.T) (s *server.Server, dir string, port int) {
+	dir = t.TempDir()
+	s = natstest.RunServer(t, func(o *server.Options) { o.StoreDir = dir })
+	return s, dir, s.Addr().(*net.TCPAddr).Port
+}
+
+// downingModel serves m behind a front that shuts s down when the first
+// call arrives, before m answers it: the answer's write finds no server.
+func downingModel(t *testing.T, s *server.Server, m http.Handler) *httptest.Server {
+	var down sync.Once
+	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		down.Do(func() { s.Shutdown(); s.WaitForShutdown() })
+		m.ServeHTTP(w, r)
+	}))
+	t.Cleanup(model.Close)
+	return model
 }
