@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"maps"
 	"mime"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -30,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncegate/oncegate/internal/ingress/spec"
+	"github.com/oncegate/oncegate/internal/serve"
 	"github.com/oncegate/oncegate/pkg/canon"
 )
 
@@ -141,9 +141,8 @@ type Server struct {
 	unknown sourceMetrics
 	canons  *sync.Pool
 
-	mu   sync.Mutex
-	srv  *http.Server
-	done chan struct{}
+	mu  sync.Mutex
+	srv *serve.Server
 }
 
 // source is one configured sender and what it needs at request time.
@@ -440,11 +439,7 @@ func (s *Server) Start() (string, error) {
 	if s.srv != nil {
 		return "", errors.New("ingress: already started")
 	}
-	ln, err := net.Listen("tcp", listenAddr(s.o.Listen))
-	if err != nil {
-		return "", fmt.Errorf("ingress: %w", err)
-	}
-	s.srv = &http.Server{
+	srv, addr, err := serve.Start(&http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: s.o.ReadHeaderTimeout,
 		ReadTimeout:       s.o.ReadTimeout,
@@ -453,38 +448,21 @@ func (s *Server) Start() (string, error) {
 		IdleTimeout:    s.o.IdleTimeout,
 		MaxHeaderBytes: 64 << 10,
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}, s.o.Listen, "ingress", s.log)
+	if err != nil {
+		return "", err
 	}
-	s.done = make(chan struct{})
-	go func(srv *http.Server, done chan struct{}) {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("ingress stopped serving", "err", err)
-		}
-	}(s.srv, s.done)
-	return ln.Addr().String(), nil
-}
-
-// listenAddr puts a listen address without a host (":8080") on
-// loopback: serving every interface must be asked for ("0.0.0.0:8080").
-func listenAddr(addr string) string {
-	if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
-		return net.JoinHostPort("127.0.0.1", port)
-	}
-	return addr
+	s.srv = srv
+	return addr, nil
 }
 
 // Shutdown stops taking requests and waits, until ctx is done, for the
 // ones in progress to be answered.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	srv, done := s.srv, s.done
+	srv := s.srv
 	s.mu.Unlock()
-	if srv == nil {
-		return nil
-	}
-	err := srv.Shutdown(ctx)
-	<-done
-	return err
+	return srv.Shutdown(ctx)
 }
 
 // exchange is one request being answered: what the answer and the log of

@@ -35,7 +35,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -44,6 +43,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ops"
+	"github.com/oncegate/oncegate/internal/serve"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 	"github.com/oncegate/oncegate/pkg/llmcache/ratelimit"
@@ -92,9 +92,8 @@ type Server struct {
 	log      *slog.Logger
 	clientOf func(string) (string, bool)
 
-	mu   sync.Mutex
-	srv  *http.Server
-	done chan struct{}
+	mu  sync.Mutex
+	srv *serve.Server
 }
 
 // New returns a proxy; Start serves it, or mount it as an http.Handler.
@@ -125,47 +124,27 @@ func (s *Server) Start() (string, error) {
 	if s.srv != nil {
 		return "", errors.New("proxy: already started")
 	}
-	ln, err := net.Listen("tcp", listenAddr(s.cfg.Listen))
-	if err != nil {
-		return "", fmt.Errorf("proxy: %w", err)
-	}
-	s.srv = &http.Server{
+	srv, addr, err := serve.Start(&http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}, s.cfg.Listen, "proxy", s.log)
+	if err != nil {
+		return "", err
 	}
-	s.done = make(chan struct{})
-	go func(srv *http.Server, done chan struct{}) {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("proxy stopped serving", "err", err)
-		}
-	}(s.srv, s.done)
-	return ln.Addr().String(), nil
-}
-
-// listenAddr puts an address without a host (":8081") on loopback.
-func listenAddr(addr string) string {
-	if strings.HasPrefix(addr, ":") {
-		return "127.0.0.1" + addr
-	}
-	return addr
+	s.srv = srv
+	return addr, nil
 }
 
 // Shutdown stops taking requests and waits for those in progress (streams
 // included) until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	srv, done := s.srv, s.done
+	srv := s.srv
 	s.mu.Unlock()
-	if srv == nil {
-		return nil
-	}
-	err := srv.Shutdown(ctx)
-	<-done
-	return err
+	return srv.Shutdown(ctx)
 }
 
 // ServeHTTP answers one request; see the package documentation.
