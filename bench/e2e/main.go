@@ -910,6 +910,15 @@ func report(w *os.File, o options, results []result) int {
 	if bad > 0 {
 		fmt.Fprintf(w, "CORRECTNESS: %d cell(s) with an effect count other than expected (marked !)\n", bad)
 	}
+	if full, calls := byKey[modeFull+"/0"], byKey[modeCalls+"/0"]; full != nil && calls != nil {
+		x := median(full.rates) / median(calls.rates)
+		verdict := "met"
+		if x < 0.6 {
+			verdict = "not met"
+		}
+		fmt.Fprintf(w, "full against calls (the same model calls from a plain go-openai loop): rate %.2f× (target ≥ 0.6: %s), CPU per trigger %.2f× the call's\n",
+			x, verdict, median(full.cpus)/median(calls.cpus))
+	}
 
 	if len(raws) == 0 {
 		fmt.Fprintln(w, "verdict: no raw cell, no ratios")

@@ -98,8 +98,12 @@ func run() error {
 		cpuprofile  = flag.String("cpuprofile", "", "write a CPU profile of the whole command to this file")
 		memprofile  = flag.String("memprofile", "", "write a heap profile of each run, taken -memprofile-at after the storm starts, to this file with the run's name appended")
 		memAt       = flag.Duration("memprofile-at", 3*time.Second, "when -memprofile takes its profile")
+		compare     = flag.Int("compare", 0, "run the plain loop (calls) and Oncegate (before) N times each, alternating, each run in a process of its own (memory figures are per process), and print the medians and Oncegate's ratios to the loop; -runs is ignored")
 	)
 	flag.Parse()
+	if *compare > 0 {
+		return compareRuns(*compare)
+	}
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -163,6 +167,11 @@ func run() error {
 			}
 		}
 	}
+	if path := os.Getenv(childResultEnv); path != "" && len(results) == 1 {
+		if err := writeChildResult(path, results[0]); err != nil {
+			return err
+		}
+	}
 	report(results, o)
 	if failed {
 		return errors.New("the paced run missed its goal")
@@ -201,6 +210,8 @@ type result struct {
 	gaveUp    int64
 	factor    float64
 	published time.Duration
+	cpuPer    float64 // CPU µs per trigger (per call for calls), the whole process
+	rssPer    float64 // KiB more RSS per trigger in flight at the peak; 0: not measured
 	// over counts the calls that waited longer than each bound, by the
 	// bucket bound in seconds of oncegate_llm_rate_limit_wait_seconds.
 	over map[float64]uint64
@@ -387,20 +398,23 @@ func (o options) run(ctx context.Context, name string) (result, error) {
 		}
 	}
 	cpu := procstat.CPU() - cpu0
+	r.cpuPer = float64(cpu.Microseconds()) / float64(o.triggers)
 	fmt.Printf("  settled in %v; CPU %v (user+system, the whole process), %.0f µs per trigger\n", r.elapsed.Round(time.Millisecond),
-		cpu.Round(time.Millisecond), float64(cpu.Microseconds())/float64(o.triggers))
+		cpu.Round(time.Millisecond), r.cpuPer)
 	c := o.concurrency
 	if c == 0 {
 		c = cfg.Pipelines[0].Concurrency
 	}
-	memoryLines(rssBefore, peak, memBefore, memPeak, c, "the NATS server, the stand-in and the consumer share this process")
+	r.rssPer = memoryLines(rssBefore, peak, memBefore, memPeak, c, "the NATS server, the stand-in and the consumer share this process")
 	return r, nil
 }
 
-// memoryLines prints what memory grew by, per call or trigger in flight.
-func memoryLines(rssBefore, peak uint64, memBefore, memPeak memSample, c int, who string) {
+// memoryLines prints what memory grew by, per call or trigger in flight,
+// and returns the RSS growth in KiB per call or trigger in flight (0 when
+// it could not be read).
+func memoryLines(rssBefore, peak uint64, memBefore, memPeak memSample, c int, who string) float64 {
 	if rssBefore == 0 || peak <= rssBefore {
-		return
+		return 0
 	}
 	fmt.Printf("  memory: RSS %d MiB before the storm, %d MiB at its peak: %.1f KiB more per trigger in flight (%d in flight at most; %s)\n",
 		rssBefore>>20, peak>>20, float64(peak-rssBefore)/1024/float64(c), c, who)
@@ -410,6 +424,7 @@ func memoryLines(rssBefore, peak uint64, memBefore, memPeak memSample, c int, wh
 	per := func(after, before uint64) float64 { return float64(int64(after)-int64(before)) / 1024 / float64(c) }
 	fmt.Printf("  of which, per trigger in flight at the peaks: goroutine stacks %.1f KiB (%.1f goroutines each), live heap %.1f KiB (as of the last GC cycle, without the garbage the heap holds until the next)\n",
 		per(memPeak.stacks, memBefore.stacks), float64(int64(memPeak.goroutines)-int64(memBefore.goroutines))/float64(c), per(memPeak.live, memBefore.live))
+	return float64(peak-rssBefore) / 1024 / float64(c)
 }
 
 // calls is the baseline run: the triggers' model calls made by a plain
@@ -479,10 +494,11 @@ func (o options) calls(ctx context.Context, name string) (result, error) {
 	}
 	r := result{name: name, intents: o.triggers, elapsed: time.Since(start), model: s.Stats()}
 	cpu := procstat.CPU() - cpu0
+	r.cpuPer = float64(cpu.Microseconds()) / float64(o.triggers)
 	fmt.Printf("  done in %v (%.0f calls/s); CPU %v (user+system, the whole process), %.0f µs per call; %d calls failed\n",
 		r.elapsed.Round(time.Millisecond), float64(o.triggers)/r.elapsed.Seconds(), cpu.Round(time.Millisecond),
-		float64(cpu.Microseconds())/float64(o.triggers), failed.Load())
-	memoryLines(rssBefore, peak, memBefore, memPeak, c, "the stand-in and the loop share this process")
+		r.cpuPer, failed.Load())
+	r.rssPer = memoryLines(rssBefore, peak, memBefore, memPeak, c, "the stand-in and the loop share this process")
 	return r, nil
 }
 

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -40,4 +43,51 @@ func TestPacedStorm(t *testing.T) {
 	}
 	t.Logf("429s: %.2f%% of calls; deliveries %d for %d triggers; waits over 2.5s: %d; mean wait %v",
 		r.share429(), r.pipe.Deliveries, o.triggers, r.over[2.5], r.waited/time.Duration(max(r.sent, 1)))
+}
+
+func TestChildArgs(t *testing.T) {
+	got := childArgs([]string{"-triggers", "100", "-compare", "3", "--runs=calls", "-latency=1s", "-runs", "before,paced", "-v"})
+	want := []string{"-triggers", "100", "-latency=1s", "-v"}
+	if !slices.Equal(got, want) {
+		t.Errorf("childArgs = %q; want %q", got, want)
+	}
+}
+
+// TestComparison checks the medians and ratios -compare prints, and that
+// an Oncegate run that lost or repeated an intent fails it.
+func TestComparison(t *testing.T) {
+	loop := []childResult{
+		{Name: "calls", Intents: 100, Seconds: 1, CPUPer: 200, RSSPer: 80},
+		{Name: "calls", Intents: 100, Seconds: 2, CPUPer: 300, RSSPer: 100},
+		{Name: "calls", Intents: 100, Seconds: 1.25, CPUPer: 250, RSSPer: 90},
+	}
+	og := []childResult{
+		{Name: "before", Intents: 100, Seconds: 1.25, CPUPer: 500, RSSPer: 180, Effects: 100, Keys: 100},
+		{Name: "before", Intents: 100, Seconds: 1, CPUPer: 400, RSSPer: 170, Effects: 100, Keys: 100},
+		{Name: "before", Intents: 100, Seconds: 2.5, CPUPer: 450, RSSPer: 175, Effects: 100, Keys: 100},
+	}
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median = %v; want 2", m)
+	}
+	if m := median([]float64{4, 1, 2, 3}); m != 2.5 {
+		t.Errorf("median = %v; want 2.5", m)
+	}
+	var out strings.Builder
+	if err := printComparison(&out, loop, og); err != nil {
+		t.Errorf("printComparison: %v", err)
+	}
+	// Rates: the loop's 100, 50, 80/s, Oncegate's 80, 100, 40/s; CPU medians
+	// 250 and 450 µs; RSS medians 90 and 175 KiB.
+	for _, want := range []string{"rate 1.00× (target ≥ 0.95: met)", "CPU per trigger 1.80× (≤ 1.3: not met)", "RSS per trigger in flight 1.94× (≤ 1.3: not met)", "one effect per intent"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("printComparison printed\n%s\nwithout %q", out.String(), want)
+		}
+	}
+	og[1].Effects = 101
+	if err := printComparison(io.Discard, loop, og); err == nil || !strings.Contains(err.Error(), "round 2") {
+		t.Errorf("printComparison with a repeated effect: %v; want an error naming round 2", err)
+	}
+	if err := printComparison(io.Discard, loop, og[:2]); err == nil {
+		t.Error("printComparison with a run missing: no error")
+	}
 }
