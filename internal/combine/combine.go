@@ -97,9 +97,10 @@ func (c *Combiner[Q, R]) Run(ctx context.Context, qs []Q) []R {
 	return o.rs
 }
 
-// gather waits, with c.mu held, until the queue holds the callers the last
-// round leads the leader to expect, or for a quarter of the last call's
-// duration (at most gatherMax), whichever comes first.
+// gather waits, with c.mu held, until the round has as many callers as the
+// last one left it to expect (c.expect, the leader included), or for a
+// quarter of the last call's duration (at most gatherMax), whichever comes
+// first. It yields while it waits, so that the callers it waits for run.
 func (c *Combiner[Q, R]) gather() {
 	if c.expect <= 1 || len(c.queue)+1 >= c.expect {
 		return
