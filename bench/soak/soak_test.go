@@ -285,7 +285,7 @@ func TestPlot(t *testing.T) {
 		rep.effectsAt = append(rep.effectsAt, timed{h.t0.Add(p.at + 50*time.Millisecond), pipelines[i%len(pipelines)]})
 	}
 	rep.effectsAt = append(rep.effectsAt, timed{h.t0.Add(55 * time.Second), pCharges}) // a straggler
-	at := func(s float64) time.Time { return h.t0.Add(time.Duration(s * float64(time.Second))) }
+	at := secondsFrom(h.t0)
 	for _, ev := range []event{
 		{at: at(2), kind: evKill}, {at: at(3), kind: evCrashPoint}, {at: at(5), kind: evPause, replica: 1},
 		{at: at(9), kind: evResume, replica: 1}, {at: at(10), kind: evServerTerm}, {at: at(11), kind: evServerUp},
@@ -433,7 +433,7 @@ func TestAlertsWorkload(t *testing.T) {
 // before the answer, began long after it, or after the next answer.
 func TestStoppedWith(t *testing.T) {
 	t0 := time.Now()
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	at := secondsFrom(t0)
 	for _, tc := range []struct {
 		name            string
 		pause, resume   float64 // seconds; resume 0: still stopped
@@ -469,14 +469,7 @@ func TestStoppedWith(t *testing.T) {
 // kernel), died with the answer in hand: the answer paid again after it
 // is one lost in flight, not one paid again by a process that still ran.
 func TestDeathCountsFromTheKill(t *testing.T) {
-	t0 := time.Now()
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	life := func(start, killed, reaped float64) *child { return endedChild(at, start, killed, reaped) }
-	r := &replica{idx: 2, lives: []*child{life(0, 0, 13.5), life(13.8, 17.01, 49.9), life(49.95, 0, 60)}}
-	h := &harness{events: &events{t0: t0}, t0: t0, replicas: []*replica{{}, {}, r}}
-	h.proxy = &modelProxy{times: map[int][]answerAt{636: {{2, at(16.515), 10}, {0, at(49.66), 10}}}}
-	rep := &report{}
-	h.classifyRepaid(rep, 636)
+	rep, h := classifyAnswers([][3]float64{{0, 0, 13.5}, {13.8, 17.01, 49.9}, {49.95, 0, 60}}, [][2]float64{{2, 16.515}, {0, 49.66}})
 	if rep.lostInFlight != 1 || rep.repaidWhy["its process still ran"] != 0 {
 		t.Errorf("lost in flight %d, reasons %v; want the answer lost in flight, its process killed 0.5s after it", rep.lostInFlight, rep.repaidWhy)
 	}
@@ -585,32 +578,51 @@ func TestFakeNode(t *testing.T) {
 // checker called "its process still ran" when it looked only for a death
 // after the answer.
 func TestAnswerAfterItsCallerDied(t *testing.T) {
-	t0 := time.Now()
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	life := func(start, killed, reaped float64) *child { return endedChild(at, start, killed, reaped) }
-	r := &replica{idx: 2, lives: []*child{life(5.6, 47.6, 47.61), life(47.8, 47.966, 47.967), life(48.3, 0, 100)}}
-	h := &harness{events: &events{t0: t0}, t0: t0, replicas: []*replica{{}, {}, r}}
-	h.proxy = &modelProxy{times: map[int][]answerAt{4468: {{2, at(47.969), 10}, {1, at(82.44), 10}}}}
-	rep := &report{}
-	h.classifyRepaid(rep, 4468)
+	lives := [][3]float64{{5.6, 47.6, 47.61}, {47.8, 47.966, 47.967}, {48.3, 0, 100}}
+	rep, _ := classifyAnswers(lives, [][2]float64{{2, 47.969}, {1, 82.44}})
 	if rep.lostInFlight != 1 || rep.repaidWhy["its process still ran"] != 0 || rep.repaidWhy["died before the answer came (killed by the soak)"] != 1 {
 		t.Errorf("lost in flight %d, reasons %v; want the answer lost in flight, its caller killed before it came", rep.lostInFlight, rep.repaidWhy)
 	}
 
 	// An answer while the replica's process runs, paid again while it
 	// still runs, is no loss.
-	h.proxy = &modelProxy{times: map[int][]answerAt{7: {{2, at(50), 10}, {0, at(60), 10}}}}
-	rep = &report{}
-	h.classifyRepaid(rep, 7)
+	rep, _ = classifyAnswers(lives, [][2]float64{{2, 50}, {0, 60}})
 	if rep.lostInFlight != 0 || rep.repaidWhy["its process still ran"] != 1 {
 		t.Errorf("lost in flight %d, reasons %v; want its process still ran", rep.lostInFlight, rep.repaidWhy)
 	}
 }
 
+// classifyAnswers classifies the answers of one call, each made by a
+// replica at a time (seconds from the start), when replica 2's processes
+// had the lives given (start, killed by the soak or 0, reaped); it returns
+// the report and the harness it made.
+func classifyAnswers(lives [][3]float64, answers [][2]float64) (*report, *harness) {
+	t0 := time.Now()
+	r := &replica{idx: 2}
+	for _, l := range lives {
+		r.lives = append(r.lives, endedChild(t0, l[0], l[1], l[2]))
+	}
+	h := &harness{events: &events{t0: t0}, t0: t0, replicas: []*replica{{}, {}, r}}
+	var as []answerAt
+	for _, a := range answers {
+		as = append(as, answerAt{int(a[0]), secondsFrom(t0)(a[1]), 10})
+	}
+	h.proxy = &modelProxy{times: map[int][]answerAt{1: as}}
+	rep := &report{}
+	h.classifyRepaid(rep, 1)
+	return rep, h
+}
+
+// secondsFrom returns the time s seconds after t0.
+func secondsFrom(t0 time.Time) func(s float64) time.Time {
+	return func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+}
+
 // endedChild is a replica's process that started at start and was reaped
-// at reaped (seconds, through at), SIGKILLed by the soak at killed if
-// killed is not 0.
-func endedChild(at func(float64) time.Time, start, killed, reaped float64) *child {
+// at reaped (seconds after t0), SIGKILLed by the soak at killed if killed
+// is not 0.
+func endedChild(t0 time.Time, start, killed, reaped float64) *child {
+	at := secondsFrom(t0)
 	c := &child{started: at(start), ended: at(reaped), done: make(chan struct{})}
 	close(c.done)
 	if killed > 0 {
