@@ -205,9 +205,10 @@ type Cache struct {
 	holdFiles *holdFiles   // Options.HoldDir; nil without one
 	nheld     atomic.Int64 // len(held), read without mu on every lookup
 
-	fills  sync.WaitGroup
-	ctx    context.Context // parent of every fill; canceled by Close
-	cancel context.CancelFunc
+	fills   sync.WaitGroup
+	workers *workers        // the fills' goroutines
+	ctx     context.Context // parent of every fill; canceled by Close
+	cancel  context.CancelFunc
 }
 
 // NewStore returns a cache in s, and closes s on Close. If s is also a
@@ -231,12 +232,14 @@ func NewStore(s Store, opts Options) (*Cache, error) {
 		flights:   map[Key]*flight{},
 		held:      map[Key]*Answer{},
 		holdFiles: hf,
+		workers:   newWorkers(workerIdle),
 		ctx:       ctx, cancel: cancel,
 	}
 	c.filler, _ = s.(Filler)
 	if err := c.reclaim(); err != nil {
 		cancel()
 		c.fills.Wait()
+		c.workers.stop()
 		return nil, err
 	}
 	return c, nil
@@ -254,6 +257,7 @@ func (c *Cache) Close() error {
 	c.mu.Unlock()
 	c.cancel()
 	c.fills.Wait()
+	c.workers.stop()
 	return c.store.Close()
 }
 

@@ -119,7 +119,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		c.fills.Add(1)
 		c.mu.Unlock()
 		fl := newFlight(q.Stream)
-		go f.run(fl, false)
+		c.workers.run(func() { f.run(fl, false) })
 		return fl.response(req, key, "bypass")
 	}
 	if fl := c.flights[key]; fl != nil {
@@ -132,7 +132,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c.flights[key] = fl
 	c.fills.Add(1)
 	c.mu.Unlock()
-	go f.run(fl, call.Mode != ModeNoStore)
+	store := call.Mode != ModeNoStore
+	c.workers.run(func() { f.run(fl, store) })
 	return fl.response(req, key, "miss")
 }
 
