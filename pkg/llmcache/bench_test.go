@@ -23,30 +23,7 @@ import (
 // issue's target: a hit costs under 5% of the direct call. bench/llmcache
 // prints the same comparison as a table, with throughput.
 func BenchmarkChat(b *testing.B) {
-	s, err := standin.New(standin.Options{Latency: time.Millisecond})
-	if err != nil {
-		b.Fatal(err)
-	}
-	url, stop, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stop()
-	c, err := badgerstore.Open(b.TempDir(), llmcache.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	tr := &http.Transport{MaxIdleConnsPerHost: 64}
-	defer tr.CloseIdleConnections()
-	newClient := func(hc *http.Client) *openai.Client {
-		cfg := openai.DefaultConfig("sk-bench")
-		cfg.BaseURL = url
-		cfg.HTTPClient = hc
-		return openai.NewClientWithConfig(cfg)
-	}
-	direct := newClient(&http.Client{Transport: tr})
-	cached := newClient(c.HTTPClient(&http.Client{Transport: tr}))
+	direct, cached := benchClients(b, time.Millisecond, &http.Transport{MaxIdleConnsPerHost: 64})
 	req := triage("Disk /var is 93% full on db-2; inodes at 71%.")
 	ctx := context.Background()
 	if _, err := cached.CreateChatCompletion(ctx, req); err != nil { // fill
@@ -80,36 +57,12 @@ func BenchmarkChat(b *testing.B) {
 // (the whole process's user and system time per call, the stand-in's
 // included), and the miss's against the direct call's in the same run.
 func BenchmarkMiss(b *testing.B) {
-	s, err := standin.New(standin.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	url, stop, err := s.Start("127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer stop()
-	c, err := badgerstore.Open(b.TempDir(), llmcache.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	tr := standin.Transport()
-	defer tr.CloseIdleConnections()
-	newClient := func(hc *http.Client) *openai.Client {
-		cfg := openai.DefaultConfig("sk-bench")
-		cfg.BaseURL = url
-		cfg.HTTPClient = hc
-		return openai.NewClientWithConfig(cfg)
-	}
+	direct, cached := benchClients(b, 0, standin.Transport())
 	var n atomic.Int64
 	for _, bb := range []struct {
 		name string
 		c    *openai.Client
-	}{
-		{"direct", newClient(&http.Client{Transport: tr})},
-		{"miss", newClient(c.HTTPClient(&http.Client{Transport: tr}))},
-	} {
+	}{{"direct", direct}, {"miss", cached}} {
 		b.Run(bb.name, func(b *testing.B) {
 			b.SetParallelism(8) // 16 callers on two cores
 			cpu0 := procstat.CPU()
@@ -131,4 +84,33 @@ func BenchmarkMiss(b *testing.B) {
 			b.ReportMetric(float64((procstat.CPU()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 		})
 	}
+}
+
+// benchClients starts a stand-in model answering after latency and opens a
+// cache in a temporary directory, and returns two go-openai clients of the
+// model over tr: one direct, one through the cache. The benchmark's
+// cleanup stops them.
+func benchClients(b *testing.B, latency time.Duration, tr *http.Transport) (direct, cached *openai.Client) {
+	s, err := standin.New(standin.Options{Latency: latency})
+	if err != nil {
+		b.Fatal(err)
+	}
+	url, stop, err := s.Start("127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stop() })
+	c, err := badgerstore.Open(b.TempDir(), llmcache.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	b.Cleanup(tr.CloseIdleConnections)
+	newClient := func(hc *http.Client) *openai.Client {
+		cfg := openai.DefaultConfig("sk-bench")
+		cfg.BaseURL = url
+		cfg.HTTPClient = hc
+		return openai.NewClientWithConfig(cfg)
+	}
+	return newClient(&http.Client{Transport: tr}), newClient(c.HTTPClient(&http.Client{Transport: tr}))
 }
