@@ -46,7 +46,6 @@ func writeChildResult(path string, r result) error {
 // (rate ≥ 0.95×, CPU and RSS per trigger ≤ 1.3×). A process of its own per
 // run keeps one run's heap and RSS out of the next one's memory figures.
 func compareRuns(n int) error {
-	args := childArgs(os.Args[1:])
 	dir, err := os.MkdirTemp("", "oncegate-storm-compare-")
 	if err != nil {
 		return err
@@ -57,7 +56,7 @@ func compareRuns(n int) error {
 		for _, run := range []string{"calls", "before"} {
 			path := filepath.Join(dir, fmt.Sprintf("%s-%d.json", run, round))
 			fmt.Printf("=== round %d of %d: %s, in a process of its own\n", round, n, run)
-			cmd := exec.Command(os.Args[0], append(slices.Clone(args), "-runs", run)...)
+			cmd := exec.Command(os.Args[0], append(childArgs(os.Args[1:], run, round), "-runs", run)...)
 			cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 			cmd.Env = append(os.Environ(), childResultEnv+"="+path)
 			if err := cmd.Run(); err != nil {
@@ -78,16 +77,35 @@ func compareRuns(n int) error {
 }
 
 // childArgs is args less -compare and -runs (and their values), which a
-// run started by -compare gets of its own.
-func childArgs(args []string) []string {
+// run started by -compare gets of its own, for the run of that name in
+// round: its -cpuprofile and -memprofile files are named after the run
+// and the round, so that every run's profiles are kept (-memprofile's
+// files get the run's name appended by the run itself).
+func childArgs(args []string, run string, round int) []string {
 	var out []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if strings.HasPrefix(a, "-") && (name == "compare" || name == "runs") {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") {
+			out = append(out, a)
+			continue
+		}
+		switch name {
+		case "compare", "runs":
 			if !hasValue {
 				i++ // the flag's value
 			}
+			continue
+		case "cpuprofile", "memprofile":
+			if !hasValue && i+1 < len(args) {
+				i++
+				value = args[i]
+			}
+			suffix := fmt.Sprintf("-%d", round)
+			if name == "cpuprofile" {
+				suffix = fmt.Sprintf("-%s-%d", run, round)
+			}
+			out = append(out, "-"+name+"="+value+suffix)
 			continue
 		}
 		out = append(out, a)

@@ -46,8 +46,14 @@ func TestPacedStorm(t *testing.T) {
 }
 
 func TestChildArgs(t *testing.T) {
-	got := childArgs([]string{"-triggers", "100", "-compare", "3", "--runs=calls", "-latency=1s", "-runs", "before,paced", "-v"})
+	got := childArgs([]string{"-triggers", "100", "-compare", "3", "--runs=calls", "-latency=1s", "-runs", "before,paced", "-v"}, "calls", 1)
 	want := []string{"-triggers", "100", "-latency=1s", "-v"}
+	if !slices.Equal(got, want) {
+		t.Errorf("childArgs = %q; want %q", got, want)
+	}
+	// Each run keeps profiles of its own.
+	got = childArgs([]string{"-cpuprofile", "/tmp/s.cpu", "--memprofile=/tmp/s.heap", "-compare=2"}, "before", 2)
+	want = []string{"-cpuprofile=/tmp/s.cpu-before-2", "-memprofile=/tmp/s.heap-2"}
 	if !slices.Equal(got, want) {
 		t.Errorf("childArgs = %q; want %q", got, want)
 	}
