@@ -72,7 +72,7 @@ func openAdmin(ctx context.Context, cfg *config.Config, command string) (*adminC
 			return fail(err)
 		case err == nil:
 			nc = c
-			closers = append(closers, c.Close)
+			closers = append(closers, func() { natsrun.Close(c) })
 			cl := admin.NewClient(c, prefix)
 			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, err := cl.Hello(hctx)
@@ -114,7 +114,7 @@ func openAdmin(ctx context.Context, cfg *config.Config, command string) (*adminC
 		if nc, err = natsrun.Connect(ctx, e.ClientURL(), app.NATSOptions(cfg.NATS, name, quiet)); err != nil {
 			return fail(err)
 		}
-		closers = append(closers, nc.Close)
+		closers = append(closers, func() { natsrun.Close(nc) })
 	}
 	l, closeLedger, err := openLocalLedger(ctx, cfg, nc)
 	if err != nil {

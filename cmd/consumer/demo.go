@@ -181,7 +181,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 		cancel()
 		return err
 	}
-	defer nc.Close()
+	defer natsrun.Close(nc)
 	js, _ := jetstream.New(nc)
 
 	rng := rand.New(rand.NewPCG(*seed, 1))

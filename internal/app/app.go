@@ -218,7 +218,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 		return nil, err
 	}
 	a.Conn = nc
-	a.closers = append(a.closers, func() error { nc.Close(); return nil })
+	a.closers = append(a.closers, func() error { natsrun.Close(nc); return nil })
 	if a.JS, err = jetstream.New(nc); err != nil {
 		return nil, err
 	}

@@ -397,3 +397,30 @@ func (d *ctxDialer) release() {
 	d.ctx = nil
 	d.mu.Unlock()
 }
+
+// closeWait bounds how long Close waits for the closed handler.
+const closeWait = 5 * time.Second
+
+// Close closes nc and waits, for a few seconds at most, until its closed
+// handler has run. nats.go runs the handlers of a connection (Connect's
+// log their events) on a goroutine of its own after Close returns; a
+// program that closes the connection and then reads, or stops, what its
+// logger writes to would otherwise race with the last record.
+func Close(nc *nats.Conn) {
+	if nc == nil || nc.IsClosed() {
+		return
+	}
+	done := make(chan struct{})
+	prev := nc.ClosedHandler()
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		defer close(done)
+		if prev != nil {
+			prev(c)
+		}
+	})
+	nc.Close()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+	}
+}

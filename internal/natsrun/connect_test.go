@@ -3,7 +3,9 @@ package natsrun_test
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -289,4 +291,43 @@ func TestConnectReconnects(t *testing.T) {
 	if err != nil || string(m.Data) != "hi" {
 		t.Fatalf("NextMsg after reconnect = %v, %v; want hi", m, err)
 	}
+}
+
+// slowWriter writes a record that holds slow to w after a pause.
+type slowWriter struct {
+	w    io.Writer
+	slow string
+}
+
+func (s slowWriter) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), s.slow) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	return s.w.Write(p)
+}
+
+// TestCloseWaitsForTheClosedHandler: nats.go runs the closed handler after
+// nc.Close returns; natsrun.Close returns once it has run, so that what
+// the connection logs is all written when the program goes on (a command
+// that returns its output, a test that reads it).
+func TestCloseWaitsForTheClosedHandler(t *testing.T) {
+	s := natstest.RunServer(t)
+	rec, _ := newLogRecorder()
+	logger := slog.New(slog.NewTextHandler(slowWriter{rec, "nats connection closed"}, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	nc, err := natsrun.Connect(ctx, s.ClientURL(), natsrun.Options{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsrun.Close(nc)
+	if !nc.IsClosed() {
+		t.Fatal("the connection is not closed")
+	}
+	if got := rec.String(); !strings.Contains(got, "nats connection closed") {
+		t.Fatalf("Close returned before the closed handler wrote its record; log:\n%s", got)
+	}
+	// Again, and on nil: nothing to wait for.
+	natsrun.Close(nc)
+	natsrun.Close(nil)
 }
