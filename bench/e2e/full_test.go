@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFullAgainstCalls(t *testing.T) {
@@ -29,5 +30,28 @@ func TestFullAgainstCalls(t *testing.T) {
 	fullAgainstCalls(&b, medians{rate: 5000, cpu: 300}, medians{rate: 17000, cpu: 100}, 80)
 	if got := b.String(); !strings.Contains(got, "less than the call and the gate alone, nothing for the model step") {
 		t.Errorf("a gate dearer than the budget:\n%s", got)
+	}
+}
+
+// TestVerdictDigits: a ratio just under its target is printed with the
+// digit that shows it under, not rounded up to the target.
+func TestVerdictDigits(t *testing.T) {
+	cell := func(mode string, rep int, took time.Duration) result {
+		return result{mode: mode, rep: rep, n: 1000, unique: 1000, took: took, cpu: time.Second, effects: 1000, expected: 1000}
+	}
+	for _, c := range []struct {
+		took time.Duration // the gate-ledger cell's, against raw cells of 1 s
+		want string
+	}{
+		{time.Second * 1000 / 697, "ledger unique 0.697 (≥0.70) MISS"},
+		{time.Second * 1000 / 650, "ledger unique 0.65 (≥0.70) MISS"},
+		{time.Second * 1000 / 720, "ledger unique 0.72 (≥0.70) ok"},
+	} {
+		var b strings.Builder
+		report(&b, options{reps: 1, sync: true, dups: []int{0}},
+			[]result{cell(modeRaw, 0, time.Second), cell(modeGateLedger, 0, c.took), cell(modeRaw, 1, time.Second)})
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("want %q in:\n%s", c.want, b.String())
+		}
 	}
 }

@@ -62,6 +62,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -821,7 +822,7 @@ func startProfile(path string) (func() error, error) {
 
 // report prints the table and the verdict, and returns the number of cells
 // whose effect count is wrong. Missed targets are not errors.
-func report(w *os.File, o options, results []result) int {
+func report(w io.Writer, o options, results []result) int {
 	// The raw cells by round: raws[i] closes round i-1 and opens round i.
 	raws := map[int]float64{}
 	for _, r := range results {
@@ -942,7 +943,13 @@ func report(w *os.File, o options, results []result) int {
 		if !ok {
 			verdict = "MISS"
 		}
-		parts = append(parts, fmt.Sprintf("%s %.2f (≥%.2f) %s", label, x, target, verdict))
+		// Two decimals, or three where two would round a miss up to its
+		// target ("0.70 (≥0.70) MISS" for 0.697).
+		digits := 2
+		if !ok && fmt.Sprintf("%.2f", x) == fmt.Sprintf("%.2f", target) {
+			digits = 3
+		}
+		parts = append(parts, fmt.Sprintf("%s %.*f (≥%.2f) %s", label, digits, x, target, verdict))
 	}
 	label := "ledger unique"
 	if !o.sync {
