@@ -402,10 +402,12 @@ func (d *ctxDialer) release() {
 const closeWait = 5 * time.Second
 
 // Close closes nc and waits, for a few seconds at most, until its closed
-// handler has run. nats.go runs the handlers of a connection (Connect's
-// log their events) on a goroutine of its own after Close returns; a
-// program that closes the connection and then reads, or stops, what its
-// logger writes to would otherwise race with the last record.
+// handler has run. nats.go runs a connection's handlers (those Connect
+// installs log the connection's events) on a goroutine of its own, after
+// nc.Close has returned; a program that closes the connection and then
+// reads, or closes, what its logger writes to would race with the last
+// record. A connection that closes on its own while Close is called may
+// have run its handler already: Close then returns after the few seconds.
 func Close(nc *nats.Conn) {
 	if nc == nil || nc.IsClosed() {
 		return
