@@ -15,11 +15,11 @@ type medians struct{ rate, cpu float64 }
 
 // fullAgainstCalls prints full against calls and where full's CPU per
 // trigger goes: the call, the gate without a model step (gateCPU, the
-// gate-ledger cell's at 0% duplicates; 0 when it did not run) and the
-// model step's own work, the rest. Both cells keep the two cores busy,
-// so a rate is about the cores' time over the CPU per trigger: full at
-// targetFull × the calls' rate has about calls.cpu / targetFull µs per
-// trigger in all.
+// gate-ledger cell's at 0% duplicates; 0 when it did not run, or ran
+// without the fsyncs full makes) and the model step's own work, the rest.
+// Both cells keep the two cores busy, so a rate is about the cores' time
+// over the CPU per trigger: full at targetFull × the calls' rate has about
+// calls.cpu / targetFull µs per trigger in all.
 func fullAgainstCalls(w io.Writer, full, calls medians, gateCPU float64) {
 	x := full.rate / calls.rate
 	verdict := "met"

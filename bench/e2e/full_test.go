@@ -55,3 +55,19 @@ func TestVerdictDigits(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitNeedsTheFsyncedGate: a gate-ledger cell run without its fsyncs
+// (-sync=false) is not the gate full runs, and is left out of the split.
+func TestSplitNeedsTheFsyncedGate(t *testing.T) {
+	cell := func(mode string, rep int) result {
+		return result{mode: mode, rep: rep, n: 1000, unique: 1000, took: time.Second, cpu: 100 * time.Millisecond, effects: 1000, expected: 1000}
+	}
+	results := []result{cell(modeRaw, 0), cell(modeGateLedger, 0), cell(modeFull, 0), cell(modeCalls, 0), cell(modeRaw, 1)}
+	for _, sync := range []bool{true, false} {
+		var b strings.Builder
+		report(&b, options{reps: 1, sync: sync, dups: []int{0}}, results)
+		if got := strings.Contains(b.String(), "the gate without a model step"); got != sync {
+			t.Errorf("-sync=%v: split printed %v; want %v:\n%s", sync, got, sync, b.String())
+		}
+	}
+}
