@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +78,12 @@ type Options struct {
 	BaseURL string
 	// APIKey is the provider's key, sent upstream as a bearer token.
 	APIKey string
+	// Prices are the models' prices (llm.prices), the ones Cache prices
+	// tokens with: a client under a spend limit is refused a model they
+	// do not price, and a call of its that sets no max_tokens reserves
+	// the model's MaxOutputTokens (or Config.CompletionTokens). Nil
+	// prices no model.
+	Prices map[string]config.Price
 	// Metrics records requests; nil records nothing.
 	Metrics *ops.Metrics
 	// Logger logs failures; nil discards.
@@ -88,7 +95,7 @@ type Server struct {
 	opts     Options
 	cfg      *config.Proxy
 	cached   http.RoundTripper // the cache's transport, over Upstream
-	base     string            // BaseURL without a trailing slash
+	base     *url.URL          // BaseURL, parsed
 	log      *slog.Logger
 	clientOf func(string) (string, bool)
 
@@ -101,6 +108,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Config == nil || opts.Keys == nil || opts.Cache == nil || opts.BaseURL == "" {
 		return nil, errors.New("proxy: Config, Keys, Cache and BaseURL are required")
 	}
+	base, err := url.Parse(opts.BaseURL)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" || base.RawQuery != "" || base.Fragment != "" {
+		return nil, fmt.Errorf("proxy: BaseURL %q is not an http or https URL with a host and no query", opts.BaseURL)
+	}
 	if opts.Upstream == nil {
 		opts.Upstream = http.DefaultTransport
 	}
@@ -110,7 +121,7 @@ func New(opts Options) (*Server, error) {
 	return &Server{
 		opts: opts, cfg: opts.Config,
 		cached:   opts.Cache.Transport(opts.Upstream),
-		base:     strings.TrimSuffix(opts.BaseURL, "/"),
+		base:     base,
 		log:      opts.Logger,
 		clientOf: opts.Keys.Client,
 	}, nil
@@ -156,22 +167,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"Incorrect or missing proxy key: send your Oncegate proxy key as a bearer token (Authorization: Bearer <key>), as an OpenAI client sends its API key.")
 		return
 	}
-	path, ok := strings.CutPrefix(r.URL.Path, "/v1")
-	switch {
-	case ok && path == "/chat/completions":
+	rt, err := routeOf(r.URL)
+	if err != nil {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_path",
+			"Oncegate's proxy refuses this request path, and sent nothing: "+strings.TrimPrefix(err.Error(), "proxy: ")+". It serves POST /v1/chat/completions, GET /v1/models and GET /v1/models/{model id}.")
+		return
+	}
+	switch rt.kind {
+	case routeChat:
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			s.fail(w, client, start, ops.ProxyInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "POST chat completions.")
 			return
 		}
 		s.chat(w, r, client, start)
-	case ok && (path == "/models" || strings.HasPrefix(path, "/models/")):
+	case routeModels, routeModel:
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)
 			s.fail(w, client, start, ops.ProxyInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "GET models.")
 			return
 		}
-		s.models(w, r, client, path, start)
+		s.models(w, r, client, rt, start)
 	default:
 		s.fail(w, client, start, ops.ProxyInvalid, http.StatusNotFound, "invalid_request_error", "unknown_url",
 			fmt.Sprintf("Unknown request URL: %s %s. The proxy serves POST /v1/chat/completions and GET /v1/models.", r.Method, r.URL.Path))
@@ -215,7 +231,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 		Namespace: ops.ProxyNamespace(client, s.cfg.SharedAnswers), Step: client,
 		Intent: intent, KeyByIntent: intent != "", Budget: budget, Limits: s.limits(client),
 	}
-	up, err := http.NewRequestWithContext(llmcache.WithCall(r.Context(), call), http.MethodPost, s.base+"/chat/completions", bytes.NewReader(body))
+	up, err := http.NewRequestWithContext(llmcache.WithCall(r.Context(), call), http.MethodPost, s.base.JoinPath("chat", "completions").String(), bytes.NewReader(body))
 	if err != nil {
 		s.fail(w, client, start, ops.ProxyError, http.StatusInternalServerError, "server_error", "proxy_error", err.Error())
 		return
@@ -358,11 +374,18 @@ func per(d time.Duration) string {
 	return "per " + config.Period(d).String()
 }
 
-// models passes a model listing through to the provider.
-func (s *Server) models(w http.ResponseWriter, r *http.Request, client, path string, start time.Time) {
-	up, err := http.NewRequestWithContext(r.Context(), http.MethodGet, s.base+path, nil)
+// models passes a model listing, or one model's description, through to
+// the provider. The upstream URL is the base URL and a fixed route, with
+// the model id (one segment, valid as ValidModelID says) for one model;
+// the client's query is not forwarded.
+func (s *Server) models(w http.ResponseWriter, r *http.Request, client string, rt route, start time.Time) {
+	u := s.base.JoinPath("models")
+	if rt.kind == routeModel {
+		u = s.base.JoinPath("models", rt.id)
+	}
+	up, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
 	if err != nil {
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+		s.fail(w, client, start, ops.ProxyError, http.StatusInternalServerError, "server_error", "proxy_error", err.Error())
 		return
 	}
 	s.authorize(up)
