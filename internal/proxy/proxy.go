@@ -187,6 +187,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, client, start, ops.ProxyInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "GET models.")
 			return
 		}
+		if rt.kind == routeModel && !s.cfg.Allowed(rt.id) {
+			s.fail(w, client, start, ops.ProxyInvalid, http.StatusNotFound, "invalid_request_error", "model_not_found",
+				fmt.Sprintf("The model %q is not one this Oncegate proxy serves (proxy.models lists them).", rt.id))
+			return
+		}
 		s.models(w, r, client, rt, start)
 	default:
 		s.fail(w, client, start, ops.ProxyInvalid, http.StatusNotFound, "invalid_request_error", "unknown_url",
@@ -223,13 +228,42 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_intent", err.Error())
 		return
 	}
+	req, err := llmcache.ReadRequest(body)
+	if err != nil {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request",
+			"Oncegate's proxy cannot read this request, and sent nothing: "+err.Error())
+		return
+	}
+	if !s.cfg.Allowed(req.Model) {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusForbidden, "invalid_request_error", "model_not_allowed",
+			fmt.Sprintf("The model %q is not one this Oncegate proxy serves (proxy.models lists them): the call was not sent.", req.Model))
+		return
+	}
+	limits := s.limits(client)
+	price, priced := s.price(req.Model)
+	if len(limits) > 0 && !priced {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusForbidden, "invalid_request_error", "model_not_priced",
+			fmt.Sprintf("Client key %q has a spend limit, and the model %q has no price in this Oncegate proxy's llm.prices (nor a \"*\" price), so what it costs cannot be counted: the call was not sent. The proxy's operator can price it in llm.prices.", client, req.Model))
+		return
+	}
+	// What a call that sets no max_tokens reserves for its answer.
+	completion := s.cfg.CompletionTokens
+	if mo := price.MaxOutputTokens; mo > 0 && (completion == 0 || completion > mo) {
+		completion = mo
+	}
+	if len(limits) > 0 && req.MaxTokens == 0 && completion == 0 {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "max_tokens_required",
+			fmt.Sprintf("Client key %q has a spend limit, and this request sets no max_tokens (nor max_completion_tokens), so its worst cost cannot be reserved: set max_tokens. The call was not sent. (The proxy's operator can set proxy.completion_tokens, or llm.prices[%s].max_output_tokens, to reserve for such calls.)", client, req.Model))
+		return
+	}
 	budget := s.cfg.BudgetTokens
 	if budget == 0 {
 		budget = -1 // no cap; not llm.cache.budget_tokens, which is the pipelines'
 	}
 	call := llmcache.Call{
 		Namespace: ops.ProxyNamespace(client, s.cfg.SharedAnswers), Step: client,
-		Intent: intent, KeyByIntent: intent != "", Budget: budget, Limits: s.limits(client),
+		Intent: intent, KeyByIntent: intent != "", Budget: budget, Limits: limits,
+		CompletionTokens: completion,
 	}
 	up, err := http.NewRequestWithContext(llmcache.WithCall(r.Context(), call), http.MethodPost, s.base.JoinPath("chat", "completions").String(), bytes.NewReader(body))
 	if err != nil {
@@ -247,11 +281,24 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 		return
 	}
 	o := ops.ProxyOutcome(resp.Header.Get(llmcache.HeaderCache))
+	if o == "" {
+		o = ops.ProxyBypass // too large to key, sent past the cache
+	}
 	if resp.StatusCode >= 400 {
 		o = ops.ProxyUpstream
 	}
 	s.relay(w, resp)
 	s.opts.Metrics.ProxyRequest(client, o, time.Since(start))
+}
+
+// price returns the price of model in Options.Prices: its own, else the
+// "*" entry's.
+func (s *Server) price(model string) (config.Price, bool) {
+	if p, ok := s.opts.Prices[model]; ok {
+		return p, true
+	}
+	p, ok := s.opts.Prices["*"]
+	return p, ok
 }
 
 // limits returns the spend limits a call of client draws from.
@@ -350,6 +397,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, client string, s
 		w.Header().Set("Retry-After", "1")
 		s.fail(w, client, start, ops.ProxyUnavailable, http.StatusServiceUnavailable, "server_error", "cache_unavailable",
 			"The shared cache cannot be read now, and its answer may be there: the call was not sent. Retry later.")
+	case errors.Is(err, llmcache.ErrRequestTooLarge):
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+			"The request body is too large for Oncegate's proxy to check against your spend limit or intent budget: it was not sent.")
 	case errors.Is(err, llmcache.ErrInvalidRequest), errors.Is(err, llmcache.ErrInvalidOptions):
 		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
 	case errors.Is(err, llmcache.ErrClosed):

@@ -379,7 +379,9 @@ func TestSpendLimit(t *testing.T) {
 	if resp, err := oc.CreateChatCompletion(ctx, req); err != nil || resp.Header().Get(llmcache.HeaderCache) != "hit" {
 		t.Errorf("a hit past the limit: %v; want the stored answer", err)
 	}
-	if _, err := client(t, url, bobKey).CreateChatCompletion(ctx, question("Alert 0")); err != nil {
+	bobs := question("Alert 0")
+	bobs.MaxTokens = 100 // bob has the same limit: a call without max_tokens would be refused (TestSpendLimitWithoutMaxTokens)
+	if _, err := client(t, url, bobKey).CreateChatCompletion(ctx, bobs); err != nil {
 		t.Errorf("bob: %v", err)
 	}
 	got := gather(t, metrics)
