@@ -37,6 +37,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -284,11 +285,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 	if o == "" {
 		o = ops.ProxyBypass // too large to key, sent past the cache
 	}
-	if resp.StatusCode >= 400 {
-		o = ops.ProxyUpstream
-	}
-	s.relay(w, resp)
-	s.opts.Metrics.ProxyRequest(client, o, time.Since(start))
+	s.answer(w, client, "chat/completions", start, resp, o)
 }
 
 // price returns the price of model in Options.Prices: its own, else the
@@ -444,8 +441,79 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, client string, r
 		s.refuse(w, r, client, start, err)
 		return
 	}
-	s.relay(w, resp)
-	s.opts.Metrics.ProxyRequest(client, ops.ProxyPassThrough, time.Since(start))
+	s.answer(w, client, "models", start, resp, ops.ProxyPassThrough)
+}
+
+// answer passes the provider's answer resp on to w, and records it as o.
+// A refusal of the proxy's own credentials (401, 403) is not passed on: it
+// would tell the client its own key is wrong, and may name the provider
+// key; it is answered 502 with none of the provider's text, logged at
+// ERROR and counted as upstream_auth. Another error is passed on with its
+// status and body, less what names the provider account (redact).
+func (s *Server) answer(w http.ResponseWriter, client, route string, start time.Time, resp *http.Response, o ops.ProxyOutcome) {
+	switch code := resp.StatusCode; {
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		resp.Body.Close()
+		s.log.Error("proxy: the provider refused the proxy's credentials: check the provider key (llm.api_key_env) and its access", "status", code, "route", route, "client", client)
+		w.Header().Set("X-Should-Retry", "false")
+		s.fail(w, client, start, ops.ProxyUpstreamAuth, http.StatusBadGateway, "server_error", "upstream_auth_failed",
+			fmt.Sprintf("Oncegate's proxy could not answer: its provider refused the proxy's own credentials (HTTP %d). Your proxy key is valid; the provider key the proxy sends is wrong, revoked or not allowed this call. Tell the proxy's operator.", code))
+		return
+	case code >= 400:
+		s.relayError(w, resp)
+		o = ops.ProxyUpstream
+	default:
+		s.relay(w, resp)
+	}
+	s.opts.Metrics.ProxyRequest(client, o, time.Since(start))
+}
+
+// maxErrorBody is the largest error answer of the provider passed on.
+const maxErrorBody = 64 << 10
+
+// accountIDs match what, in a provider's error message, names the
+// provider account: API keys, whole or masked ("sk-proj-****abcd"), and
+// OpenAI organization and project ids.
+var accountIDs = regexp.MustCompile(`\b(sk-[A-Za-z0-9_*\-]{3,}|org-[A-Za-z0-9]{6,}|proj_[A-Za-z0-9]{6,})`)
+
+// redact returns b without the provider key and what accountIDs matches.
+func (s *Server) redact(b []byte) []byte {
+	if k := s.opts.APIKey; len(k) >= 8 {
+		b = bytes.ReplaceAll(b, []byte(k), []byte("[redacted]"))
+	}
+	return accountIDs.ReplaceAllFunc(b, func(m []byte) []byte {
+		switch {
+		case bytes.HasPrefix(m, []byte("sk-")):
+			return []byte("sk-[redacted]")
+		case bytes.HasPrefix(m, []byte("org-")):
+			return []byte("org-[redacted]")
+		}
+		return []byte("proj_[redacted]")
+	})
+}
+
+// relayError sends the provider's error answer resp to w, redacted, and
+// closes it. An answer over maxErrorBody is not passed on: the client gets
+// a 502 in its place.
+func (s *Server) relayError(w http.ResponseWriter, resp *http.Response) {
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody+1))
+	if err != nil || len(b) > maxErrorBody {
+		writeError(w, http.StatusBadGateway, "server_error", "upstream_error",
+			fmt.Sprintf("Oncegate's proxy got an error answer (HTTP %d) from its provider that it could not read whole; it was not passed on.", resp.StatusCode))
+		return
+	}
+	b = s.redact(b)
+	h := w.Header()
+	for k, vs := range resp.Header {
+		if !dropped[k] {
+			h[k] = vs
+		}
+	}
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(resp.StatusCode)
+	w.Write(b)
 }
 
 // dropped are the provider's response headers the proxy does not pass on:
