@@ -17,14 +17,37 @@
 //     (proxy.budget_tokens);
 //   - each client key spends at most proxy.max_budget dollars per
 //     proxy.budget_duration: a call that could pass it is refused with 429
-//     and a body that names the limit, and never sent;
+//     and a body that names the limit, and never sent. A call that sets no
+//     max_tokens reserves proxy.completion_tokens, or the model's
+//     llm.prices max_output_tokens, per choice (400 max_tokens_required
+//     with neither), so that calls in flight together stop at the limit;
+//     a model llm.prices does not price is refused 403 (model_not_priced);
+//   - proxy.models, if set, lists the only models served (403
+//     model_not_allowed);
 //   - the provider's rate limits (llm.rate_limit) pace the calls, and its
 //     429s are waited out.
 //
-// GET /v1/models (and /v1/models/{id}) goes to the provider as it is.
-// Clients authenticate with keys of their own (Authorization: Bearer),
-// from proxy.keys_file; the provider's key stays in the proxy. Errors are
+// GET /v1/models and GET /v1/models/{id} go to the provider. Clients
+// authenticate with keys of their own (Authorization: Bearer), from
+// proxy.keys_file; the provider's key stays in the proxy. Errors are
 // answered in the OpenAI API's error format.
+//
+// # Trust
+//
+// A client key is trusted with chat completions, never with the provider
+// account. The proxy forwards three routes and no other: POST
+// {base}/chat/completions, GET {base}/models and GET {base}/models/{id},
+// each built from the parsed base URL, a fixed route and a model id that
+// [ValidModelID] accepts; it never builds an upstream URL from the
+// client's path, and never forwards the client's query or headers (but
+// Accept). A path with a dot segment, an empty segment, an encoded '/',
+// '?', '#' or '%', a '\', a ';' or a control character is answered 400
+// ([ErrPath]), nothing sent. A request body the cache would read otherwise
+// than a provider (a member twice, or "Model" beside "model") is 400. When
+// the provider refuses the proxy's own key (401, 403), the client gets a
+// 502 that says so, with none of the provider's text, and the proxy logs
+// it at ERROR; the provider's other errors are passed on without its key
+// or the account's organization and project ids.
 package proxy
 
 import (
@@ -81,9 +104,9 @@ type Options struct {
 	APIKey string
 	// Prices are the models' prices (llm.prices), the ones Cache prices
 	// tokens with: a client under a spend limit is refused a model they
-	// do not price, and a call of its that sets no max_tokens reserves
-	// the model's MaxOutputTokens (or Config.CompletionTokens). Nil
-	// prices no model.
+	// do not price, and its calls that set no max_tokens reserve
+	// Config.CompletionTokens or the model's MaxOutputTokens, whichever
+	// is set and smaller. Nil prices no model.
 	Prices map[string]config.Price
 	// Metrics records requests; nil records nothing.
 	Metrics *ops.Metrics
