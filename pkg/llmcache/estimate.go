@@ -18,7 +18,8 @@ type Estimate struct {
 	Prompt int64
 	// MaxCompletion is the completion tokens the request allows: n times
 	// the larger of max_completion_tokens and max_tokens, at most
-	// math.MaxInt64; 0 when the request sets no cap.
+	// math.MaxInt64 less Prompt (so that their sum is counted without
+	// overflow); 0 when the request sets no cap.
 	MaxCompletion int64
 }
 
@@ -32,7 +33,9 @@ func EstimateRequest(body []byte) (Estimate, error) {
 	if err != nil {
 		return Estimate{}, err
 	}
-	return Estimate{Prompt: estimatePrompt(q), MaxCompletion: completionTokens(q, 0)}, nil
+	e := Estimate{Prompt: estimatePrompt(q)}
+	e.MaxCompletion = min(completionTokens(q, 0), math.MaxInt64-e.Prompt)
+	return e, nil
 }
 
 // Request is what the cache reads of a chat completion request to price
