@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,8 +45,9 @@ pipelines:
 // proxyNodeScript drives two proxies with the openai npm package: a
 // plain call retried on the other proxy with the same Idempotency-Key; a
 // streamed call, parsed; one streamed call sent to both proxies at once,
-// read raw, then retried; a client past its spend limit; a wrong key; the
-// model listing. It prints what it saw as JSON.
+// read raw, then retried; a client past its spend limit; a wrong key; a
+// model the provider refuses the proxy's key; the model listing. It prints
+// what it saw as JSON.
 const proxyNodeScript = `
 import OpenAI from 'openai';
 
@@ -97,6 +103,13 @@ try {
   out.auth = { name: e.constructor.name, status: e.status };
 }
 
+try {
+  await new OpenAI({ apiKey: key, baseURL: urlA, maxRetries: 2 }).chat.completions.create(ask('Plan step 4', { model: 'gpt-4o-restricted' }));
+  out.upstreamAuth = { answered: true };
+} catch (e) {
+  out.upstreamAuth = { name: e.constructor.name, apiError: e instanceof OpenAI.APIError, status: e.status, code: e.code, message: e.message };
+}
+
 out.models = (await A.models.list()).data.map((m) => m.id);
 console.log(JSON.stringify(out));
 `
@@ -144,8 +157,10 @@ func npmOpenAI(t *testing.T) (dir string, wait func()) {
 // proxies at once is answered by one model call, the same bytes from
 // both, and its retry is a hit; a client past its spend limit gets the
 // package's RateLimitError naming the limit, without retries, the call
-// never sent; a wrong key an AuthenticationError; the model listing
-// passes through.
+// never sent; a wrong key an AuthenticationError; a call the provider
+// refuses the proxy's own key (403) an APIError 502, not an
+// AuthenticationError or PermissionDeniedError blaming the client's key,
+// and not retried; the model listing passes through.
 func TestProxyWithOpenAINpm(t *testing.T) {
 	nodeDir, installed := npmOpenAI(t) // while the binary builds and the proxies start
 	consumerBinary(t)
@@ -156,11 +171,36 @@ func TestProxyWithOpenAINpm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	modelURL, stopModel, err := model.Start("127.0.0.1:0")
+	defer model.Close()
+	// The provider: the stand-in, but for gpt-4o-restricted, which it
+	// refuses the proxy's key as OpenAI refuses a project a model.
+	var refused atomic.Int64
+	provider := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				return
+			}
+			var q struct{ Model string }
+			json.Unmarshal(b, &q)
+			if q.Model == "gpt-4o-restricted" {
+				refused.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusForbidden)
+				io.WriteString(w, "{\"error\":{\"message\":\"Project `proj_T7kQ2mZp9wXa` does not have access to model `gpt-4o-restricted`\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"model_not_found\"}}")
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		model.ServeHTTP(w, r)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stopModel()
+	go provider.Serve(ln)
+	defer provider.Close()
+	modelURL := "http://" + ln.Addr().String() + "/v1"
 	srv := natstest.RunServer(t)
 
 	dir := t.TempDir()
@@ -228,6 +268,11 @@ func TestProxyWithOpenAINpm(t *testing.T) {
 			Name   string
 			Status int
 		}
+		UpstreamAuth struct {
+			Name, Code, Message string
+			APIError, Answered  bool
+			Status              int
+		}
 		Models []string
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
@@ -253,6 +298,10 @@ func TestProxyWithOpenAINpm(t *testing.T) {
 	}
 	if got.Auth.Name != "AuthenticationError" || got.Auth.Status != 401 {
 		t.Errorf("a wrong key: %+v; want an AuthenticationError", got.Auth)
+	}
+	if ua := got.UpstreamAuth; !ua.APIError || ua.Status != 502 || ua.Code != "upstream_auth_failed" || ua.Name == "AuthenticationError" ||
+		ua.Name == "PermissionDeniedError" || strings.Contains(ua.Message, "proj_") || refused.Load() != 1 {
+		t.Errorf("a call the provider refuses the proxy's key: %+v, sent %d times; want one APIError 502 upstream_auth_failed, not retried, without the provider's text", ua, refused.Load())
 	}
 	if strings.Join(got.Models, ",") != "gpt-4o-mini,gpt-4o" {
 		t.Errorf("models %q; want the model's own listing", got.Models)

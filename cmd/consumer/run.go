@@ -244,7 +244,7 @@ rendered prompt, and each effect's rendered request (secrets redacted), calling 
 	if err != nil {
 		return err
 	}
-	for _, w := range ingressWarnings(cfg) {
+	for _, w := range append(ingressWarnings(cfg), cfg.ProxyWarnings()...) {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 	if err := cfg.Explain(stdout); err != nil {

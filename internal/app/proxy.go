@@ -20,7 +20,7 @@ func (a *App) startProxy(o Options) error {
 	}
 	srv, err := proxy.New(proxy.Options{
 		Config: &a.Config.Proxy, Keys: keys, Cache: a.Cache,
-		Upstream: a.upstream, BaseURL: a.ModelURL, APIKey: a.modelKey,
+		Upstream: a.upstream, BaseURL: a.ModelURL, APIKey: a.modelKey, Prices: a.Config.LLM.Prices,
 		Metrics: a.Metrics, Logger: o.Logger.With("component", "proxy"),
 	})
 	if err != nil {

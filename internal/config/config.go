@@ -199,8 +199,12 @@ type LLM struct {
 	// default. See ratelimit.go.
 	RateLimit RateLimit `yaml:"rate_limit"`
 	// Prices are the USD prices per million tokens, by model, for the
-	// cost and savings figures. The default lists gpt-4o-mini; a prices
-	// key in the file replaces the whole list.
+	// cost and savings figures and the spend limits (step.max_budget,
+	// proxy.max_budget). The entry "*" prices every model not listed. A
+	// prices key in the file replaces the whole list. The default, used
+	// only when the file names no prices, is one built-in example
+	// (gpt-4o-mini at OpenAI's list price of July 2024), marked as such
+	// by config check: prices change, so set your provider's.
 	Prices map[string]Price `yaml:"prices"`
 }
 
@@ -235,6 +239,12 @@ type Price struct {
 	// CompletionPerMTok is the price of a million completion tokens, in
 	// USD.
 	CompletionPerMTok float64 `yaml:"completion_per_mtok"`
+	// MaxOutputTokens is the most completion tokens the model writes in
+	// one answer (its output limit, from the provider's model card); 0
+	// (the default) means unknown. A proxy call under a spend limit that
+	// sets no max_tokens reserves this many completion tokens per choice
+	// (or proxy.completion_tokens, if smaller).
+	MaxOutputTokens int64 `yaml:"max_output_tokens"`
 }
 
 // Metrics configures the Prometheus endpoint.

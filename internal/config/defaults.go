@@ -36,12 +36,18 @@ const (
 	DefaultConcurrency       = 64
 )
 
-// defaultPrices are the prices filled in when the file has no llm.prices.
+// defaultPrices are the prices filled in when the file has no llm.prices:
+// one example, not a price list to trust. Explain and config check mark
+// it as built in, with its date.
 func defaultPrices() map[string]Price {
 	return map[string]Price{
-		"gpt-4o-mini": {PromptPerMTok: 0.15, CompletionPerMTok: 0.60},
+		"gpt-4o-mini": {PromptPerMTok: 0.15, CompletionPerMTok: 0.60, MaxOutputTokens: 16_384},
 	}
 }
+
+// DefaultPricesAsOf is when the built-in example price (defaultPrices) was
+// OpenAI's list price.
+const DefaultPricesAsOf = "2024-07"
 
 const defaultName = "built-in default"
 

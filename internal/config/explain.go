@@ -173,7 +173,14 @@ func (x *explainer) process() {
 			label = "prices"
 		}
 		p := m.Prices[model]
-		x.row(label, x.d("llm.prices", m.Prices, fmt.Sprintf("%s: $%v prompt, $%v completion per million tokens", model, p.PromptPerMTok, p.CompletionPerMTok)))
+		text := fmt.Sprintf("%s: $%v prompt, $%v completion per million tokens", model, p.PromptPerMTok, p.CompletionPerMTok)
+		if p.MaxOutputTokens > 0 {
+			text += fmt.Sprintf(", at most %d output tokens", p.MaxOutputTokens)
+		}
+		if x.c.meta.isDefault("llm.prices", m.Prices) {
+			text += " (built-in example, OpenAI's list price of " + DefaultPricesAsOf + ": set your provider's)"
+		}
+		x.row(label, text)
 	}
 
 	metrics := "disabled"

@@ -23,7 +23,11 @@ import (
 // pay once across replicas; BudgetTokens caps the tokens of one intent.
 // MaxBudget and BudgetDuration cap what each client key spends, in US
 // dollars at llm.prices, per period (as LiteLLM's max_budget and
-// budget_duration); a call past a limit is answered 429, never sent.
+// budget_duration); a call past a limit is answered 429, never sent. A
+// client under a limit is refused (403) a model llm.prices does not
+// price, and a call that sets no max_tokens reserves CompletionTokens
+// (or the model's llm.prices max_output_tokens). Models, if set, is the
+// list of models any client may call.
 type Proxy struct {
 	// Listen is the address the proxy serves on, such as
 	// "127.0.0.1:8081"; without a host (":8081") it is on loopback, and
@@ -57,6 +61,22 @@ type Proxy struct {
 	// MaxBodyBytes bounds a request body; a larger one is answered 413.
 	// The default is 8MiB.
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// Models, if set, are the only models the proxy serves: a chat
+	// completion for another is answered 403 (model_not_allowed), and
+	// GET /v1/models/{id} for another 404, neither sent. Names match the
+	// request's model exactly. Empty (the default) serves any model the
+	// provider does.
+	Models []string `yaml:"models"`
+	// CompletionTokens is what a call under a spend limit (MaxBudget) or
+	// an intent's budget (BudgetTokens) that sets neither max_tokens nor
+	// max_completion_tokens reserves for its answer, per choice, before it
+	// is sent; the reservation is settled to the answer's real usage
+	// after. The model's llm.prices max_output_tokens is used when it is
+	// smaller or CompletionTokens is 0 (the default). A call under a
+	// spend limit with neither is refused 400 (max_tokens_required).
+	// Below the model's output limit, an answer longer than this passes
+	// the limit by its excess.
+	CompletionTokens int64 `yaml:"completion_tokens"`
 }
 
 // ProxyClient is one client key's spend limit; a zero field takes the
@@ -75,6 +95,26 @@ const DefaultProxyMaxBody = ByteSize(8 << 20)
 
 // ProxyOn reports whether the proxy is configured to serve.
 func (c *Config) ProxyOn() bool { return c.Proxy.Listen != "" }
+
+// Limited reports whether any client key may have a spend limit:
+// MaxBudget, or a client's own.
+func (p *Proxy) Limited() bool {
+	if p.MaxBudget > 0 {
+		return true
+	}
+	for _, c := range p.Clients {
+		if c.MaxBudget > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Allowed reports whether the proxy serves model (Models lists it, or is
+// empty).
+func (p *Proxy) Allowed(model string) bool {
+	return len(p.Models) == 0 || slices.Contains(p.Models, model)
+}
 
 // Limit returns client's spend limit: the most it may spend per period,
 // and the period (0 when Max is 0: no limit).
@@ -126,6 +166,68 @@ func (v *validator) proxy() {
 	if p.MaxBodyBytes <= 0 {
 		v.add("proxy.max_body_bytes", invalid("must be positive"))
 	}
+	if p.CompletionTokens < 0 {
+		v.add("proxy.completion_tokens", invalid("must be 0 or more, got %d", p.CompletionTokens))
+	}
+	for i, m := range p.Models {
+		switch {
+		case strings.TrimSpace(m) != m || m == "":
+			v.add(indexPath("proxy.models", i), invalid("%q is not a model name", m))
+		case slices.Index(p.Models, m) < i:
+			v.add(indexPath("proxy.models", i), invalid("%q is listed twice", m))
+		}
+	}
+}
+
+// ProxyWarnings are what config check says about the proxy's spend
+// limits and models that is not an error: the models a client under a
+// limit will be refused, and calls without max_tokens that will be, and a
+// limit counted at the built-in example price.
+func (c *Config) ProxyWarnings() []string {
+	p := &c.Proxy
+	if !p.Limited() {
+		return nil
+	}
+	prices := c.LLM.Prices
+	var out []string
+	if c.meta.isDefault("llm.prices", prices) {
+		out = append(out, fmt.Sprintf("proxy: the spend limits are counted at llm.prices' built-in example (gpt-4o-mini at OpenAI's list price of %s), not your provider's prices: set llm.prices", DefaultPricesAsOf))
+	}
+	_, star := prices["*"]
+	models := p.Models
+	if len(models) == 0 {
+		models = slices.Sorted(mapKeys(prices))
+		if !star {
+			out = append(out, fmt.Sprintf("proxy: clients with a spend limit are refused every model llm.prices does not price (it prices %s); list the models clients may call in proxy.models",
+				strings.Join(quoteAll(models), ", ")))
+		}
+	}
+	for _, m := range models {
+		pr, ok := prices[m]
+		if !ok && !star {
+			out = append(out, fmt.Sprintf("proxy: proxy.models lists %q, which llm.prices does not price: clients with a spend limit are refused it", m))
+			continue
+		}
+		if !ok {
+			pr = prices["*"]
+		}
+		if p.CompletionTokens == 0 && pr.MaxOutputTokens == 0 {
+			at := "llm.prices[" + m + "].max_output_tokens"
+			if !ok {
+				at = "llm.prices[*].max_output_tokens"
+			}
+			out = append(out, fmt.Sprintf("proxy: a call to %q from a client with a spend limit that sets no max_tokens is refused: set proxy.completion_tokens or %s", m, at))
+		}
+	}
+	return out
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }
 
 // ValidClientName reports whether s can name a proxy client in a keys
@@ -157,10 +259,20 @@ func (x *explainer) proxy() {
 	if p.BudgetTokens > 0 {
 		intent = strconv.FormatInt(p.BudgetTokens, 10) + " tokens"
 	}
+	models := "any the provider serves"
+	if len(p.Models) > 0 {
+		models = "only " + strings.Join(p.Models, ", ")
+	}
+	reserve := "the model's max_output_tokens"
+	if p.CompletionTokens > 0 {
+		reserve = strconv.FormatInt(p.CompletionTokens, 10) + " completion tokens, or the model's max_output_tokens if fewer"
+	}
 	x.row("OpenAI proxy", x.d("proxy.listen", p.Listen, state),
 		"answers "+x.d("proxy.shared_answers", p.SharedAnswers, answers),
 		"per intent "+x.d("proxy.budget_tokens", p.BudgetTokens, intent),
 		"per client key "+x.d("proxy.max_budget", p.MaxBudget, spendLimit(p.MaxBudget, p.BudgetDuration)))
+	x.row("", "models "+x.d("proxy.models", p.Models, models),
+		"a call without max_tokens reserves "+x.d("proxy.completion_tokens", p.CompletionTokens, reserve))
 	names := make([]string, 0, len(p.Clients))
 	for n := range p.Clients {
 		names = append(names, n)

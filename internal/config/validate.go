@@ -210,6 +210,9 @@ func (v *validator) llm() {
 				v.add(joinPath(at, f.key), invalid("must be a finite price of 0 or more, got %v", f.val))
 			}
 		}
+		if p.MaxOutputTokens < 0 {
+			v.add(joinPath(at, "max_output_tokens"), invalid("must be 0 (unknown) or more, got %d", p.MaxOutputTokens))
+		}
 	}
 }
 

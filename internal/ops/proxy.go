@@ -24,13 +24,14 @@ const (
 	ProxyRateLimited  ProxyOutcome = "rate_limited"   // refused: the provider's rate limit would make it wait too long (429)
 	ProxyUnavailable  ProxyOutcome = "unavailable"    // refused: the shared cache could not be read (503)
 	ProxyUpstream     ProxyOutcome = "upstream_error" // the provider answered an error, passed on
+	ProxyUpstreamAuth ProxyOutcome = "upstream_auth"  // the provider refused the proxy's own key (401, 403): answered 502
 	ProxyError        ProxyOutcome = "error"          // the provider could not be reached (502)
 	ProxyInvalid      ProxyOutcome = "invalid"        // a request that could not be served (400, 404, 405, 413)
 	ProxyUnauthorized ProxyOutcome = "unauthorized"   // no or an unknown client key (401)
 )
 
 var proxyOutcomes = []ProxyOutcome{ProxyHit, ProxyShared, ProxyMiss, ProxyBypass, ProxyPassThrough, ProxySpendLimited,
-	ProxyBudgetDenied, ProxyRateLimited, ProxyUnavailable, ProxyUpstream, ProxyError, ProxyInvalid, ProxyUnauthorized}
+	ProxyBudgetDenied, ProxyRateLimited, ProxyUnavailable, ProxyUpstream, ProxyUpstreamAuth, ProxyError, ProxyInvalid, ProxyUnauthorized}
 
 // ProxyNamespace is the cache namespace of the proxy's calls for client:
 // "proxy/" followed by the client's name, or "proxy/" alone when clients
@@ -69,7 +70,7 @@ func (m *Metrics) AddProxy(clients []string, spend func() []ProxySpend) {
 	}
 	m.px.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "proxy_requests_total",
-		Help: "Requests to the OpenAI-compatible proxy, by client key and outcome (hit, shared, miss, bypass, pass_through, spend_limited, budget_denied, rate_limited, unavailable, upstream_error, error, invalid, unauthorized).",
+		Help: "Requests to the OpenAI-compatible proxy, by client key and outcome (hit, shared, miss, bypass, pass_through, spend_limited, budget_denied, rate_limited, unavailable, upstream_error, upstream_auth, error, invalid, unauthorized).",
 	}, []string{"client", "outcome"})
 	m.px.time = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "proxy_request_seconds",

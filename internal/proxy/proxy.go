@@ -17,14 +17,37 @@
 //     (proxy.budget_tokens);
 //   - each client key spends at most proxy.max_budget dollars per
 //     proxy.budget_duration: a call that could pass it is refused with 429
-//     and a body that names the limit, and never sent;
+//     and a body that names the limit, and never sent. A call that sets no
+//     max_tokens reserves proxy.completion_tokens, or the model's
+//     llm.prices max_output_tokens, per choice (400 max_tokens_required
+//     with neither), so that calls in flight together stop at the limit;
+//     a model llm.prices does not price is refused 403 (model_not_priced);
+//   - proxy.models, if set, lists the only models served (403
+//     model_not_allowed);
 //   - the provider's rate limits (llm.rate_limit) pace the calls, and its
 //     429s are waited out.
 //
-// GET /v1/models (and /v1/models/{id}) goes to the provider as it is.
-// Clients authenticate with keys of their own (Authorization: Bearer),
-// from proxy.keys_file; the provider's key stays in the proxy. Errors are
+// GET /v1/models and GET /v1/models/{id} go to the provider. Clients
+// authenticate with keys of their own (Authorization: Bearer), from
+// proxy.keys_file; the provider's key stays in the proxy. Errors are
 // answered in the OpenAI API's error format.
+//
+// # Trust
+//
+// A client key is trusted with chat completions, never with the provider
+// account. The proxy forwards three routes and no other: POST
+// {base}/chat/completions, GET {base}/models and GET {base}/models/{id},
+// each built from the parsed base URL, a fixed route and a model id that
+// [ValidModelID] accepts; it never builds an upstream URL from the
+// client's path, and never forwards the client's query or headers (but
+// Accept). A path with a dot segment, an empty segment, an encoded '/',
+// '?', '#' or '%', a '\', a ';' or a control character is answered 400
+// ([ErrPath]), nothing sent. A request body the cache would read otherwise
+// than a provider (a member twice, or "Model" beside "model") is 400. When
+// the provider refuses the proxy's own key (401, 403), the client gets a
+// 502 that says so, with none of the provider's text, and the proxy logs
+// it at ERROR; the provider's other errors are passed on without its key
+// or the account's organization and project ids.
 package proxy
 
 import (
@@ -36,6 +59,8 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +102,12 @@ type Options struct {
 	BaseURL string
 	// APIKey is the provider's key, sent upstream as a bearer token.
 	APIKey string
+	// Prices are the models' prices (llm.prices), the ones Cache prices
+	// tokens with: a client under a spend limit is refused a model they
+	// do not price, and its calls that set no max_tokens reserve
+	// Config.CompletionTokens or the model's MaxOutputTokens, whichever
+	// is set and smaller. Nil prices no model.
+	Prices map[string]config.Price
 	// Metrics records requests; nil records nothing.
 	Metrics *ops.Metrics
 	// Logger logs failures; nil discards.
@@ -88,7 +119,7 @@ type Server struct {
 	opts     Options
 	cfg      *config.Proxy
 	cached   http.RoundTripper // the cache's transport, over Upstream
-	base     string            // BaseURL without a trailing slash
+	base     *url.URL          // BaseURL, parsed
 	log      *slog.Logger
 	clientOf func(string) (string, bool)
 
@@ -101,6 +132,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Config == nil || opts.Keys == nil || opts.Cache == nil || opts.BaseURL == "" {
 		return nil, errors.New("proxy: Config, Keys, Cache and BaseURL are required")
 	}
+	base, err := url.Parse(opts.BaseURL)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" || base.RawQuery != "" || base.Fragment != "" {
+		return nil, fmt.Errorf("proxy: BaseURL %q is not an http or https URL with a host and no query", opts.BaseURL)
+	}
 	if opts.Upstream == nil {
 		opts.Upstream = http.DefaultTransport
 	}
@@ -110,7 +145,7 @@ func New(opts Options) (*Server, error) {
 	return &Server{
 		opts: opts, cfg: opts.Config,
 		cached:   opts.Cache.Transport(opts.Upstream),
-		base:     strings.TrimSuffix(opts.BaseURL, "/"),
+		base:     base,
 		log:      opts.Logger,
 		clientOf: opts.Keys.Client,
 	}, nil
@@ -156,22 +191,32 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"Incorrect or missing proxy key: send your Oncegate proxy key as a bearer token (Authorization: Bearer <key>), as an OpenAI client sends its API key.")
 		return
 	}
-	path, ok := strings.CutPrefix(r.URL.Path, "/v1")
-	switch {
-	case ok && path == "/chat/completions":
+	rt, err := routeOf(r.URL)
+	if err != nil {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_path",
+			"Oncegate's proxy refuses this request path, and sent nothing: "+strings.TrimPrefix(err.Error(), "proxy: ")+". It serves POST /v1/chat/completions, GET /v1/models and GET /v1/models/{model id}.")
+		return
+	}
+	switch rt.kind {
+	case routeChat:
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			s.fail(w, client, start, ops.ProxyInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "POST chat completions.")
 			return
 		}
 		s.chat(w, r, client, start)
-	case ok && (path == "/models" || strings.HasPrefix(path, "/models/")):
+	case routeModels, routeModel:
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)
 			s.fail(w, client, start, ops.ProxyInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "GET models.")
 			return
 		}
-		s.models(w, r, client, path, start)
+		if rt.kind == routeModel && !s.cfg.Allowed(rt.id) {
+			s.fail(w, client, start, ops.ProxyInvalid, http.StatusNotFound, "invalid_request_error", "model_not_found",
+				fmt.Sprintf("The model %q is not one this Oncegate proxy serves (proxy.models lists them).", rt.id))
+			return
+		}
+		s.models(w, r, client, rt, start)
 	default:
 		s.fail(w, client, start, ops.ProxyInvalid, http.StatusNotFound, "invalid_request_error", "unknown_url",
 			fmt.Sprintf("Unknown request URL: %s %s. The proxy serves POST /v1/chat/completions and GET /v1/models.", r.Method, r.URL.Path))
@@ -207,15 +252,44 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_intent", err.Error())
 		return
 	}
+	req, err := llmcache.ReadRequest(body)
+	if err != nil {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request",
+			"Oncegate's proxy cannot read this request, and sent nothing: "+err.Error())
+		return
+	}
+	if !s.cfg.Allowed(req.Model) {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusForbidden, "invalid_request_error", "model_not_allowed",
+			fmt.Sprintf("The model %q is not one this Oncegate proxy serves (proxy.models lists them): the call was not sent.", req.Model))
+		return
+	}
+	limits := s.limits(client)
+	price, priced := s.price(req.Model)
+	if len(limits) > 0 && !priced {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusForbidden, "invalid_request_error", "model_not_priced",
+			fmt.Sprintf("Client key %q has a spend limit, and the model %q has no price in this Oncegate proxy's llm.prices (nor a \"*\" price), so what it costs cannot be counted: the call was not sent. The proxy's operator can price it in llm.prices.", client, req.Model))
+		return
+	}
+	// What a call that sets no max_tokens reserves for its answer.
+	completion := s.cfg.CompletionTokens
+	if mo := price.MaxOutputTokens; mo > 0 && (completion == 0 || completion > mo) {
+		completion = mo
+	}
+	if len(limits) > 0 && req.MaxTokens == 0 && completion == 0 {
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "max_tokens_required",
+			fmt.Sprintf("Client key %q has a spend limit, and this request sets no max_tokens (nor max_completion_tokens), so its worst cost cannot be reserved: set max_tokens. The call was not sent. (The proxy's operator can set proxy.completion_tokens, or llm.prices[%s].max_output_tokens, to reserve for such calls.)", client, req.Model))
+		return
+	}
 	budget := s.cfg.BudgetTokens
 	if budget == 0 {
 		budget = -1 // no cap; not llm.cache.budget_tokens, which is the pipelines'
 	}
 	call := llmcache.Call{
 		Namespace: ops.ProxyNamespace(client, s.cfg.SharedAnswers), Step: client,
-		Intent: intent, KeyByIntent: intent != "", Budget: budget, Limits: s.limits(client),
+		Intent: intent, KeyByIntent: intent != "", Budget: budget, Limits: limits,
+		CompletionTokens: completion,
 	}
-	up, err := http.NewRequestWithContext(llmcache.WithCall(r.Context(), call), http.MethodPost, s.base+"/chat/completions", bytes.NewReader(body))
+	up, err := http.NewRequestWithContext(llmcache.WithCall(r.Context(), call), http.MethodPost, s.base.JoinPath("chat", "completions").String(), bytes.NewReader(body))
 	if err != nil {
 		s.fail(w, client, start, ops.ProxyError, http.StatusInternalServerError, "server_error", "proxy_error", err.Error())
 		return
@@ -231,11 +305,20 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 		return
 	}
 	o := ops.ProxyOutcome(resp.Header.Get(llmcache.HeaderCache))
-	if resp.StatusCode >= 400 {
-		o = ops.ProxyUpstream
+	if o == "" {
+		o = ops.ProxyBypass // too large to key, sent past the cache
 	}
-	s.relay(w, resp)
-	s.opts.Metrics.ProxyRequest(client, o, time.Since(start))
+	s.answer(w, client, "chat/completions", start, resp, o)
+}
+
+// price returns the price of model in Options.Prices: its own, else the
+// "*" entry's.
+func (s *Server) price(model string) (config.Price, bool) {
+	if p, ok := s.opts.Prices[model]; ok {
+		return p, true
+	}
+	p, ok := s.opts.Prices["*"]
+	return p, ok
 }
 
 // limits returns the spend limits a call of client draws from.
@@ -334,6 +417,9 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, client string, s
 		w.Header().Set("Retry-After", "1")
 		s.fail(w, client, start, ops.ProxyUnavailable, http.StatusServiceUnavailable, "server_error", "cache_unavailable",
 			"The shared cache cannot be read now, and its answer may be there: the call was not sent. Retry later.")
+	case errors.Is(err, llmcache.ErrRequestTooLarge):
+		s.fail(w, client, start, ops.ProxyInvalid, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+			"The request body is too large for Oncegate's proxy to check against your spend limit or intent budget: it was not sent.")
 	case errors.Is(err, llmcache.ErrInvalidRequest), errors.Is(err, llmcache.ErrInvalidOptions):
 		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
 	case errors.Is(err, llmcache.ErrClosed):
@@ -358,11 +444,18 @@ func per(d time.Duration) string {
 	return "per " + config.Period(d).String()
 }
 
-// models passes a model listing through to the provider.
-func (s *Server) models(w http.ResponseWriter, r *http.Request, client, path string, start time.Time) {
-	up, err := http.NewRequestWithContext(r.Context(), http.MethodGet, s.base+path, nil)
+// models passes a model listing, or one model's description, through to
+// the provider. The upstream URL is the base URL and a fixed route, with
+// the model id (one segment, valid as ValidModelID says) for one model;
+// the client's query is not forwarded.
+func (s *Server) models(w http.ResponseWriter, r *http.Request, client string, rt route, start time.Time) {
+	u := s.base.JoinPath("models")
+	if rt.kind == routeModel {
+		u = s.base.JoinPath("models", rt.id)
+	}
+	up, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
 	if err != nil {
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+		s.fail(w, client, start, ops.ProxyError, http.StatusInternalServerError, "server_error", "proxy_error", err.Error())
 		return
 	}
 	s.authorize(up)
@@ -371,8 +464,79 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, client, path str
 		s.refuse(w, r, client, start, err)
 		return
 	}
-	s.relay(w, resp)
-	s.opts.Metrics.ProxyRequest(client, ops.ProxyPassThrough, time.Since(start))
+	s.answer(w, client, "models", start, resp, ops.ProxyPassThrough)
+}
+
+// answer passes the provider's answer resp on to w, and records it as o.
+// A refusal of the proxy's own credentials (401, 403) is not passed on: it
+// would tell the client its own key is wrong, and may name the provider
+// key; it is answered 502 with none of the provider's text, logged at
+// ERROR and counted as upstream_auth. Another error is passed on with its
+// status and body, less what names the provider account (redact).
+func (s *Server) answer(w http.ResponseWriter, client, route string, start time.Time, resp *http.Response, o ops.ProxyOutcome) {
+	switch code := resp.StatusCode; {
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		resp.Body.Close()
+		s.log.Error("proxy: the provider refused the proxy's credentials: check the provider key (llm.api_key_env) and its access", "status", code, "route", route, "client", client)
+		w.Header().Set("X-Should-Retry", "false")
+		s.fail(w, client, start, ops.ProxyUpstreamAuth, http.StatusBadGateway, "server_error", "upstream_auth_failed",
+			fmt.Sprintf("Oncegate's proxy could not answer: its provider refused the proxy's own credentials (HTTP %d). Your proxy key is valid; the provider key the proxy sends is wrong, revoked or not allowed this call. Tell the proxy's operator.", code))
+		return
+	case code >= 400:
+		s.relayError(w, resp)
+		o = ops.ProxyUpstream
+	default:
+		s.relay(w, resp)
+	}
+	s.opts.Metrics.ProxyRequest(client, o, time.Since(start))
+}
+
+// maxErrorBody is the largest error answer of the provider passed on.
+const maxErrorBody = 64 << 10
+
+// accountIDs match what, in a provider's error message, names the
+// provider account: API keys, whole or masked ("sk-proj-****abcd"), and
+// OpenAI organization and project ids.
+var accountIDs = regexp.MustCompile(`\b(sk-[A-Za-z0-9_*\-]{3,}|org-[A-Za-z0-9]{6,}|proj_[A-Za-z0-9]{6,})`)
+
+// redact returns b without the provider key and what accountIDs matches.
+func (s *Server) redact(b []byte) []byte {
+	if k := s.opts.APIKey; len(k) >= 8 {
+		b = bytes.ReplaceAll(b, []byte(k), []byte("[redacted]"))
+	}
+	return accountIDs.ReplaceAllFunc(b, func(m []byte) []byte {
+		switch {
+		case bytes.HasPrefix(m, []byte("sk-")):
+			return []byte("sk-[redacted]")
+		case bytes.HasPrefix(m, []byte("org-")):
+			return []byte("org-[redacted]")
+		}
+		return []byte("proj_[redacted]")
+	})
+}
+
+// relayError sends the provider's error answer resp to w, redacted, and
+// closes it. An answer over maxErrorBody is not passed on: the client gets
+// a 502 in its place.
+func (s *Server) relayError(w http.ResponseWriter, resp *http.Response) {
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody+1))
+	if err != nil || len(b) > maxErrorBody {
+		writeError(w, http.StatusBadGateway, "server_error", "upstream_error",
+			fmt.Sprintf("Oncegate's proxy got an error answer (HTTP %d) from its provider that it could not read whole; it was not passed on.", resp.StatusCode))
+		return
+	}
+	b = s.redact(b)
+	h := w.Header()
+	for k, vs := range resp.Header {
+		if !dropped[k] {
+			h[k] = vs
+		}
+	}
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(resp.StatusCode)
+	w.Write(b)
 }
 
 // dropped are the provider's response headers the proxy does not pass on:

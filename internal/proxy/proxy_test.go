@@ -45,7 +45,16 @@ const (
 
 // prices is $0.01 a token, so that spend limits are reached in a few
 // calls.
-var prices = llmcache.Prices{"*": {Prompt: 10_000, Completion: 10_000}}
+var prices = map[string]config.Price{"*": {PromptPerMTok: 10_000, CompletionPerMTok: 10_000}}
+
+// cachePrices are prices as the cache takes them.
+func cachePrices(ps map[string]config.Price) llmcache.Prices {
+	out := llmcache.Prices{}
+	for m, p := range ps {
+		out[m] = llmcache.Price{Prompt: p.PromptPerMTok, Completion: p.CompletionPerMTok}
+	}
+	return out
+}
 
 // model starts a stand-in model; it returns the server and its base URL.
 func model(t *testing.T, opts standin.Options) (*standin.Server, string) {
@@ -62,7 +71,7 @@ func model(t *testing.T, opts standin.Options) (*standin.Server, string) {
 	return s, url
 }
 
-func keysFile(t *testing.T) *proxy.Keys {
+func keysFile(t testing.TB) *proxy.Keys {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "keys")
 	if err := os.WriteFile(path, []byte("# client key\nalice "+aliceKey+"\nbob   "+bobKey+"\n"), 0o600); err != nil {
@@ -75,10 +84,18 @@ func keysFile(t *testing.T) *proxy.Keys {
 	return k
 }
 
-// badgerCache opens a Badger cache, closed at the test's end.
-func badgerCache(t *testing.T) *llmcache.Cache {
+// badgerCache opens a Badger cache with the tests' prices, closed at the
+// test's end.
+func badgerCache(t testing.TB) *llmcache.Cache {
 	t.Helper()
-	c, err := badgerstore.Open(t.TempDir(), llmcache.Options{Prices: prices})
+	return badgerCacheWith(t, llmcache.Options{Prices: cachePrices(prices)})
+}
+
+// badgerCacheWith opens a Badger cache with opts, closed at the test's
+// end.
+func badgerCacheWith(t testing.TB, opts llmcache.Options) *llmcache.Cache {
+	t.Helper()
+	c, err := badgerstore.Open(t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,18 +104,36 @@ func badgerCache(t *testing.T) *llmcache.Cache {
 }
 
 // start serves a proxy with cfg in front of the model at modelURL,
-// through cache; it returns its base URL (".../v1") and its metrics.
+// through cache, at the tests' prices; it returns its base URL
+// (".../v1") and its metrics.
 func start(t *testing.T, cfg config.Proxy, cache *llmcache.Cache, modelURL string) (string, *ops.Metrics) {
 	t.Helper()
+	return startWith(t, proxy.Options{Config: &cfg, Cache: cache, BaseURL: modelURL, Prices: prices})
+}
+
+// startWith serves a proxy with opts, filling in the tests' keys, an
+// HTTP transport, the provider key "sk-provider" and metrics where opts
+// leaves them unset; it returns its base URL (".../v1") and its metrics.
+func startWith(t *testing.T, opts proxy.Options) (string, *ops.Metrics) {
+	t.Helper()
+	cfg := *opts.Config
 	cfg.Listen = "127.0.0.1:0"
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = config.DefaultProxyMaxBody
 	}
+	opts.Config = &cfg
 	keys := keysFile(t)
-	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: cache.Stats})
+	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: opts.Cache.Stats})
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	srv, err := proxy.New(proxy.Options{Config: &cfg, Keys: keys, Cache: cache, Upstream: tr, BaseURL: modelURL, APIKey: "sk-provider", Metrics: m})
+	opts.Keys, opts.Metrics = keys, m
+	if opts.Upstream == nil {
+		opts.Upstream = tr
+	}
+	if opts.APIKey == "" {
+		opts.APIKey = "sk-provider"
+	}
+	srv, err := proxy.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +379,9 @@ func TestSpendLimit(t *testing.T) {
 	if resp, err := oc.CreateChatCompletion(ctx, req); err != nil || resp.Header().Get(llmcache.HeaderCache) != "hit" {
 		t.Errorf("a hit past the limit: %v; want the stored answer", err)
 	}
-	if _, err := client(t, url, bobKey).CreateChatCompletion(ctx, question("Alert 0")); err != nil {
+	bobs := question("Alert 0")
+	bobs.MaxTokens = 100 // bob has the same limit: a call without max_tokens would be refused (TestSpendLimitWithoutMaxTokens)
+	if _, err := client(t, url, bobKey).CreateChatCompletion(ctx, bobs); err != nil {
 		t.Errorf("bob: %v", err)
 	}
 	got := gather(t, metrics)
@@ -387,7 +424,7 @@ func TestTwoProxiesOneNATS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := llmcache.NewStore(st, llmcache.Options{Prices: prices})
+		c, err := llmcache.NewStore(st, llmcache.Options{Prices: cachePrices(prices)})
 		if err != nil {
 			t.Fatal(err)
 		}

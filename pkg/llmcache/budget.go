@@ -102,7 +102,7 @@ func (r *budgetRecord) live(now time.Time) int64 {
 	for _, x := range r.res {
 		if x.until > now.UnixNano() {
 			keep = append(keep, x)
-			held += x.need
+			held = satAdd(held, x.need)
 		}
 	}
 	r.res = keep
@@ -148,7 +148,9 @@ func (b *budgets) reserveID(ctx context.Context, rid []byte, ttl time.Duration, 
 		// reservation: replace it, never count it twice.
 		r.res = slices.DeleteFunc(r.res, func(x reservation) bool { return x.id == id })
 		held := r.live(b.clock())
-		if r.spent+held+need > limit {
+		// spent+held+need > limit, without overflow: need may be
+		// math.MaxInt64, for a call whose worst cost cannot be counted.
+		if need < 0 || need > limit || satAdd(r.spent, held) > limit-need {
 			return nil, deny(r.spent, held)
 		}
 		r.res = append(r.res, reservation{id: id, need: need, until: until.UnixNano()})
@@ -180,7 +182,7 @@ func (b *budgets) settleID(ctx context.Context, rid []byte, ttl time.Duration, i
 				break
 			}
 		}
-		r.spent += spent
+		r.spent = satAdd(r.spent, spent)
 		return r.encode(), nil
 	})
 }

@@ -98,6 +98,14 @@ type Call struct {
 	// the call is paid from (a client, a pipeline): the call goes out only
 	// if it fits every one. See [SpendLimit]. The default is none.
 	Limits []SpendLimit
+
+	// CompletionTokens is what a request that sets neither max_tokens nor
+	// max_completion_tokens reserves for its answer, per choice, from
+	// Budget and Limits (such as the model's output limit); the
+	// reservation is settled to the answer's real usage after. The
+	// default, 0, reserves nothing for it: the answer is paid after, and
+	// the last call a limit lets through can pass it by all of its answer.
+	CompletionTokens int64
 }
 
 type callKey struct{}

@@ -79,10 +79,16 @@
 // is what is counted. [Cache.Stats] reports per namespace and step the
 // tokens spent, the tokens hits saved, and both priced by [Prices]. A
 // budget per intent ([Options.Budget], [Call.Budget]) reserves each call's
-// worst case (prompt estimate plus max tokens) before it goes out and
-// refuses, with a [*BudgetError], a call that could pass the budget;
+// worst case (prompt estimate plus n times its max tokens, or
+// [Call.CompletionTokens] for a call that sets none) before it goes out
+// and refuses, with a [*BudgetError], a call that could pass the budget;
 // spending and reservations are kept in the store, so they outlive
 // restarts and, with a shared store, are one budget across replicas.
+// Spend limits in dollars ([SpendLimit]) work alike. A request too large
+// to key is refused under either ([ErrRequestTooLarge]), and one whose
+// members a provider could read otherwise than the cache ([ReadRequest])
+// is refused as invalid, so that the model and max tokens a limit counts
+// are the ones the provider reads.
 //
 // # A shared store
 //

@@ -1,5 +1,15 @@
 package llmcache
 
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
 // Estimate is what a chat completion request may spend, counted before it
 // is sent.
 type Estimate struct {
@@ -7,23 +17,188 @@ type Estimate struct {
 	// the request's model (o200k_base for a model it does not know).
 	Prompt int64
 	// MaxCompletion is the completion tokens the request allows: n times
-	// max_completion_tokens (else max_tokens); 0 when the request sets no
-	// cap.
+	// the larger of max_completion_tokens and max_tokens, at most
+	// math.MaxInt64 less Prompt (so that their sum is counted without
+	// overflow); 0 when the request sets no cap.
 	MaxCompletion int64
 }
 
 // EstimateRequest reads the body of a chat completion request and returns
 // what it may spend, as the cache counts it before an upstream call. It
 // returns an error wrapping [ErrInvalidRequest] if body is not a JSON
-// request object.
+// request object, or is one a provider could read otherwise than the
+// cache (see [ReadRequest]).
 func EstimateRequest(body []byte) (Estimate, error) {
 	q, err := parseRequest(body)
 	if err != nil {
 		return Estimate{}, err
 	}
 	e := Estimate{Prompt: estimatePrompt(q)}
-	if q.MaxTokens > 0 {
-		e.MaxCompletion = q.N * q.MaxTokens
-	}
+	e.MaxCompletion = min(completionTokens(q, 0), math.MaxInt64-e.Prompt)
 	return e, nil
+}
+
+// Request is what the cache reads of a chat completion request to price
+// it and reserve for it, before it is sent.
+type Request struct {
+	// Model is the request's "model" member.
+	Model string
+	// N is the choices the request asks for: its "n", at least 1.
+	N int64
+	// MaxTokens is the completion tokens the request allows per choice:
+	// the larger of max_completion_tokens and max_tokens; 0 when it sets
+	// neither (or only values of 0 or less), and the call then reserves
+	// [Call.CompletionTokens] per choice.
+	MaxTokens int64
+}
+
+// ReadRequest reads a chat completion request body as the cache reads it.
+// It returns an error wrapping [ErrInvalidRequest] for a body that is not
+// a JSON object, and for one a provider could read otherwise than the
+// cache: an object (the request, a message, a content part) that holds a
+// member twice, or one named as a member the cache reads but for its
+// case ("Model", "MAX_TOKENS", "max_to\u212Aens"), which decoders written
+// in Go (as the cache's own, and providers such as Ollama) match to it and
+// others ignore. Such a body could name one model or max_tokens to a spend
+// limit and another to the provider.
+func ReadRequest(body []byte) (Request, error) {
+	q, err := parseRequest(body)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{Model: q.Model, N: q.N, MaxTokens: max(q.MaxTokens, 0)}, nil
+}
+
+// completionTokens returns the completion tokens q may spend: n times its
+// cap per choice, or times allowance when it sets none; at most
+// math.MaxInt64, never less than 0.
+func completionTokens(q request, allowance int64) int64 {
+	per := q.MaxTokens
+	if per <= 0 {
+		per = allowance
+	}
+	return satMul(max(q.N, 1), per)
+}
+
+// satMul returns a×b for a, b ≥ 0, at most math.MaxInt64; 0 if either is
+// less than 1.
+func satMul(a, b int64) int64 {
+	switch {
+	case a <= 0 || b <= 0:
+		return 0
+	case a > math.MaxInt64/b:
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// satAdd returns a+b for a, b ≥ 0, at most math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	a, b = max(a, 0), max(b, 0)
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// The members the cache reads, by the object they are in.
+var (
+	requestMembers = []string{"model", "stream", "max_tokens", "max_completion_tokens", "n",
+		"messages", "tools", "functions", "stream_options"}
+	messageMembers       = []string{"role", "name", "content", "tool_calls", "function_call"}
+	partMembers          = []string{"type", "text"}
+	streamOptionsMembers = []string{"include_usage"}
+)
+
+// errAmbiguous is wrapped, with ErrInvalidRequest, by the error for a
+// body a provider could read otherwise than the cache.
+var errAmbiguous = errors.New("a provider could read it otherwise")
+
+// unambiguous returns an error wrapping ErrInvalidRequest if the request
+// body holds, in the request object, a message, a content part or its
+// stream_options, a member twice or one named as a member the cache reads
+// but for its case. Bodies that pass it are read alike by exact and by
+// case-insensitive decoders.
+func unambiguous(body []byte) error {
+	top, err := members(body, requestMembers)
+	if err != nil {
+		return fmt.Errorf("%w: body: %w", ErrInvalidRequest, err)
+	}
+	if so, ok := top["stream_options"]; ok && isObject(so) {
+		if _, err := members(so, streamOptionsMembers); err != nil {
+			return fmt.Errorf("%w: stream_options: %w", ErrInvalidRequest, err)
+		}
+	}
+	var msgs []json.RawMessage
+	if raw, ok := top["messages"]; !ok || json.Unmarshal(raw, &msgs) != nil {
+		return nil // parseRequest says what is wrong with it
+	}
+	for i, m := range msgs {
+		if !isObject(m) {
+			continue
+		}
+		mm, err := members(m, messageMembers)
+		if err != nil {
+			return fmt.Errorf("%w: messages[%d]: %w", ErrInvalidRequest, i, err)
+		}
+		var parts []json.RawMessage
+		if raw, ok := mm["content"]; !ok || len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &parts) != nil {
+			continue
+		}
+		for j, p := range parts {
+			if !isObject(p) {
+				continue
+			}
+			if _, err := members(p, partMembers); err != nil {
+				return fmt.Errorf("%w: messages[%d].content[%d]: %w", ErrInvalidRequest, i, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+func isObject(raw json.RawMessage) bool {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	return len(raw) > 0 && raw[0] == '{'
+}
+
+// members decodes the JSON object raw into its members by exact name. It
+// refuses an object that holds a member twice, or one whose name is one
+// of fields but for its case (as Unicode simple folding, which Go's
+// decoders match by, has it).
+func members(raw []byte, fields []string) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil {
+		return nil, err
+	} else if t != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	m := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		if _, dup := m[name]; dup {
+			return nil, fmt.Errorf("%w: member %q is given twice", errAmbiguous, name)
+		}
+		for _, f := range fields {
+			if name != f && strings.EqualFold(name, f) {
+				return nil, fmt.Errorf("%w: member %q is %q but for its case; send %q alone", errAmbiguous, name, f, f)
+			}
+		}
+		m[name] = v
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON object")
+	}
+	return m, nil
 }

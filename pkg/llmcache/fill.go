@@ -129,7 +129,7 @@ func (f *fill) run(fl *flight, store bool) {
 	}
 	if len(f.call.Limits) > 0 {
 		f.estimatePrompt()
-		need := c.opts.Prices.Cost(f.q.Model, Usage{PromptTokens: f.estimate, CompletionTokens: f.q.N * f.q.MaxTokens})
+		need := c.opts.Prices.Cost(f.q.Model, Usage{PromptTokens: f.estimate, CompletionTokens: completionTokens(f.q, f.call.CompletionTokens)})
 		holds, err := c.reserveSpend(wctx, f.call.Limits, need, c.opts.Clock().Add(c.opts.FillTimeout+time.Minute))
 		if err != nil {
 			if f.limit != math.MaxInt64 {

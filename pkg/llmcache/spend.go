@@ -21,14 +21,19 @@ var ErrSpendLimit = errors.New("llmcache: spend limit reached")
 // and are refused: an answer from the cache costs nothing.
 //
 // Before a call goes out, its worst cost (its prompt, counted with the
-// tokenizer, and its max_tokens or max_completion_tokens, per choice) is
-// reserved from each of its limits; a call that could take an account past
-// one is refused with a *SpendLimitError, never sent. Once the model
-// answers, the reservation gives way to the call's real cost (the API's
-// usage). Set max tokens on the calls for a limit that is never passed:
-// without them the last call allowed can overshoot by its completion. A
-// model without a price (and no "*" price) costs nothing and is never
-// refused.
+// tokenizer, and n times its max_tokens or max_completion_tokens, or
+// [Call.CompletionTokens] when it sets neither) is reserved from each of
+// its limits; a call that could take an account past one is refused with
+// a *SpendLimitError, never sent, and so is one whose worst cost is too
+// large to count. Reservations of calls in flight at once count against
+// each other, so a burst stops at the limit. Once the model answers, the
+// reservation gives way to the call's real cost (the API's usage). A call
+// that sets no max tokens, with no CompletionTokens, reserves only its
+// prompt: the last call allowed can overshoot by its whole completion. Set
+// max tokens on the calls, or CompletionTokens to the model's output
+// limit, for a limit that is never passed. A model without a price (and no
+// "*" price) costs nothing and is never refused: a caller that must not
+// spend unpriced refuses such models itself, as Oncegate's proxy does.
 //
 // What each account spent is kept in the cache's [Store] (with budgets):
 // it outlives restarts and, with a shared store, is one account across
@@ -91,8 +96,18 @@ func spendID(name string, idx int64) []byte {
 }
 
 // nanoDollars converts US dollars to the integer units spend records
-// count, rounding up.
-func nanoDollars(usd float64) int64 { return int64(math.Ceil(usd * 1e9)) }
+// count, rounding up, from 0 (for less, or NaN) to math.MaxInt64 (for a
+// cost too large to count: a float beyond int64 converts to anything).
+func nanoDollars(usd float64) int64 {
+	n := math.Ceil(usd * 1e9)
+	switch {
+	case !(n > 0):
+		return 0
+	case n >= math.MaxInt64: // 2^63, as a float64
+		return math.MaxInt64
+	}
+	return int64(n)
+}
 
 // spendHold is one reservation from a spend limit.
 type spendHold struct {

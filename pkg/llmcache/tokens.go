@@ -32,7 +32,7 @@ func (p Prices) Cost(model string, u Usage) float64 {
 type request struct {
 	Model     string
 	Stream    bool
-	MaxTokens int64 // max_completion_tokens, else max_tokens; 0 if unset
+	MaxTokens int64 // the larger of max_completion_tokens and max_tokens; 0 or less if unset
 	N         int64 // choices asked for; at least 1
 	// NoUsage is set for a stream without stream_options.include_usage:
 	// its answer reports no usage, and its tokens are counted here.
@@ -63,14 +63,16 @@ func parseRequest(body []byte) (request, error) {
 			IncludeUsage bool `json:"include_usage"`
 		} `json:"stream_options"`
 	}
+	// Decoded by exact member names only: encoding/json matches names
+	// regardless of case, which a provider may not (see ReadRequest).
+	if err := unambiguous(body); err != nil {
+		return request{}, err
+	}
 	if err := json.Unmarshal(body, &r); err != nil {
 		return request{}, fmt.Errorf("%w: body: %w", ErrInvalidRequest, err)
 	}
-	q := request{Model: r.Model, Stream: r.Stream, MaxTokens: r.MaxTokens, N: max(r.N, 1), messages: r.Messages, tools: r.Tools}
+	q := request{Model: r.Model, Stream: r.Stream, MaxTokens: max(r.MaxTokens, r.MaxCompletionTokens), N: max(r.N, 1), messages: r.Messages, tools: r.Tools}
 	q.NoUsage = r.Stream && (r.StreamOptions == nil || !r.StreamOptions.IncludeUsage)
-	if r.MaxCompletionTokens > 0 {
-		q.MaxTokens = r.MaxCompletionTokens
-	}
 	if len(q.tools) == 0 {
 		q.tools = r.Functions
 	}

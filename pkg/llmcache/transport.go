@@ -23,6 +23,13 @@ const (
 	HeaderCacheKey = "X-Oncegate-Cache-Key"
 )
 
+// ErrRequestTooLarge is wrapped by the error returned for a request body
+// over Options.MaxRequestBytes under a token budget or a spend limit: the
+// cache can neither key it nor count what it may cost, so it is not
+// sent. Without a budget or a limit such a request goes to the model past
+// the cache.
+var ErrRequestTooLarge = errors.New("llmcache: request too large to check against its limits")
+
 type transport struct {
 	c    *Cache
 	next http.RoundTripper
@@ -51,7 +58,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.invalid.Add(1)
 		return nil, fmt.Errorf("llmcache: read request body: %w", err)
 	}
-	if !whole { // too large to key: send it as it is
+	if !whole { // too large to key: send it as it is, unless a limit applies
+		if len(call.Limits) > 0 || call.Budget > 0 || call.Budget == 0 && c.opts.Budget > 0 {
+			req.Body.Close()
+			st.invalid.Add(1)
+			return nil, fmt.Errorf("%w: the request is over %d bytes (Options.MaxRequestBytes), and a budget or spend limit applies", ErrRequestTooLarge, c.opts.MaxRequestBytes)
+		}
 		st.bypassed.Add(1)
 		return t.next.RoundTrip(req)
 	}
@@ -104,10 +116,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// reserve from now, or an answer without usage afterwards. (It
 		// was an eighth of a miss's CPU, on every miss.)
 		f.estimatePrompt()
-		f.need = f.estimate
-		if q.MaxTokens > 0 {
-			f.need += q.N * q.MaxTokens
-		}
+		f.need = satAdd(f.estimate, completionTokens(q, call.CompletionTokens))
 	}
 
 	c.mu.Lock()
