@@ -26,7 +26,8 @@ type page struct {
 	Error     string // why the request failed
 	Flash     string // what the last change did
 	SignedIn  bool
-	CanChange bool // a token is configured
+	Operator  string // who signed in
+	CanChange bool   // an operator's token is configured
 	CSRF      string
 	Path      string // the page's path and query, to come back to
 	Pipelines []string
@@ -56,9 +57,9 @@ var funcs = template.FuncMap{
 }
 
 func (s *Server) base(r *http.Request, title string) page {
-	p := page{Title: title, CanChange: s.opts.Token != "", Path: r.URL.RequestURI(), Flash: r.URL.Query().Get("msg")}
+	p := page{Title: title, CanChange: s.opts.Operators.Len() > 0, Path: r.URL.RequestURI(), Flash: r.URL.Query().Get("msg")}
 	if ss, ok := s.session(r); ok {
-		p.SignedIn, p.CSRF = true, ss.csrf
+		p.SignedIn, p.CSRF, p.Operator = true, ss.csrf, ss.operator
 	}
 	for _, pl := range s.opts.Config.Pipelines {
 		p.Pipelines = append(p.Pipelines, pl.Name)
@@ -230,7 +231,7 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request, by admin.Caller
 			msg += "; " + x.Detail
 		}
 	}
-	s.opts.Logger.Info("console redrive", "client", r.RemoteAddr, "seq", seq, "result", msg)
+	s.opts.Logger.Info("console redrive", "client", r.RemoteAddr, "by", by.String(), "seq", seq, "statement", req.UnknownOutcome, "result", msg)
 	http.Redirect(w, r, fmt.Sprintf("/dead/%d?msg=%s", seq, url.QueryEscape(msg)), http.StatusSeeOther)
 }
 
@@ -241,6 +242,7 @@ func (s *Server) forget(w http.ResponseWriter, r *http.Request, by admin.Caller)
 	if err != nil {
 		msg = "forget refused: " + err.Error()
 	}
+	s.opts.Logger.Info("console forget", "client", r.RemoteAddr, "by", by.String(), "key", key, "result", msg)
 	back := safeBack(r.PostFormValue("back"), "/dead")
 	if i := strings.IndexByte(back, '?'); i >= 0 {
 		back = back[:i]
