@@ -15,7 +15,10 @@ const forgetUsage = `usage: consumer forget [flags] KEY
 Clears the failed ledger record of intent KEY (32 hex digits), so that the intent's next trigger
 runs its work anew. It refuses a committed record (its effect would happen again) and one in
 progress (its effect may be under way), and clears only the failure it read: a success that
-lands meanwhile stands. Flags may follow the argument.
+lands meanwhile stands. A record that failed with reason unknown_outcome (its effect may have
+happened) is refused unless -unknown-outcome=not-sent states that you checked and it did not, as
+redrive asks; the statement is kept in the cleared record and logged by the consumer with who
+asked. Flags may follow the argument.
 `
 
 func runForget(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -23,6 +26,7 @@ func runForget(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	fs.SetOutput(stderr)
 	var c common
 	c.register(fs)
+	unknown := fs.String("unknown-outcome", "", "for a record that failed with reason unknown_outcome: `not-sent` states that the effect did not happen")
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, forgetUsage)
@@ -36,6 +40,9 @@ func runForget(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 		fs.Usage()
 		return usageError{fmt.Errorf("forget: want one key")}
 	}
+	if *unknown != "" && *unknown != admin.StatementNotSent {
+		return usageError{fmt.Errorf("-unknown-outcome %q: the one statement is %s (the effect did not happen)", *unknown, admin.StatementNotSent)}
+	}
 	cfg, err := c.load()
 	if err != nil {
 		return err
@@ -45,7 +52,7 @@ func runForget(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 		return fmt.Errorf("forget: %w", err)
 	}
 	defer conn.close()
-	r, err := conn.api.Forget(ctx, admin.ForgetRequest{Key: pos[0], By: conn.by})
+	r, err := conn.api.Forget(ctx, admin.ForgetRequest{Key: pos[0], UnknownOutcome: *unknown, By: conn.by})
 	if err != nil {
 		return fmt.Errorf("forget: %w", err)
 	}
@@ -53,6 +60,9 @@ func runForget(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 		return printJSON(stdout, r)
 	}
 	fmt.Fprintf(stdout, "%s: %s; the intent's next trigger runs its work anew\n", r.Key, r.Outcome)
+	if r.Statement != "" {
+		fmt.Fprintf(stdout, "stated: the effect was %s (kept in the record, with who stated it)\n", r.Statement)
+	}
 	if r.Record != nil {
 		fmt.Fprintf(stdout, "ledger: %s, token %d, updated %s\nreason: %s\n", r.Record.State, r.Record.Token, r.Record.Updated.Format(time.RFC3339Nano), r.Record.Reason)
 	}

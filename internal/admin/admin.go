@@ -37,7 +37,9 @@ type API interface {
 	// Redrive redrives the dead letters selected, or says what it would do.
 	Redrive(ctx context.Context, r RedriveRequest) (RedriveReply, error)
 	// Forget clears a failed record, so that the intent's next trigger
-	// runs its work anew. It refuses committed and pending records.
+	// runs its work anew. It refuses committed and pending records, and a
+	// failure of reason unknown_outcome unless r.UnknownOutcome states
+	// that the effect did not happen (StatementNotSent), as Redrive does.
 	Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error)
 }
 
@@ -221,8 +223,16 @@ func (a *Admin) Pending(ctx context.Context, r PendingRequest) (PendingReply, er
 	return reply, nil
 }
 
-// Forget implements [API].
+// Forget implements [API]. A failed record whose failure's reason is
+// unknown_outcome (a holder stopped mid-effect: the effect may have
+// happened, and the intent's next trigger would do it again) is refused
+// with ErrRefused unless r.UnknownOutcome is StatementNotSent; the
+// statement is then kept in the cleared record's reason, the log line and
+// the reply, with who made it.
 func (a *Admin) Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error) {
+	if r.UnknownOutcome != "" && r.UnknownOutcome != StatementNotSent {
+		return ForgetReply{}, errorf(ErrBadRequest, "admin: the one statement about an unknown outcome is %q (the effect did not happen), not %q", StatementNotSent, r.UnknownOutcome)
+	}
 	k, err := dedupe.ParseKey(r.Key)
 	if err != nil {
 		return ForgetReply{}, errorf(ErrBadRequest, "admin: %v", err)
@@ -232,6 +242,7 @@ func (a *Admin) Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error
 	}
 	reply := ForgetReply{Key: k.String()}
 	for range 3 {
+		reply.Statement = ""
 		rec, err := a.opts.Ledger.Get(ctx, k)
 		if errors.Is(err, ledger.ErrNotFound) {
 			return reply, errorf(ErrNotFound, "admin: no ledger record for %v (new work, or forgotten after the retention)", k)
@@ -246,14 +257,24 @@ func (a *Admin) Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error
 			reply.Outcome, reply.Record = "already cleared", record(rec)
 			return reply, nil
 		}
-		err = a.opts.Ledger.Clear(ctx, k, rec.Token, "forgotten by "+r.By.String()+" at "+time.Now().UTC().Format(time.RFC3339))
+		note := "forgotten by " + r.By.String()
+		if failedWith(rec.Reason) == outcome.ReasonUnknownOutcome {
+			if r.UnknownOutcome != StatementNotSent {
+				_, why, _ := strings.Cut(rec.Reason, ": ")
+				return reply, errorf(ErrRefused, "admin: %v failed with reason %s (%s): its effect may have happened, and the intent's next trigger would do it again; check the target, and forget it with the statement %s only if it did not (consumer forget -unknown-outcome=%[4]s, or the console's box)",
+					k, outcome.ReasonUnknownOutcome, why, StatementNotSent)
+			}
+			reply.Statement = r.UnknownOutcome
+			note += ", who stated that the effect was " + r.UnknownOutcome + ","
+		}
+		err = a.opts.Ledger.Clear(ctx, k, rec.Token, note+" at "+time.Now().UTC().Format(time.RFC3339))
 		if errors.Is(err, ledger.ErrNotFailed) || errors.Is(err, ledger.ErrStaleToken) {
 			continue // it changed since the read: look again
 		}
 		if err != nil {
 			return reply, err
 		}
-		a.log.Warn("forgot a failed record: the intent's next trigger runs its work anew", "key", k.String(), "by", r.By.String(), "failure", rec.Reason)
+		a.log.Warn("forgot a failed record: the intent's next trigger runs its work anew", "key", k.String(), "by", r.By.String(), "failure", rec.Reason, "statement", reply.Statement)
 		rec, err = a.opts.Ledger.Get(ctx, k)
 		if err != nil {
 			return reply, err
@@ -262,6 +283,16 @@ func (a *Admin) Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error
 		return reply, nil
 	}
 	return reply, errorf(ErrRefused, "admin: the record of %v kept changing while it was being forgotten; look at it again", k)
+}
+
+// failedWith returns the reason a failed record's Reason names: the
+// consumer records a failure as "<reason>: <why>" (outcome.Reason), and a
+// reason it does not name is poison, as the consumer reads it back.
+func failedWith(reason string) outcome.Reason {
+	if r, _, ok := strings.Cut(reason, ": "); ok && outcome.Reason(r).Valid() {
+		return outcome.Reason(r)
+	}
+	return outcome.ReasonPoison
 }
 
 // refuseUnfailed refuses to clear a committed or pending record.

@@ -27,6 +27,16 @@
 // is refused unless the caller states that the effect did not happen, and
 // the mark keeps the statement and who made it.
 //
+// # Forget
+//
+// Forget clears one failed ledger record, fenced as a redrive's clear is,
+// so that the intent's next trigger runs its work anew; it refuses a
+// committed or pending record. It holds redrive's guard: a record that
+// failed with reason unknown_outcome (a holder stopped mid-effect, and the
+// effect may have happened) is refused unless the caller states that the
+// effect did not happen ([StatementNotSent]); the cleared record's reason,
+// the log line and the reply keep the statement and who made it.
+//
 // # Who may ask
 //
 // The service answers whoever can publish to its subjects: with the

@@ -315,7 +315,11 @@ type RedriveReply struct {
 // ForgetRequest asks for a failed record to be cleared.
 type ForgetRequest struct {
 	Key string `json:"key"`
-	By  Caller `json:"by"`
+	// UnknownOutcome is the caller's statement about a record that failed
+	// with reason unknown_outcome: StatementNotSent, or empty to refuse
+	// it. It is the statement a redrive of such a dead letter needs.
+	UnknownOutcome string `json:"unknown_outcome,omitempty"`
+	By             Caller `json:"by"`
 }
 
 // ForgetReply is the record as Forget left it.
@@ -323,6 +327,11 @@ type ForgetReply struct {
 	Key     string  `json:"key"`
 	Outcome string  `json:"outcome"` // "cleared" or "already cleared"
 	Record  *Record `json:"record,omitempty"`
+	// Statement is what the caller stated about the unknown outcome of
+	// the record it cleared ("not-sent"); the cleared record's reason
+	// keeps it too, with who stated it. Empty when the failure was
+	// another.
+	Statement string `json:"statement,omitempty"`
 }
 
 // Hello names the process that answers.

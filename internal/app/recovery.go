@@ -11,6 +11,7 @@ import (
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/console"
+	"github.com/oncegate/oncegate/internal/secretfile"
 )
 
 // URLFile is the file in the data directory where a process with the
@@ -57,17 +58,11 @@ func (a *App) startConsole(o Options) error {
 	if cfg.Console.Listen == "" {
 		return nil
 	}
-	token := o.Getenv(config.EnvConsoleToken)
-	if f := cfg.Console.TokenFile; f != "" {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("app: console token file: %w", err)
-		}
-		if token = strings.TrimSpace(string(b)); token == "" {
-			return fmt.Errorf("app: console token file %s is empty", f)
-		}
+	operators, err := ConsoleOperators(cfg.Console, o.Getenv)
+	if err != nil {
+		return err
 	}
-	co := console.Options{API: a.Admin, Config: cfg, Conn: a.Conn, Token: token, Logger: o.Logger.With("component", "console")}
+	co := console.Options{API: a.Admin, Config: cfg, Conn: a.Conn, Operators: operators, Logger: o.Logger.With("component", "console")}
 	if c := a.Cache; c != nil {
 		co.CacheStats, co.CacheSummary = c.Stats, c.Summary
 	}
@@ -84,9 +79,38 @@ func (a *App) startConsole(o Options) error {
 		return s.Shutdown(ctx)
 	})
 	mode := "read-only: no console token"
-	if token != "" {
-		mode = "changes need the token"
+	if operators.Len() > 0 {
+		mode = "changes need an operator's token"
 	}
-	o.Logger.Info("console", "url", "http://"+a.ConsoleAddr+"/", "mode", mode)
+	o.Logger.Info("console", "url", "http://"+a.ConsoleAddr+"/", "mode", mode, "operators", operators.Names())
 	return nil
+}
+
+// ConsoleOperators returns who may sign in to the console: the operators
+// of c.TokenFile if it is set, else of the environment variable
+// config.EnvConsoleToken (read with getenv), else none (nil: the console
+// is read-only). Either holds one token a line as "name token", or one
+// token alone, whose operator is console.LoneOperator; it is held to
+// package secretfile's rules: a file readable by its owner alone, tokens
+// of at least secretfile.MinBytes bytes, names valid and given once, no
+// token twice. The error wraps secretfile.ErrMode, ErrTooShort or
+// ErrFormat, or the file system's error.
+func ConsoleOperators(c config.Console, getenv func(string) string) (*secretfile.Set, error) {
+	o := secretfile.Options{LoneName: console.LoneOperator}
+	if f := c.TokenFile; f != "" {
+		s, err := secretfile.Load(f, o)
+		if err != nil {
+			return nil, fmt.Errorf("app: console.token_file: %w", err)
+		}
+		return s, nil
+	}
+	v := getenv(config.EnvConsoleToken)
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	s, err := secretfile.Parse("$"+config.EnvConsoleToken, []byte(v), o)
+	if err != nil {
+		return nil, fmt.Errorf("app: %s: %w", config.EnvConsoleToken, err)
+	}
+	return s, nil
 }

@@ -23,15 +23,22 @@ type Console struct {
 	// every interface must be asked for ("0.0.0.0:9465"). Empty (the
 	// default) turns the console off.
 	Listen string `yaml:"listen"`
-	// TokenFile is a file holding the token a person signs in with to
-	// change anything (redrive, forget, approve, cancel); the token may
-	// also come from ONCEGATE_CONSOLE_TOKEN. Without one the console is
-	// read-only.
+	// TokenFile is a file of the tokens operators sign in with to change
+	// anything (redrive, forget, approve, cancel): one a line, "name
+	// token", so that every change is by the operator who signed in; or
+	// one token alone, whose operator is named "operator". It must be
+	// readable by its owner alone (chmod 600), each token at least 20
+	// bytes, each name lower-case letters, digits, '-' and '_', given
+	// once, and no token twice; blank lines and lines starting with '#'
+	// are skipped. The default, none, takes the tokens from
+	// ONCEGATE_CONSOLE_TOKEN, in the same format; without either the
+	// console is read-only.
 	TokenFile string `yaml:"token_file"`
 }
 
 // EnvConsoleToken is the environment variable that holds the console's
-// token when console.token_file is not set.
+// operators' tokens (one token, or "name token" lines) when
+// console.token_file is not set.
 const EnvConsoleToken = "ONCEGATE_CONSOLE_TOKEN"
 
 // DefaultAdminSubject is admin.subject's default.
@@ -67,8 +74,8 @@ func (x *explainer) recovery() {
 	case c.Console.Listen == "":
 		x.row("console", "off (set console.listen to serve it)")
 	case c.Console.TokenFile != "":
-		x.row("console", "http://"+c.Console.Listen, "changes need the token in "+c.Console.TokenFile)
+		x.row("console", "http://"+c.Console.Listen, "changes need an operator's token from "+c.Console.TokenFile)
 	default:
-		x.row("console", "http://"+c.Console.Listen, "changes need the token in $"+EnvConsoleToken+" (read-only without it)")
+		x.row("console", "http://"+c.Console.Listen, "changes need an operator's token from $"+EnvConsoleToken+" (read-only without it)")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/oncegate/oncegate/internal/admin"
+	"github.com/oncegate/oncegate/internal/console"
 )
 
 // chromium returns the path of a headless-capable Chromium, or skips.
@@ -29,10 +30,10 @@ func chromium(t *testing.T) string {
 // TestConsoleInBrowser drives the console in headless Chromium, as a
 // person would, with no JavaScript on the page: a receiver refused an
 // effect and the trigger was dead-lettered; the receiver is fixed; sign
-// in, open the dead letter, click Redrive, and see it redriven and the
-// record committed, with exactly one effect at the receiver. It saves a
-// screenshot of the dead letter's page under the test's artifacts
-// (go test -artifacts keeps them).
+// in, open the dead letter, click Redrive, and see it redriven by the
+// operator who signed in and the record committed, with exactly one
+// effect at the receiver. It saves a screenshot of the dead letter's page
+// under the test's artifacts (go test -artifacts keeps them).
 func TestConsoleInBrowser(t *testing.T) {
 	exe := chromium(t)
 	f := start(t)
@@ -78,9 +79,9 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatalf("signing in and redriving: %v", err)
 	}
-	flash, redriven := text("flash"), text("redriven")
-	if !strings.HasPrefix(flash, admin.OutcomeRedriven) || !strings.HasPrefix(redriven, "yes") || !strings.Contains(redriven, "console") {
-		t.Errorf("after Redrive: flash %q, redriven %q; want redriven, by the console", flash, redriven)
+	flash, redriven, operator := text("flash"), text("redriven"), text("operator")
+	if !strings.HasPrefix(flash, admin.OutcomeRedriven) || !strings.HasPrefix(redriven, "yes") || !strings.Contains(redriven, console.LoneOperator+" (console)") || operator != console.LoneOperator {
+		t.Errorf("after Redrive: flash %q, redriven %q, signed in as %q; want redriven, by %s (console), the lone token's operator", flash, redriven, operator, console.LoneOperator)
 	}
 	waitFor(t, "the effect", func() bool { return f.recv.count() == 1 })
 	waitFor(t, "every trigger settled", func() bool { n, err := f.app.Outstanding(ctx); return err == nil && n == 0 })

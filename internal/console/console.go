@@ -9,12 +9,21 @@
 //
 // Reading needs nothing but reaching the address, which is loopback unless
 // the configuration says otherwise. Every change is a POST that needs a
-// session, opened by signing in with the configured token (compared in
-// constant time; without a token the console is read-only), and carries
-// the session's CSRF token in the form; Go's cross-origin protection
-// (http.CrossOriginProtection) refuses cross-site POSTs besides. Session
-// cookies are HttpOnly and SameSite=Strict, and sessions live in memory
-// for 12 hours at most.
+// session, opened by signing in with an operator's token (Options.Operators:
+// one token per operator, looked up by its SHA-256 digest; without any the
+// console is read-only), and carries the session's CSRF token in the form;
+// Go's cross-origin protection (http.CrossOriginProtection) refuses
+// cross-site POSTs besides. Every change is made by the operator who signed
+// in: the admin operations, the marks and the log lines name them. Session
+// cookies are HttpOnly and SameSite=Strict, and sessions live in memory for
+// 12 hours at most.
+//
+// Failed sign-ins are logged with the client's address and slowed down,
+// per address and over all addresses: past a few failures, the next
+// sign-in waits (1 s, doubling, up to 15 minutes per address and 1 minute
+// over all), and is answered 429 with Retry-After until then, its token
+// unread. The page a sign-in returns to (its back field) is a path on this
+// site or nothing: see safeBack.
 package console
 
 import (
@@ -29,6 +38,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -36,6 +47,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/secretfile"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
@@ -51,9 +63,10 @@ type Options struct {
 	// Conn, if set, reads the outbox and sends approvals and
 	// cancellations; without it the outbox is not shown.
 	Conn *nats.Conn
-	// Token is what a person signs in with to change anything; empty
-	// makes the console read-only.
-	Token string
+	// Operators are the tokens people sign in with to change anything,
+	// each with its operator's name, which every change they make is
+	// made by. None (nil) makes the console read-only.
+	Operators *secretfile.Set
 	// CacheStats and CacheSummary, if set, give the LLM cache's figures.
 	CacheStats   func() []llmcache.StepStats
 	CacheSummary func() (llmcache.Summary, error)
@@ -61,6 +74,12 @@ type Options struct {
 	// default discards.
 	Logger *slog.Logger
 }
+
+// LoneOperator is the name of an operator whose token came alone (the one
+// token of ONCEGATE_CONSOLE_TOKEN or of a token file, with no name): what
+// the audit says such a sign-in's changes are by. Give every person a
+// line "name token" to have the audit name them.
+const LoneOperator = "operator"
 
 // sessionTTL is how long a sign-in lasts.
 const sessionTTL = 12 * time.Hour
@@ -76,11 +95,15 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[string]session
+
+	backoff backoff
+	now     func() time.Time // time.Now; tests set it (export_test.go)
 }
 
 type session struct {
-	csrf    string
-	expires time.Time
+	csrf     string
+	operator string // who signed in
+	expires  time.Time
 }
 
 // New returns a console; Start serves it.
@@ -95,7 +118,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
-	s := &Server{opts: opts, tmpl: t, sessions: map[string]session{}}
+	s := &Server{opts: opts, tmpl: t, sessions: map[string]session{}, now: time.Now}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.overview)
 	mux.HandleFunc("GET /dead", s.deadList)
@@ -168,32 +191,52 @@ func (s *Server) session(r *http.Request) (session, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss, ok := s.sessions[c.Value]
-	if !ok || time.Now().After(ss.expires) {
+	if !ok || s.now().After(ss.expires) {
 		delete(s.sessions, c.Value)
 		return session{}, false
 	}
 	return ss, true
 }
 
+// maxSignIn bounds a sign-in's form.
+const maxSignIn = 16 << 10
+
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	tok := r.PostFormValue("token")
-	if s.opts.Token == "" || subtle.ConstantTimeCompare([]byte(tok), []byte(s.opts.Token)) != 1 {
-		s.opts.Logger.Warn("console sign-in refused", "client", r.RemoteAddr)
-		s.render(w, r, http.StatusForbidden, "login", page{Title: "Sign in", Error: "That is not the console's token."})
+	r.Body = http.MaxBytesReader(w, r.Body, maxSignIn)
+	client, now := clientOf(r.RemoteAddr), s.now()
+	if wait := s.backoff.wait(client, now); wait > 0 {
+		secs := int((wait + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		s.opts.Logger.Debug("console sign-in refused: too many failures", "client", r.RemoteAddr, "retry_after", secs)
+		s.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in", Error: fmt.Sprintf("Too many failed sign-ins: try again in %d seconds.", secs)})
 		return
 	}
+	operator, ok := s.opts.Operators.Lookup(r.PostFormValue("token"))
+	if !ok {
+		if s.opts.Operators.Len() == 0 {
+			s.render(w, r, http.StatusForbidden, "login", page{Title: "Sign in"})
+			return
+		}
+		n := s.backoff.failed(client, now)
+		s.opts.Logger.Warn("console sign-in refused", "client", r.RemoteAddr, "failures", n)
+		if wait := s.backoff.wait(client, now); wait > 0 {
+			s.opts.Logger.Warn("console sign-ins wait: too many failures", "client", r.RemoteAddr, "wait", wait)
+		}
+		s.render(w, r, http.StatusForbidden, "login", page{Title: "Sign in", Error: "That is not an operator's token."})
+		return
+	}
+	s.backoff.succeeded(client)
 	id := randomHex()
 	s.mu.Lock()
-	now := time.Now()
 	for k, v := range s.sessions {
 		if now.After(v.expires) {
 			delete(s.sessions, k)
 		}
 	}
-	s.sessions[id] = session{csrf: randomHex(), expires: now.Add(sessionTTL)}
+	s.sessions[id] = session{csrf: randomHex(), operator: operator, expires: now.Add(sessionTTL)}
 	s.mu.Unlock()
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: int(sessionTTL.Seconds()), Secure: r.TLS != nil})
-	s.opts.Logger.Info("console sign-in", "client", r.RemoteAddr)
+	s.opts.Logger.Info("console sign-in", "operator", operator, "client", r.RemoteAddr)
 	http.Redirect(w, r, safeBack(r.PostFormValue("back"), "/dead"), http.StatusSeeOther)
 }
 
@@ -220,14 +263,40 @@ func (s *Server) change(h func(w http.ResponseWriter, r *http.Request, by admin.
 			http.Error(w, "console: the form's CSRF token does not match your session: reload the page and try again", http.StatusForbidden)
 			return
 		}
-		h(w, r, admin.Caller{Name: "console", User: r.RemoteAddr})
+		h(w, r, admin.Caller{Name: "console", User: ss.operator})
 	}
 }
 
-// safeBack returns back if it is a path on this site, else def.
+// safeBack returns back if it is a path on this site, else def. A path
+// on this site is one a browser resolves to this host whatever it makes
+// of it: it starts with one '/' and not "//" or "/\" (which a browser
+// takes for another host), it is printable ASCII with no blank (a browser
+// drops tabs and newlines, so "/\t/evil.example" would become
+// "//evil.example"), and so is it once percent-decoded, and it parses as a
+// URL with no scheme, host or user.
 func safeBack(back, def string) string {
-	if len(back) > 1 && back[0] == '/' && back[1] != '/' && back[1] != '\\' {
-		return back
+	if !localPath(back) {
+		return def
 	}
-	return def
+	if dec, err := url.PathUnescape(back); err != nil || !localPath(dec) {
+		return def
+	}
+	if u, err := url.Parse(back); err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return def
+	}
+	return back
+}
+
+// localPath reports whether p starts with one '/' (not "//" or "/\")
+// and holds only printable ASCII, no blank.
+func localPath(p string) bool {
+	if len(p) == 0 || p[0] != '/' || len(p) > 1 && (p[1] == '/' || p[1] == '\\') {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] <= ' ' || p[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }

@@ -22,12 +22,14 @@ import (
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/console"
 	"github.com/oncegate/oncegate/internal/natsrun"
 )
 
 var ctx = context.Background()
 
-const token = "console-test-token"
+// token is the console's token in the tests: a lone token in its file.
+const token = "console-test-token-0123456789"
 
 // receiver refuses every call with 400 while broken, and counts the calls
 // it takes.
@@ -76,11 +78,14 @@ type fixture struct {
 
 // start runs a consumer with its console, and one trigger dead-lettered
 // because the receiver refused it; it returns once the dead letter is kept.
-func start(t *testing.T) *fixture {
+func start(t *testing.T) *fixture { return startTokens(t, token+"\n") }
+
+// startTokens is start with tokens as the console's token file.
+func startTokens(t *testing.T, tokens string) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	tf := filepath.Join(dir, "token")
-	if err := os.WriteFile(tf, []byte(token+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tf, []byte(tokens), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	recv := &receiver{broken: true}
@@ -203,8 +208,8 @@ func TestConsoleRefusesChanges(t *testing.T) {
 	if code := post("/dead/1/redrive", url.Values{"csrf": {m[1]}}); code != http.StatusSeeOther {
 		t.Errorf("redrive = %d; want 303", code)
 	}
-	if r, _ := f.app.Admin.Dead(ctx, admin.Selection{}); r.Letters[0].Redriven == nil || !strings.Contains(r.Letters[0].Redriven.By, "console") {
-		t.Errorf("after the redrive, mark = %+v; want one by the console", r.Letters[0].Redriven)
+	if r, _ := f.app.Admin.Dead(ctx, admin.Selection{}); r.Letters[0].Redriven == nil || r.Letters[0].Redriven.By != console.LoneOperator+" (console)" {
+		t.Errorf("after the redrive, mark = %+v; want one by %s (console): the lone token's operator", r.Letters[0].Redriven, console.LoneOperator)
 	}
 }
 

@@ -26,7 +26,8 @@ type page struct {
 	Error     string // why the request failed
 	Flash     string // what the last change did
 	SignedIn  bool
-	CanChange bool // a token is configured
+	Operator  string // who signed in
+	CanChange bool   // an operator's token is configured
 	CSRF      string
 	Path      string // the page's path and query, to come back to
 	Pipelines []string
@@ -47,6 +48,11 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%q", b)
 	},
+	// unknownOutcome reports whether a failed record's reason is
+	// unknown_outcome: its effect may have happened.
+	"unknownOutcome": func(reason string) bool {
+		return strings.HasPrefix(reason, string(outcome.ReasonUnknownOutcome)+": ")
+	},
 	"clip": func(s string, n int) string {
 		if utf8.RuneCountInString(s) <= n {
 			return s
@@ -56,9 +62,9 @@ var funcs = template.FuncMap{
 }
 
 func (s *Server) base(r *http.Request, title string) page {
-	p := page{Title: title, CanChange: s.opts.Token != "", Path: r.URL.RequestURI(), Flash: r.URL.Query().Get("msg")}
+	p := page{Title: title, CanChange: s.opts.Operators.Len() > 0, Path: r.URL.RequestURI(), Flash: r.URL.Query().Get("msg")}
 	if ss, ok := s.session(r); ok {
-		p.SignedIn, p.CSRF = true, ss.csrf
+		p.SignedIn, p.CSRF, p.Operator = true, ss.csrf, ss.operator
 	}
 	for _, pl := range s.opts.Config.Pipelines {
 		p.Pipelines = append(p.Pipelines, pl.Name)
@@ -230,17 +236,28 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request, by admin.Caller
 			msg += "; " + x.Detail
 		}
 	}
-	s.opts.Logger.Info("console redrive", "client", r.RemoteAddr, "seq", seq, "result", msg)
+	s.opts.Logger.Info("console redrive", "client", r.RemoteAddr, "by", by.String(), "seq", seq, "statement", req.UnknownOutcome, "result", msg)
 	http.Redirect(w, r, fmt.Sprintf("/dead/%d?msg=%s", seq, url.QueryEscape(msg)), http.StatusSeeOther)
 }
 
+// forget clears a failed record; one that failed with an unknown outcome
+// needs the operator's statement that the effect did not happen (the
+// not_sent box), as a redrive does.
 func (s *Server) forget(w http.ResponseWriter, r *http.Request, by admin.Caller) {
 	key := r.PostFormValue("key")
-	rep, err := s.opts.API.Forget(r.Context(), admin.ForgetRequest{Key: key, By: by})
+	req := admin.ForgetRequest{Key: key, By: by}
+	if r.PostFormValue("not_sent") == "on" {
+		req.UnknownOutcome = admin.StatementNotSent
+	}
+	rep, err := s.opts.API.Forget(r.Context(), req)
 	msg := key + ": " + rep.Outcome
+	if rep.Statement != "" {
+		msg += "; stated: " + rep.Statement
+	}
 	if err != nil {
 		msg = "forget refused: " + err.Error()
 	}
+	s.opts.Logger.Info("console forget", "client", r.RemoteAddr, "by", by.String(), "key", key, "statement", req.UnknownOutcome, "result", msg)
 	back := safeBack(r.PostFormValue("back"), "/dead")
 	if i := strings.IndexByte(back, '?'); i >= 0 {
 		back = back[:i]
