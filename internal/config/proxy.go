@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/oncegate/oncegate/internal/secretfile"
 	"slices"
 	"strconv"
 	"strings"
@@ -232,18 +233,7 @@ func quoteAll(ss []string) []string {
 
 // ValidClientName reports whether s can name a proxy client in a keys
 // file and in proxy.clients.
-func ValidClientName(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+func ValidClientName(s string) bool { return secretfile.ValidName(s) }
 
 func (x *explainer) proxy() {
 	p := &x.c.Proxy

@@ -1,5 +1,5 @@
 // Package secretfile reads the secrets Oncegate is given in files (the
-// console's operator tokens; the proxy's client keys are to follow) and
+// console's operator tokens and the proxy's client keys) and
 // holds them to one set of rules.
 //
 // # The rules
