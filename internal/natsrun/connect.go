@@ -431,3 +431,24 @@ func Close(nc *nats.Conn) {
 	case <-time.After(closeWait):
 	}
 }
+
+// CheckSecrets reads the secrets o names (files and environment
+// variables) as Connect reads them, or, with embedded, as
+// StartEmbeddedAuth does, and checks the TLS files, without connecting or
+// starting anything: the start checks them with it before anything runs.
+// Its error is the one Connect or StartEmbeddedAuth would return (a
+// *FileError for a file), and never holds a secret.
+func CheckSecrets(o Options, embedded bool) error {
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if embedded {
+		_, err := embeddedAuth(o, o.Getenv)
+		return err
+	}
+	if _, _, err := authOptions(o); err != nil {
+		return err
+	}
+	_, err := tlsConfig(o.TLS)
+	return err
+}
