@@ -457,5 +457,3 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return string(l.b)
 }
-
-
