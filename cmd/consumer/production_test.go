@@ -204,8 +204,10 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-// TestRunProxyAlone: a configuration of the proxy alone, no pipeline,
-// runs: it serves chat completions through the cache to the endpoint, is
+// TestRunProxyAlone: examples/proxy.yaml, the proxy alone, no pipeline,
+// runs as its header says (its endpoint, keys file and addresses set by
+// ONCEGATE_* variables and flags, as a user would point them elsewhere):
+// it serves chat completions through the cache to the endpoint, is
 // ready, and starts no NATS server (nothing needs one; it once refused
 // with "at least one pipeline is required", and a pipeline would have
 // bound the embedded server's 127.0.0.1:4222). Its metrics are where
@@ -224,20 +226,17 @@ func TestRunProxyAlone(t *testing.T) {
 	keys := filepath.Join(dir, "keys")
 	const key = "sk-team-a-0123456789abcdefghij"
 	writeFile(t, keys, "team-a "+key+"\n")
-	cfg := filepath.Join(dir, "proxy.yaml")
-	writeFile(t, cfg, `
-data_dir: `+filepath.Join(dir, "data")+`
-llm:
-  base_url: `+base+`
-proxy:
-  listen: 127.0.0.1:0
-  keys_file: `+keys+`
-`)
+	const cfg = "../../examples/proxy.yaml"
+	env := []string{"ONCEGATE_LLM_BASE_URL=" + base, "ONCEGATE_PROXY_KEYS_FILE=" + keys, "ONCEGATE_PROXY_LISTEN=127.0.0.1:0"}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
 	if out, _, err := runCmd(t, "", "config", "check", cfg); err != nil {
 		t.Fatalf("config check of the proxy alone: %v\n%s", err, out)
 	}
 	ops := freePort(t)
-	c := startChild(t, nil, "run", "-config", cfg, "-metrics", fmt.Sprintf("127.0.0.1:%d", ops))
+	c := startChild(t, env, "run", "-config", cfg, "-data", filepath.Join(dir, "data"), "-metrics", fmt.Sprintf("127.0.0.1:%d", ops))
 	at := regexp.MustCompile(`OpenAI-compatible proxy at (http://\S+/v1)`)
 	if exited, err := exitOrStart(t, c, func() bool { return at.MatchString(c.stdout.String()) }); exited {
 		t.Fatalf("run of the proxy alone exited: %v\nstdout:\n%s\nstderr:\n%s", err, c.stdout.String(), c.stderr.String())

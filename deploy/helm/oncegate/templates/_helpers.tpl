@@ -79,7 +79,7 @@ render with the reason.
 {{- end }}
 {{- if .Values.proxy.enabled }}{{ $users = append $users "the proxy" }}{{ end }}
 {{- if $users }}
-{{- fail (printf "%s need a model: set config.llm.base_url to an OpenAI-compatible endpoint (and secrets.llmAPIKey for its key), or config.llm.standin: true for the offline stand-in model, which makes its answers up" (join ", " $users)) }}
+{{- fail (printf "%s %s a model: set config.llm.base_url to an OpenAI-compatible endpoint (and secrets.llmAPIKey for its key), or config.llm.standin: true for the offline stand-in model, which makes its answers up" (join " and " $users) (ternary "needs" "need" (eq (len $users) 1))) }}
 {{- end }}
 {{- end }}
 {{- if and .Values.proxy.enabled (not .Values.proxy.keysSecret) }}
