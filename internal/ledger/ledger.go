@@ -34,8 +34,10 @@ var (
 	ErrInvalidLedger = errors.New("dedupe: invalid ledger options")
 	// ErrCorruptRecord is returned when a stored record cannot be decoded.
 	ErrCorruptRecord = errors.New("dedupe: corrupt ledger record")
-	// ErrClosed is returned by every method of a ledger after Close.
-	ErrClosed = errors.New("dedupe: ledger is closed")
+	// ErrClosed is returned by every method of a ledger after Close. It is
+	// dedupe.ErrClosed, so that users of the public packages can test for
+	// it with errors.Is.
+	ErrClosed = dedupe.ErrClosed
 	// ErrNotFailed is returned by Clear for a record that is not failed:
 	// committed work, which clearing would let happen again, or work in
 	// progress, whose holder may be performing its effect.

@@ -109,6 +109,11 @@ var ErrResultTooLarge = errors.New("dedupe: result too large to keep")
 // ledger holds the reason, and Do does not run the work again.
 var ErrGivenUp = errors.New("dedupe: the work was given up")
 
+// ErrClosed is wrapped by the error of [Ledger.Do] on a ledger that is
+// closed: its Close was called (or, for the JetStream KV ledger, its NATS
+// connection is closed or closing). Nothing ran.
+var ErrClosed = errors.New("dedupe: ledger is closed")
+
 // HeldError is the error of [Ledger.Do] for a key another worker holds,
 // with DoOptions.NoWait set.
 type HeldError struct {
