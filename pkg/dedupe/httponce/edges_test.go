@@ -354,3 +354,29 @@ func TestTakenOverOnlyIfMaybeDone(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyTooLarge: a keyed request whose body is larger than
+// Options.MaxBodyBytes is answered 413 (Body too large) before anything
+// runs, and its key stays free: the same key with a body that fits runs.
+func TestBodyTooLarge(t *testing.T) {
+	once, err := httponce.Middleware(memLedger(t), httponce.Options{Client: byUser, MaxBodyBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran runs
+	mux := http.NewServeMux()
+	mux.Handle("POST /uploads", once(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran.add("all")
+		w.WriteHeader(http.StatusCreated)
+	})))
+	srv := serve(t, mux)
+	big := `{"data":"` + strings.Repeat("x", 2048) + `"}`
+	got, err := send(t, http.MethodPost, srv.URL+"/uploads", "alice", "k-big", big)
+	if err != nil || got.status != http.StatusRequestEntityTooLarge || !strings.Contains(got.body, "#hdr-Body_too_large") || ran.get("all") != 0 {
+		t.Errorf("a body over MaxBodyBytes = %d %s, %v, handler ran %d times; want 413 Body_too_large, not run", got.status, got.body, err, ran.get("all"))
+	}
+	got, err = send(t, http.MethodPost, srv.URL+"/uploads", "alice", "k-big", `{"data":"x"}`)
+	if err != nil || got.status != http.StatusCreated || ran.get("all") != 1 {
+		t.Errorf("the key again with a body that fits = %d %s, %v; want 201, run", got.status, got.body, err)
+	}
+}
