@@ -52,7 +52,7 @@ var fuzzConds = sync.OnceValues(func() ([]*cond.Condition, error) {
 // "internal error"). The input doc is a JSON document; the trigger holds
 // it as doc, copies of it (n of them) as alerts, it again as groupLabels,
 // and s, its text repeated (m times): so that small inputs reach large
-// triggers.
+// triggers, as large as a pipeline accepts.
 func FuzzCondition(f *testing.F) {
 	f.Add([]byte(`{"labels":{"severity":"critical","team":"db","alertname":"DiskFull"},"status":"firing"}`), uint16(50), uint16(10), uint8(3))
 	f.Add([]byte(`{"labels":{"team":"t1"},"alertname":"`+strings.Repeat("A", 4096)+`"}`), uint16(1000), uint16(32), uint8(5))
@@ -65,7 +65,9 @@ func FuzzCondition(f *testing.F) {
 		if err != nil || len(doc) > 4096 {
 			return
 		}
-		n, m = n%2001, m%1001
+		// As a pipeline's limits would: at most 1 MiB of alerts, 256 KiB
+		// of text.
+		n, m = min(n, uint16((1<<20)/(len(doc)+1))), min(m, uint16((256<<10)/(len(doc)+1)))
 		alerts := make([]any, n)
 		for i := range alerts {
 			alerts[i] = d
