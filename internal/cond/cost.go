@@ -150,9 +150,9 @@ func (m meter) equal(a, b ref.Val) uint64 {
 	if !isContainer(a) || !isContainer(b) {
 		return min(text(a), text(b))
 	}
-	for budget := uint64(16); ; budget *= 4 {
+	for budget := uint64(16); ; budget = mul(budget, 4) {
 		da, db := deep(a, budget), deep(b, budget)
-		if da < budget || db < budget || budget > m.limit {
+		if da < budget || db < budget || budget > m.limit || budget == math.MaxUint64 {
 			return min(da, db)
 		}
 	}
@@ -168,12 +168,12 @@ func (m meter) in(e, c ref.Val) uint64 {
 		if n == 0 {
 			return 0
 		}
-		for budget := uint64(16); ; budget *= 4 {
+		for budget := uint64(16); ; budget = mul(budget, 4) {
 			de, dl := deep(e, budget), deep(x, mul(n, budget))
 			switch {
 			case de < budget:
 				return add(n, min(mul(n, de), dl))
-			case dl < mul(n, budget), mul(n, budget) > m.limit:
+			case dl < mul(n, budget), mul(n, budget) > m.limit, budget == math.MaxUint64:
 				return add(n, dl)
 			}
 		}

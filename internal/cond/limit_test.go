@@ -212,3 +212,34 @@ func TestMatchesTakesALiteralPattern(t *testing.T) {
 		t.Errorf("Compile(matches with a literal pattern) = %v", err)
 	}
 }
+
+// TestOrdinaryLargeTriggerPasses: the limits leave room for what
+// conditions do with ordinary triggers: a group of 2,000 alerts (200 KB)
+// is gone through, compared and counted well within them.
+func TestOrdinaryLargeTriggerPasses(t *testing.T) {
+	alerts := make([]string, 2000)
+	for i := range alerts {
+		alerts[i] = fmt.Sprintf(`{"status":"firing","labels":{"alertname":"DiskAlmostFull","instance":"db-%d:9100","severity":"warning","team":"db"}}`, i)
+	}
+	trig := decode(t, `{"status":"firing","commonLabels":{"team":"db"},"alerts":[`+strings.Join(alerts, ",")+`]}`)
+	for _, tt := range []struct {
+		expr string
+		want bool
+	}{
+		{`trigger.alerts.exists(a, a.labels.severity == "critical")`, false},
+		{`trigger.alerts.filter(a, a.status == "firing").size() == 2000`, true},
+		{`trigger.alerts.all(a, a.labels.team in ["db", "web"] && a.labels.instance.startsWith("db-"))`, true},
+		{`trigger.commonLabels == {"team": "db"} && trigger.alerts.size() > 100`, true},
+	} {
+		c, err := cond.Compile(tt.expr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := c.Eval(cond.NewVars(tmpl.Input{Trigger: trig})); got != tt.want || err != nil {
+			t.Errorf("Eval(%s) = %v, %v; want %v", tt.expr, got, err, tt.want)
+		}
+		if err := c.Check(); err != nil {
+			t.Errorf("Check(%s) = %v", tt.expr, err)
+		}
+	}
+}

@@ -14,7 +14,7 @@ import (
 )
 
 // silencedAlert is a trigger of the alerts pipeline whose when: below
-// costs 16 million list comparisons: 200 alerts, each with 400 labels,
+// costs 16 million element comparisons: 200 alerts, each with 400 labels,
 // none of them in the 200 silenced lists of 400, which all differ from
 // them in their last element only.
 func silencedAlert(t *testing.T) []byte {
