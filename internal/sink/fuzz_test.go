@@ -37,7 +37,7 @@ var slackLinkRE = regexp.MustCompile(`^<(?i:https?)://[^<>|\s]+\|details>$`)
 
 // FuzzRender: whatever the trigger and the model's answer hold (quotes,
 // backslashes, control characters, invalid UTF-8, <!channel>, | and >,
-// strings of 64 KiB), every preset renders a body that is JSON, with the
+// strings of up to 8 KiB, past every preset's limits), every preset renders a body that is JSON, with the
 // defaults and with fields that read the hostile values; and a Slack
 // message's text has no <, > or & from the data but as &lt; &gt; &amp;,
 // and its link is either a link that cannot end early or escaped text:
@@ -49,7 +49,7 @@ func FuzzRender(f *testing.F) {
 	f.Add("&", "", "resolved", uint16(0), uint8(3))
 	f.Fuzz(func(t *testing.T, a, b, c string, repeat uint16, which uint8) {
 		if len(a) > 0 {
-			a = strings.Repeat(a, min(int(repeat)%4000+1, (64<<10)/len(a)+1))
+			a = strings.Repeat(a, min(int(repeat)%4000+1, (8<<10)/len(a)+1))
 		}
 		status := []string{"firing", "resolved", c}[int(which)%3]
 		trig := map[string]any{"status": status, "alert": map[string]any{
