@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,5 +82,36 @@ ingress:
 	}
 	if !strings.Contains(stderr, "warning: ingress.sources[gh]: environment variable CHECK_UNSET_WEBHOOK_SECRET is not set") || strings.Contains(stderr, "lab") {
 		t.Errorf("config check does not warn of the unset secret of gh alone:\n%s", stderr)
+	}
+}
+
+// TestConfigCheckRefusesUnboundedCondition: config check refuses a
+// condition whose worst case grows faster than the trigger (the issue's
+// concatenation in a loop, 374 MiB in one evaluation of a 260 KB
+// Alertmanager body), naming the key and line; the same condition over one
+// member passes.
+func TestConfigCheckRefusesUnboundedCondition(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "oncegate.yaml")
+	write := func(when string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(`
+pipelines:
+  - name: alerts
+    subject: triggers.alerts
+    when: '`+when+`'
+    effect: {sink: jetstream, subject: effects.alerts}
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`trigger.alerts.map(a, a.labels.team + trigger.groupLabels.alertname).exists(s, s == "db")`)
+	_, _, err := runCmd(t, "", "config", "check", file)
+	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(fmt.Sprint(err), "pipelines[alerts].when") ||
+		!strings.Contains(fmt.Sprint(err), ":5:") || !strings.Contains(fmt.Sprint(err), "grows faster than the trigger") {
+		t.Errorf("config check of a condition that concatenates in a loop: %v; want ErrInvalid at pipelines[alerts].when (line 5): grows faster than the trigger", err)
+	}
+	write(`trigger.alerts.exists(a, a.labels.team == "db")`)
+	if _, _, err := runCmd(t, "", "config", "check", file); err != nil {
+		t.Errorf("config check of a condition over each alert: %v", err)
 	}
 }

@@ -24,7 +24,9 @@ import (
 //     StatementNotSent, and one whose payload was cut is refused;
 //  2. the intent's record is read: committed means nothing to redo, and
 //     pending means someone is on it, and either way nothing is sent; a
-//     failed record is cleared with ledger.Ledger.Clear at the token read,
+//     record that failed with an unknown outcome is refused without the
+//     statement, whatever the dead letter's headers say (they are what
+//     its publisher wrote); a failed record is cleared with ledger.Ledger.Clear at the token read,
 //     which refuses if the record changed since (then it is read again);
 //  3. the trigger is republished to its subject with its payload and
 //     headers, Oncegate-Redrive, and a Nats-Msg-Id naming the dead letter
@@ -111,7 +113,7 @@ func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstrea
 		}
 	}
 	note := fmt.Sprintf("redriven from dead letter %s %d by %s", d.Stream, d.Seq, r.By)
-	if r.UnknownOutcome != "" && outcome.Reason(d.Reason) == outcome.ReasonUnknownOutcome {
+	if r.UnknownOutcome != "" {
 		note += ", who stated that the effect was " + r.UnknownOutcome
 	}
 	if haveKey {
@@ -132,6 +134,12 @@ func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstrea
 				return res, nil
 			case rec.State == ledger.StateCleared:
 				res.Ledger = "already cleared"
+			case failedWith(rec.Reason) == outcome.ReasonUnknownOutcome && r.UnknownOutcome != StatementNotSent:
+				// The record decides, not the letter's headers, which
+				// whoever may publish on the dead-letter subject wrote.
+				res.Ledger = "failed: " + string(outcome.ReasonUnknownOutcome)
+				return refuse("the intent's ledger record failed with reason %s: its effect may have happened: check the target, and redrive it with the statement %s only if it did not",
+					outcome.ReasonUnknownOutcome, StatementNotSent)
 			case !r.Yes:
 				res.Ledger = fmt.Sprintf("would clear the failure (token %d)", rec.Token)
 			default:
@@ -173,7 +181,7 @@ func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstrea
 		return res, fmt.Errorf("republishing to %s: %w", subject, err)
 	}
 	nm := &Mark{Generation: gen, At: time.Now().UTC(), By: r.By.String(), Stream: ack.Stream, Seq: ack.Sequence, Ledger: res.Ledger}
-	if outcome.Reason(d.Reason) == outcome.ReasonUnknownOutcome {
+	if outcome.Reason(d.Reason) == outcome.ReasonUnknownOutcome || strings.HasPrefix(res.Ledger, "cleared") && r.UnknownOutcome != "" {
 		nm.Statement = r.UnknownOutcome
 	}
 	if ack.Duplicate {

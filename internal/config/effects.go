@@ -129,7 +129,8 @@ func secretHeader(name string) bool {
 }
 
 // condition compiles a CEL condition for Validate, reporting it at path;
-// answer says whether it may read the answer.
+// answer says whether it may read the answer. A condition whose worst case
+// grows faster than the trigger (cond.Condition.Check) is refused.
 func (v *validator) condition(path, expr string, answer bool, why string) {
 	if expr == "" {
 		return
@@ -141,6 +142,9 @@ func (v *validator) condition(path, expr string, answer bool, why string) {
 	}
 	if c.UsesAnswer() && !answer {
 		v.add(path, invalid("%q reads the answer, which %s", expr, why))
+	}
+	if err := c.Check(); err != nil {
+		v.add(path, invalid("%v", err))
 	}
 }
 

@@ -49,7 +49,11 @@ func (g *gate) claimStage(next Handler) Handler {
 			}
 			g.c.health.ok()
 			t.claim = r.Claim
-			g.c.obs.Claim(g.pipeline, r.Claim.Status)
+			status := r.Claim.Status
+			if status == ledger.StatusTakenOver && r.Claim.Released {
+				status = ledger.StatusNew // given back undone: nothing to take over
+			}
+			g.c.obs.Claim(g.pipeline, status)
 			if r.Claim.Status == ledger.StatusHeld {
 				waiting = append(waiting, t)
 				continue
@@ -179,7 +183,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		t.decide(dead(t.keyRef(), r, errors.New(why)))
 		return false
 	case ledger.StatusTakenOver:
-		if g.n != nil {
+		if g.n != nil && !c.Released {
 			g.n.takenOver.Add(1)
 		}
 	}
@@ -189,7 +193,9 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		g.giveUp(ctx, t, dead(t.keyRef(), outcome.ReasonExhausted, fmt.Errorf(
 			"the work was begun %d times (max_deliver %d); the last attempt did not finish (its process stopped)", c.Record.Attempts-1, g.maxDeliver)))
 		return false
-	case c.Status != ledger.StatusTakenOver:
+	case c.Status != ledger.StatusTakenOver || c.Released:
+		// New work, or work its last holder gave back before sending its
+		// effect (released): nothing may have been done.
 		return true
 	case !g.pol.redoTakenOver:
 		// A dispatcher claimed this one-shot effect and stopped before
@@ -237,7 +243,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 			commits = append(commits, ledger.CommitRequest{Key: t.key, Token: token, Result: res})
 			done = append(done, t)
 		case !t.decided:
-			g.release(ctx, t)
+			g.release(ctx, t, !t.sent)
 			t.decide(nak(t.keyRef(), 0, errors.New("the work did not finish")))
 			t.v.token, t.v.attempts = token, t.claim.Record.Attempts
 		case t.v.kind == settleDead:
@@ -245,7 +251,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 		case t.v.kind == settleNak && t.v.waits:
 			// Its lease went to another holder: nothing to release.
 		case t.v.kind == settleNak:
-			g.release(ctx, t)
+			g.release(ctx, t, !t.sent)
 			t.v.token, t.v.attempts = token, t.claim.Record.Attempts
 		}
 	}
@@ -275,7 +281,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 			// lease runs out) and sends it again under the same key, which
 			// the target collapses (a one-shot dispatch reports its outcome
 			// unknown).
-			g.release(ctx, t)
+			g.release(ctx, t, false)
 			t.decide(g.unavailable(t, fmt.Errorf("ledger commit: %w", err)))
 		default:
 			t.committed = true
@@ -286,9 +292,17 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 }
 
 // release ends t's lease now, so that its redelivery takes the work over
-// at once instead of waiting for the lease to run out.
-func (g *gate) release(ctx context.Context, t *Trigger) {
-	if _, err := g.ledger.Extend(ctx, t.key, t.token.Load(), time.Nanosecond); err != nil && !errors.Is(err, ledger.ErrStaleToken) {
+// at once instead of waiting for the lease to run out: undone (Extend by
+// 0: the redelivery claims it as new work, Claim.Released) if its effect
+// was never handed to its sink, else as a holder that stopped (its lease
+// ends in a nanosecond: the effect may exist, and the redelivery takes the
+// work over as such).
+func (g *gate) release(ctx context.Context, t *Trigger, undone bool) {
+	end := time.Nanosecond
+	if undone {
+		end = 0
+	}
+	if _, err := g.ledger.Extend(ctx, t.key, t.token.Load(), end); err != nil && !errors.Is(err, ledger.ErrStaleToken) {
 		g.c.log.Warn("releasing a lease failed; the redelivery waits for it to run out", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
 	}
 }

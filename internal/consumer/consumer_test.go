@@ -32,7 +32,7 @@ import (
 // fixture is a consumer on an embedded server with a Badger ledger, the
 // LLM cache and the stand-in model, all real.
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	c      *consumer.Consumer
@@ -45,7 +45,7 @@ type fixture struct {
 	done   chan error
 }
 
-func start(t *testing.T, mutate func(*config.Config), modelOpts standin.Options, opts ...func(*consumer.Options)) *fixture {
+func start(t testing.TB, mutate func(*config.Config), modelOpts standin.Options, opts ...func(*consumer.Options)) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := config.Default()
@@ -393,7 +393,7 @@ func TestModelFailuresRetry(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool, fs ...*fixture) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool, fs ...*fixture) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -408,7 +408,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool, fs ..
 }
 
 // testLogger logs to the test's output when -v is given.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if !testing.Verbose() {
 		return nil
 	}

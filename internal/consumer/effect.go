@@ -92,6 +92,7 @@ func (g *gate) effect(ctx context.Context, ts []*Trigger) {
 		for _, t := range live {
 			g.guard(t, stageEffect, func() {
 				poison(t)
+				t.sent = true
 				t.pend = g.js.PublishAsync(eff(t))
 			})
 		}
@@ -111,6 +112,7 @@ func (g *gate) effect(ctx context.Context, ts []*Trigger) {
 	g.each(live, stageEffect, func(t *Trigger) {
 		poison(t)
 		t0 := time.Now()
+		t.sent = true
 		res, err := g.sink.Deliver(ctx, eff(t))
 		g.effectOutcome(t, res, err, time.Since(t0))
 	})

@@ -51,6 +51,7 @@ type Trigger struct {
 	pend      *sink.Pending // an async JetStream publish in flight
 	res       sink.Result
 	effected  bool // the effect is known to exist at its target
+	sent      bool // the effect was handed to its sink: it may exist, whatever the sink said
 	committed bool // the ledger holds the result
 
 	v       verdict

@@ -564,6 +564,7 @@ func (g *gate) mileEffects(ctx context.Context, ts []*Trigger) {
 				e.Header = injectTrace(esp, e.Header)
 			}
 			t0 := time.Now()
+			t.sent = true
 			res, err := o.t.sink.Deliver(ctx, e)
 			result := "done"
 			switch {

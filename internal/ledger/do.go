@@ -35,9 +35,10 @@ func Do(ctx context.Context, l Ledger, in dedupe.Intent, fn func(ctx context.Con
 		if c.Mismatch && opts.RejectMismatch {
 			if c.Status == StatusTakenOver {
 				// Begin took the abandoned work over for this other
-				// payload: give it back, so that the call whose payload
-				// matches takes it over at once.
-				release(ctx, l, key, c.Lease.Token, opts.Lease)
+				// payload: give it back as it found it (released undone,
+				// or maybe done), so that the call whose payload matches
+				// takes it over at once, told whether to reconcile.
+				release(ctx, l, key, c.Lease.Token, opts.Lease, c.Released)
 			}
 			return dedupe.Result{}, false, fmt.Errorf("%w: key %v was begun with payload %v, this call has %v",
 				dedupe.ErrMismatch, key, c.Record.Fingerprint, in.Fingerprint)
@@ -59,7 +60,9 @@ func Do(ctx context.Context, l Ledger, in dedupe.Intent, fn func(ctx context.Con
 			}
 			continue
 		}
-		if c.Status == StatusTakenOver {
+		if c.Status == StatusTakenOver && !c.Released {
+			// Its previous holder stopped without saying how far it got:
+			// the work may have been done.
 			ctx = mark.WithTakenOver(ctx)
 		}
 		return hold(mark.WithIntent(ctx, in), l, key, c.Lease, opts.Lease, began, fn)
@@ -72,12 +75,19 @@ func Do(ctx context.Context, l Ledger, in dedupe.Intent, fn func(ctx context.Con
 var errLeaseLapsed = errors.New("dedupe: the claim ran out before it could be renewed")
 
 // release gives up the claim held with token, so that the next call runs
-// the work at once. It is best effort, bounded by the lease d: a claim not
-// released runs out with its lease anyway.
-func release(ctx context.Context, l Ledger, key dedupe.Key, token uint64, d time.Duration) {
+// the work at once: undone (Extend by 0, Claim.Released), so that the next
+// call's function does not see TakenOver, or else as a claim whose holder
+// stopped (its lease ends in a nanosecond), so that it does. It is best
+// effort, bounded by the lease d: a claim not released runs out with its
+// lease anyway, and is then taken over as one whose holder stopped.
+func release(ctx context.Context, l Ledger, key dedupe.Key, token uint64, d time.Duration, undone bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
 	defer cancel()
-	l.Extend(ctx, key, token, time.Nanosecond)
+	end := time.Nanosecond
+	if undone {
+		end = 0
+	}
+	l.Extend(ctx, key, token, end)
 }
 
 // public is the part of r that dedupe.Result carries.
@@ -132,9 +142,10 @@ func hold(ctx context.Context, l Ledger, key dedupe.Key, lease Lease, d time.Dur
 	token = <-renewed
 	bg := context.WithoutCancel(ctx)
 	if panicked != nil {
-		// As for an error: release the claim, so that a retry runs fn
-		// again, then let the panic go on.
-		release(bg, l, key, token, d)
+		// Release the claim, so that a retry runs fn again, then let the
+		// panic go on. fn stopped mid-way, without saying how far it got:
+		// the retry is told it takes the work over.
+		release(bg, l, key, token, d, false)
 		panic(panicked.value)
 	}
 	if err != nil {
@@ -144,7 +155,12 @@ func hold(ctx context.Context, l Ledger, key dedupe.Key, lease Lease, d time.Dur
 			}
 			return dedupe.Result{}, true, err
 		}
-		release(bg, l, key, token, d) // a retry runs fn again
+		// A retry runs fn again: as new work if fn said, with a plain
+		// error, that the work was not done; taken over if it said, with
+		// MaybeDone, that it may have been, or if its context had ended
+		// (its error may be the interruption's, cutting the work mid-way).
+		_, maybe := errors.AsType[*mark.MaybeDoneError](err)
+		release(bg, l, key, token, d, !maybe && wctx.Err() == nil)
 		return dedupe.Result{}, true, err
 	}
 	r := Result{DownstreamID: res.DownstreamID, Response: res.Response}

@@ -194,3 +194,33 @@ func TestDoMismatchTakenOver(t *testing.T) {
 		t.Errorf("Do(first payload) = %+v, ran %v, TakenOver %v, %v; want it run at once, taken over", res, ran, takenOver, err)
 	}
 }
+
+// TestDoMismatchReleased: work its holder released undone (fn's plain
+// error), found by a caller with another payload under RejectMismatch, is
+// given back as it was found: the retry of the payload it was begun with
+// runs it at once, as new work (TakenOver false).
+func TestDoMismatchReleased(t *testing.T) {
+	l := doLedger(t)
+	ctx := context.Background()
+	first := dedupe.Intent{Key: dedupe.Key{8}, Fingerprint: dedupe.Fingerprint{1}}
+	other := dedupe.Intent{Key: first.Key, Fingerprint: dedupe.Fingerprint{2}}
+	if _, ran, err := ledger.Do(ctx, l, first, func(context.Context) (dedupe.Result, error) {
+		return dedupe.Result{}, errors.New("not done")
+	}, dedupe.DoOptions{}); !ran || err == nil {
+		t.Fatalf("Do(first) = ran %v, %v; want ran, its error", ran, err)
+	}
+	if _, ran, err := ledger.Do(ctx, l, other, func(context.Context) (dedupe.Result, error) {
+		t.Error("the work ran for another payload")
+		return dedupe.Result{}, nil
+	}, dedupe.DoOptions{RejectMismatch: true}); !errors.Is(err, dedupe.ErrMismatch) || ran {
+		t.Fatalf("Do(other payload) = ran %v, %v; want ErrMismatch", ran, err)
+	}
+	takenOver := true
+	_, ran, err := ledger.Do(ctx, l, first, func(ctx context.Context) (dedupe.Result, error) {
+		takenOver = dedupe.TakenOver(ctx)
+		return dedupe.Result{DownstreamID: "done"}, nil
+	}, dedupe.DoOptions{NoWait: true, RejectMismatch: true})
+	if err != nil || !ran || takenOver {
+		t.Errorf("Do(first payload) again = ran %v, TakenOver %v, %v; want it run at once, not taken over", ran, takenOver, err)
+	}
+}

@@ -34,8 +34,10 @@ var (
 	ErrInvalidLedger = errors.New("dedupe: invalid ledger options")
 	// ErrCorruptRecord is returned when a stored record cannot be decoded.
 	ErrCorruptRecord = errors.New("dedupe: corrupt ledger record")
-	// ErrClosed is returned by every method of a ledger after Close.
-	ErrClosed = errors.New("dedupe: ledger is closed")
+	// ErrClosed is returned by every method of a ledger after Close. It is
+	// dedupe.ErrClosed, so that users of the public packages can test for
+	// it with errors.Is.
+	ErrClosed = dedupe.ErrClosed
 	// ErrNotFailed is returned by Clear for a record that is not failed:
 	// committed work, which clearing would let happen again, or work in
 	// progress, whose holder may be performing its effect.
@@ -70,7 +72,13 @@ type Ledger interface {
 	// Begin claims key for the caller, or reports why it cannot.
 	Begin(ctx context.Context, key dedupe.Key, opts BeginOptions) (Claim, error)
 	// Extend renews a lease held with token for d from now, and returns the
-	// lease to use from then on (its token may differ).
+	// lease to use from then on (its token may differ). With d = 0 it
+	// releases the claim: the holder gives the work back undone, the lease
+	// ends now, and the next Begin takes the work over at once with
+	// Claim.Released set (ReasonReleased on the pending record says so).
+	// A holder whose work may have happened, or half happened, must not
+	// release it so: it ends its lease with a positive d (a nanosecond)
+	// instead, and the next Begin is a plain takeover, told to reconcile.
 	Extend(ctx context.Context, key dedupe.Key, token uint64, d time.Duration) (Lease, error)
 	// Commit records the work as done with result. It is durable when
 	// Commit returns.
@@ -175,6 +183,11 @@ type Claim struct {
 	// Mismatch reports that the record was begun with a different payload
 	// fingerprint: the same intent, reworded.
 	Mismatch bool
+	// Released reports, for StatusTakenOver, that the previous holder
+	// released its claim (Extend with d = 0), saying that the work was not
+	// done, rather than stopping or letting its lease run out: there is
+	// nothing to reconcile.
+	Released bool
 	// Record is the record as Begin left it.
 	Record Record
 }
@@ -240,7 +253,8 @@ type Record struct {
 	// Result is the outcome of committed work.
 	Result Result
 	// Reason is why failed work was given up; for a cleared record, who
-	// cleared it and why, then the failure's reason.
+	// cleared it and why, then the failure's reason; for a pending record
+	// its holder released undone, ReasonReleased.
 	Reason string
 }
 
@@ -272,6 +286,11 @@ const (
 	// payment API rejects an idempotency key reused with other parameters.
 	MismatchReject
 )
+
+// ReasonReleased is the Reason of a pending record whose holder released
+// its claim (Extend with d = 0): the work was not done. A takeover, a
+// renewal and a commit clear it.
+const ReasonReleased = "released by its holder, undone"
 
 // Ledger defaults.
 const (

@@ -24,6 +24,13 @@ const (
 	// a context line with the link). Incoming webhooks honour no
 	// idempotency key and return no message id: the effect is one-shot,
 	// and a resolve note cannot be threaded under the firing's message.
+	//
+	// The text field's template prints every value it prints escaped for
+	// Slack's mrkdwn (& < > as &amp; &lt; &gt;: tmpl.EscapeActions with
+	// mrkdwn), and is cut to 3000 bytes (the section's limit) outside an
+	// entity: a trigger or an answer cannot mention @channel or a user, or
+	// add a link, while the markup the template's author wrote stays. The
+	// link is a link only when it is an http or https URL (slackLink).
 	PresetSlack = "slack"
 	// PresetPagerDuty is a PagerDuty Events API v2 alert event:
 	// event_action trigger or resolve (by the trigger's status), dedup_key
@@ -77,6 +84,7 @@ func (f PresetFields) byName() map[string]string {
 var presets = map[string]struct {
 	fields map[string]string
 	body   string
+	mrkdwn []string // the fields whose values are escaped for Slack, and cut to slackTextBytes
 }{
 	PresetWebhook: {
 		body: `{"key":{{quote .key}},"pipeline":{{quote .pipeline}},"step":{{quote .step}},"model":{{quote .model}},"answer":{{quote .answer_text}},"trigger":{{toJSON .trigger}}}`,
@@ -86,8 +94,9 @@ var presets = map[string]struct {
 			"text": `{{if eq .status "resolved"}}Resolved: {{end}}{{if .answer_text}}{{.answer_text}}{{else}}{{.pipeline}} {{.identity}}{{end}}`,
 			"link": ``,
 		},
-		body: `{"text":{{quote (truncate 3000 .preset.Text)}},"blocks":[{"type":"section","text":{"type":"mrkdwn","text":{{quote (truncate 3000 .preset.Text)}}}}` +
-			`{{if .preset.Link}},{"type":"context","elements":[{"type":"mrkdwn","text":{{quote (printf "<%s|details>" .preset.Link)}}}]}{{end}}]}`,
+		body: `{"text":{{quote .preset.Text}},"blocks":[{"type":"section","text":{"type":"mrkdwn","text":{{quote .preset.Text}}}}` +
+			`{{if .preset.Link}},{"type":"context","elements":[{"type":"mrkdwn","text":{{quote (slackLink .preset.Link "details")}}}]}{{end}}]}`,
+		mrkdwn: []string{"text"},
 	},
 	PresetPagerDuty: {
 		fields: map[string]string{
@@ -112,6 +121,10 @@ var presets = map[string]struct {
 		body: `{"fields":{"project":{"key":{{quote .preset.Project}}},"issuetype":{"name":{{quote .preset.IssueType}}},"summary":{{quote (truncate 255 .preset.Summary)}},"description":{{adf .preset.Text}},"labels":["oncegate"]}}`,
 	},
 }
+
+// slackTextBytes bounds a mrkdwn field: a Slack section's text is at most
+// 3000 characters.
+const slackTextBytes = 3000
 
 // PresetDefaults returns the default field templates of a preset, by field
 // name (text, summary, link, event_action, dedup_key, severity, source,
@@ -159,6 +172,7 @@ type Template struct {
 	name   string
 	body   *template.Template
 	fields map[string]*template.Template
+	mrkdwn map[string]bool // fields escaped for Slack
 	suffix *template.Template
 	out    tmpl.Output
 }
@@ -166,7 +180,7 @@ type Template struct {
 // NewTemplate compiles the templates of o; an error names the template and
 // wraps [tmpl.ErrTemplate], or says the preset or a field is unknown.
 func NewTemplate(o TemplateOptions) (*Template, error) {
-	t := &Template{name: o.Name, fields: map[string]*template.Template{}}
+	t := &Template{name: o.Name, fields: map[string]*template.Template{}, mrkdwn: map[string]bool{}}
 	if o.JSON || o.Preset != "" {
 		t.out = tmpl.JSON
 	}
@@ -191,6 +205,10 @@ func NewTemplate(o TemplateOptions) (*Template, error) {
 			ft, err := tmpl.Parse(o.Name+"."+f, text)
 			if err != nil {
 				return nil, err
+			}
+			if slices.Contains(p.mrkdwn, f) {
+				tmpl.EscapeActions(ft, "mrkdwn")
+				t.mrkdwn[f] = true
 			}
 			t.fields[f] = ft
 		}
@@ -269,8 +287,12 @@ func (f *fieldValues) get(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f.done[name] = string(b)
-	return string(b), nil
+	v := string(b)
+	if f.t.mrkdwn[name] {
+		v = tmpl.TruncateMrkdwn(slackTextBytes, v)
+	}
+	f.done[name] = v
+	return v, nil
 }
 
 // The fields, as the preset bodies read them.

@@ -65,20 +65,27 @@ func (e *Error) Is(target error) bool { return target == ErrTemplate }
 //	                      medium, warn → warning; low, none, ok → info; other → error
 //	adf text              text as an Atlassian Document Format document, as JSON: one
 //	                      paragraph per block of lines separated by a blank line
+//	mrkdwn s              s escaped for Slack's mrkdwn: & < > as &amp; &lt; &gt;, so that
+//	                      it cannot mention anyone or add a link
+//	slackLink url text    a Slack link <url|text> when url is an http or https URL (with
+//	                      | < > and spaces percent-encoded, & as &amp;), else "text: url"
+//	                      escaped
 func Funcs() template.FuncMap {
 	return template.FuncMap{
-		"json":     toJSON,
-		"toJSON":   toJSON,
-		"quote":    quote,
-		"truncate": truncate,
-		"join":     join,
-		"default":  deflt,
-		"get":      get,
-		"lower":    strings.ToLower,
-		"upper":    strings.ToUpper,
-		"trim":     strings.TrimSpace,
-		"adf":      adf,
-		"severity": severity,
+		"json":      toJSON,
+		"toJSON":    toJSON,
+		"quote":     quote,
+		"truncate":  truncate,
+		"join":      join,
+		"default":   deflt,
+		"get":       get,
+		"lower":     strings.ToLower,
+		"upper":     strings.ToUpper,
+		"trim":      strings.TrimSpace,
+		"adf":       adf,
+		"severity":  severity,
+		"mrkdwn":    mrkdwn,
+		"slackLink": slackLink,
 	}
 }
 

@@ -96,3 +96,59 @@ func FuzzSnippet(f *testing.F) {
 		}
 	})
 }
+
+// TestMrkdwn: mrkdwn escapes &, < and > and nothing else; slackLink makes
+// a link of an http or https URL only, that cannot end early; and
+// TruncateMrkdwn never leaves half an entity.
+func TestMrkdwn(t *testing.T) {
+	for _, tt := range []struct{ text, want string }{
+		{`{{mrkdwn "<!channel> & <@U1|x> *b* _i_ :ok:"}}`, `&lt;!channel&gt; &amp; &lt;@U1|x&gt; *b* _i_ :ok:`},
+		{`{{slackLink "https://a.example/p?q=1&r=<2>|x y" "see >"}}`, `<https://a.example/p?q=1&amp;r=%3C2%3E%7Cx%20y|see &gt;>`},
+		{`{{slackLink "HTTPS://a.example" "x"}}`, `<HTTPS://a.example|x>`},
+		{`{{slackLink "mailto:a@b.example" "x"}}`, `x: mailto:a@b.example`},
+		{`{{slackLink "https:///nohost" "x"}}`, `x: https:///nohost`},
+		{`{{slackLink "<!here>" "x"}}`, `x: &lt;!here&gt;`},
+	} {
+		tp, err := tmpl.Parse("t", tt.text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := tmpl.Execute(tp, "", nil, tmpl.Text); err != nil || string(got) != tt.want {
+			t.Errorf("%s = %q, %v; want %q", tt.text, got, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		n       int
+		s, want string
+	}{
+		{10, "abc", "abc"},
+		{10, "&lt;&lt;&lt;", "&lt;…"},
+		{9, "&lt;&lt;&lt;", "&lt;…"},
+		{11, "&lt;&lt;&lt;", "&lt;&lt;…"},
+		{8, "ab&amp;cdef", "ab…"},
+		{9, "abc&amp;d", "abc&amp;d"},
+		{8, "héllo&amp;", "héll…"},
+		{10, "héllo&amp;", "héllo…"},
+	} {
+		if got := tmpl.TruncateMrkdwn(tt.n, tt.s); got != tt.want || len(got) > tt.n {
+			t.Errorf("TruncateMrkdwn(%d, %q) = %q; want %q", tt.n, tt.s, got, tt.want)
+		}
+	}
+}
+
+// TestEscapeActions: every action that prints, in every branch and
+// associated template, prints through the escaper; text, declarations
+// and actions already escaped are left alone.
+func TestEscapeActions(t *testing.T) {
+	tp, err := tmpl.Parse("t", `<!here> {{.a}} {{$x := .a}}{{$x}} {{if .a}}{{.a}}{{else}}-{{end}} `+
+		`{{range .l}}{{.}}{{end}} {{with .a}}{{.}}{{end}} {{template "u" .}} {{.a | mrkdwn}}{{define "u"}}<{{.a}}>{{end}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl.EscapeActions(tp, "mrkdwn")
+	got, err := tmpl.Execute(tp, "", map[string]any{"a": "<&>", "l": []string{"<", ">"}}, tmpl.Text)
+	const want = `<!here> &lt;&amp;&gt; &lt;&amp;&gt; &lt;&amp;&gt; &lt;&gt; &lt;&amp;&gt; <&lt;&amp;&gt;> &lt;&amp;&gt;`
+	if err != nil || string(got) != want {
+		t.Errorf("escaped = %q, %v; want %q", got, err, want)
+	}
+}

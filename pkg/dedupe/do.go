@@ -31,11 +31,16 @@ type Ledger interface {
 	//     half done (send the key along as an idempotency key), or
 	//     reconcile when [TakenOver] reports its ctx;
 	//   - an error of fn releases the claim and is returned, so a later call
-	//     runs fn again; an error wrapped with [Permanent] records the work
-	//     as given up instead, and later calls return an error wrapping
-	//     [ErrGivenUp];
-	//   - a panic of fn releases the claim, as an error does, and Do panics
-	//     again with the same value: a later call runs fn again;
+	//     runs fn again, as new work (TakenOver false): a plain error says
+	//     the work was not done. An error wrapped with [MaybeDone] says it
+	//     may have been, as does any error returned once fn's context has
+	//     ended (the interruption may have cut the work mid-way), and the
+	//     later call runs fn with TakenOver true. An
+	//     error wrapped with [Permanent] records the work as given up
+	//     instead, and later calls return an error wrapping [ErrGivenUp];
+	//   - a panic of fn releases the claim, and Do panics again with the
+	//     same value: a later call runs fn again, with TakenOver true (fn
+	//     stopped mid-way, as a crash would stop it);
 	//   - the ledger keeps the fingerprint of the payload the work was
 	//     begun with (in.Fingerprint): a caller whose fingerprint differs
 	//     is the same work, reworded, and is answered as any other, unless
@@ -109,6 +114,11 @@ var ErrResultTooLarge = errors.New("dedupe: result too large to keep")
 // ledger holds the reason, and Do does not run the work again.
 var ErrGivenUp = errors.New("dedupe: the work was given up")
 
+// ErrClosed is wrapped by the error of [Ledger.Do] on a ledger that is
+// closed: its Close was called (or, for the JetStream KV ledger, its NATS
+// connection is closed or closing). Nothing ran.
+var ErrClosed = errors.New("dedupe: ledger is closed")
+
 // HeldError is the error of [Ledger.Do] for a key another worker holds,
 // with DoOptions.NoWait set.
 type HeldError struct {
@@ -126,6 +136,15 @@ func (e *HeldError) Error() string {
 // errors release the claim, so that a retry runs the work again.
 func Permanent(err error) error { return &mark.PermanentError{Err: err} }
 
+// MaybeDone marks an error of the work after which the work may have
+// happened, or half happened: a timeout after the request went out, a
+// connection lost before the answer. [Ledger.Do] returns the error (still
+// marked) and releases the claim, as for any error, and the later call
+// that runs the work again sees [TakenOver] on its context, so that it
+// reconciles first. A plain error says the work was not done: the later
+// call runs it as new.
+func MaybeDone(err error) error { return &mark.MaybeDoneError{Err: err} }
+
 // IsPermanent reports whether err was marked with Permanent.
 func IsPermanent(err error) bool {
 	_, ok := errors.AsType[*mark.PermanentError](err)
@@ -133,10 +152,27 @@ func IsPermanent(err error) bool {
 }
 
 // TakenOver reports whether ctx is that of a function [Ledger.Do] runs for
-// work whose previous holder stopped before it committed: a process that
-// crashed or stalled mid-work. The effect may have happened already. A
-// one-shot effect (one its sink cannot dedupe by the key) must reconcile
-// first, asking the world whether it happened, instead of running again.
+// work that an earlier run may have done, in whole or in part: the effect
+// may have happened already. A one-shot effect (one its sink cannot dedupe
+// by the key) must then reconcile first, asking the world whether it
+// happened, instead of running again.
+//
+// It is true when the earlier run stopped without saying how far it got,
+// or said it could not tell:
+//
+//   - its process died or was killed mid-work;
+//   - it stalled, or was cut off from the ledger, until its lease ran out;
+//   - it panicked;
+//   - it returned an error marked [MaybeDone], or any error once its
+//     context had ended (its claim lost, or the caller's context done):
+//     the interruption may have cut the work mid-way;
+//   - it returned, and the ledger did not record its result (Do reported
+//     ran with an error: the claim ran out).
+//
+// It is false for the first run of the work, and for a run after one that
+// returned a plain error (or, through package httponce, answered a status
+// that says nothing was done): that run said the work was not done, and
+// gave its claim back.
 func TakenOver(ctx context.Context) bool { return mark.TakenOver(ctx) }
 
 // IntentFrom returns the intent whose work ctx is that of: [Ledger.Do]

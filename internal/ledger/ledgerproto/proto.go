@@ -78,7 +78,10 @@ func Decide(o *ledger.Options, key dedupe.Key, cur *ledger.Record, opts ledger.B
 	if now.Before(rec.LeaseUntil) {
 		return ledger.Claim{Status: ledger.StatusHeld, RetryAfter: rec.LeaseUntil.Sub(now), Mismatch: mismatch, Record: rec}, false, nil
 	}
-	// The holder's lease ran out: take the work over with a higher token.
+	// The holder's lease ran out, or it released the claim: take the work
+	// over with a higher token.
+	released := rec.Reason == ledger.ReasonReleased
+	rec.Reason = ""
 	rec.Token++
 	rec.Owner = opts.Owner
 	rec.LeaseUntil = now.Add(opts.Lease)
@@ -88,20 +91,24 @@ func Decide(o *ledger.Options, key dedupe.Key, cur *ledger.Record, opts ledger.B
 	if mismatch {
 		rec.Mismatches++
 	}
-	return ledger.Claim{Status: ledger.StatusTakenOver, Lease: ledger.Lease{Token: rec.Token, Until: rec.LeaseUntil}, Mismatch: mismatch, Record: rec}, true, nil
+	return ledger.Claim{Status: ledger.StatusTakenOver, Lease: ledger.Lease{Token: rec.Token, Until: rec.LeaseUntil}, Mismatch: mismatch, Released: released, Record: rec}, true, nil
 }
 
 // Extended returns cur with its lease renewed for d from now, if token is
-// current.
+// current; with d = 0, released (ledger.ReasonReleased).
 func Extended(o *ledger.Options, key dedupe.Key, cur *ledger.Record, token uint64, d time.Duration, now time.Time) (ledger.Record, ledger.Lease, error) {
-	if d <= 0 {
-		return ledger.Record{}, ledger.Lease{}, fmt.Errorf("%w: lease %v must be positive", ledger.ErrInvalidLedger, d)
+	if d < 0 {
+		return ledger.Record{}, ledger.Lease{}, fmt.Errorf("%w: lease %v must not be negative", ledger.ErrInvalidLedger, d)
 	}
 	if err := CheckToken(key, Live(cur, now), token); err != nil {
 		return ledger.Record{}, ledger.Lease{}, err
 	}
 	rec := *cur
 	rec.LeaseUntil, rec.Updated, rec.Expires = now.Add(d), now, now.Add(o.Retention)
+	rec.Reason = ""
+	if d == 0 {
+		rec.Reason = ledger.ReasonReleased
+	}
 	return rec, ledger.Lease{Token: token, Until: rec.LeaseUntil}, nil
 }
 
@@ -115,7 +122,7 @@ func Committed(o *ledger.Options, key dedupe.Key, cur *ledger.Record, token uint
 	}
 	rec := *cur
 	result.Committed = now
-	rec.State, rec.Result, rec.LeaseUntil = ledger.StateCommitted, result, time.Time{}
+	rec.State, rec.Result, rec.LeaseUntil, rec.Reason = ledger.StateCommitted, result, time.Time{}, ""
 	rec.Updated, rec.Expires = now, now.Add(o.Retention)
 	return rec, nil
 }

@@ -58,6 +58,7 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"TakeOver", s.testTakeOver},
 		{"Fencing", s.testFencing},
 		{"Extend", s.testExtend},
+		{"Release", s.testRelease},
 		{"Fail", s.testFail},
 		{"NotFound", s.testNotFound},
 		{"Mismatch", s.testMismatch},
@@ -246,6 +247,63 @@ func (s *suite) testExtend(t *testing.T) {
 	}
 }
 
+// testRelease: a holder that releases its claim (Extend by 0) gives the
+// work back undone: the next Begin takes it over at once (the clock
+// standing still), with Released set and a higher token, and the record
+// keeps the fingerprint it was begun with. A holder that ends its lease
+// with a positive duration instead, or lets it run out, leaves a plain
+// takeover, without Released.
+func (s *suite) testRelease(t *testing.T) {
+	l, c := s.open(t, ledger.Options{})
+	k := key(t, 1)
+	a := begin(t, l, k, "worker-a", ledger.StatusNew)
+	if _, err := l.Extend(ctx, k, a.Lease.Token, 0); err != nil {
+		t.Fatalf("Extend by 0 (release): %v", err)
+	}
+	rec, err := l.Get(ctx, k)
+	if err != nil || rec.State != ledger.StatePending || rec.Reason != ledger.ReasonReleased {
+		t.Errorf("Get after the release = %+v, %v; want pending, %q", rec, err, ledger.ReasonReleased)
+	}
+	b := begin(t, l, k, "worker-b", ledger.StatusTakenOver)
+	if !b.Released || b.Lease.Token <= a.Lease.Token || b.Record.Reason != "" || b.Record.Attempts != 2 {
+		t.Errorf("Begin after a release = %+v; want Released, a higher token, no reason, 2 attempts", b)
+	}
+	// B stops: its lease ends, with no release.
+	if _, err := l.Extend(ctx, k, b.Lease.Token, time.Nanosecond); err != nil {
+		t.Fatalf("Extend by 1ns: %v", err)
+	}
+	c.Advance(time.Nanosecond)
+	if got := begin(t, l, k, "worker-c", ledger.StatusTakenOver); got.Released {
+		t.Errorf("Begin after a lease that ended = %+v; want not Released", got)
+	}
+	c.Advance(lease)
+	d := begin(t, l, k, "worker-d", ledger.StatusTakenOver)
+	if d.Released {
+		t.Errorf("Begin after a lease that ran out = %+v; want not Released", d)
+	}
+	// Released work keeps its fingerprint: another payload is a mismatch.
+	if _, err := l.Extend(ctx, k, d.Lease.Token, 0); err != nil {
+		t.Fatalf("Extend by 0 (release): %v", err)
+	}
+	e, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "worker-e", Fingerprint: fp("another payload"), Lease: lease})
+	if err != nil || e.Status != ledger.StatusTakenOver || !e.Released || !e.Mismatch {
+		t.Errorf("Begin with another payload after a release = %+v, %v; want taken over, Released, Mismatch", e, err)
+	}
+	// A renewal and a commit clear the mark of a release.
+	if _, err := l.Extend(ctx, k, e.Lease.Token, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Extend(ctx, k, e.Lease.Token, lease); err != nil {
+		t.Fatalf("Extend after a release, by the holder: %v", err)
+	}
+	if err := l.Commit(ctx, k, e.Lease.Token, ledger.Result{DownstreamID: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := l.Get(ctx, k); err != nil || rec.State != ledger.StateCommitted || rec.Reason != "" {
+		t.Errorf("Get after the commit = %+v, %v; want committed, no reason", rec, err)
+	}
+}
+
 func (s *suite) testFail(t *testing.T) {
 	l, _ := s.open(t, ledger.Options{})
 	k := key(t, 1)
@@ -374,8 +432,8 @@ func (s *suite) testInvalidArguments(t *testing.T) {
 	_, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "a"})
 	wantErr(t, "Begin without a lease", err, ledger.ErrInvalidLedger)
 	a := begin(t, l, k, "worker-a", ledger.StatusNew)
-	_, err = l.Extend(ctx, k, a.Lease.Token, 0)
-	wantErr(t, "Extend by 0", err, ledger.ErrInvalidLedger)
+	_, err = l.Extend(ctx, k, a.Lease.Token, -time.Second)
+	wantErr(t, "Extend by a negative duration", err, ledger.ErrInvalidLedger)
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
 	if _, err := l.Begin(canceled, key(t, 2), ledger.BeginOptions{Lease: lease}); !errors.Is(err, context.Canceled) {

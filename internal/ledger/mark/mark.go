@@ -1,6 +1,7 @@
 // Package mark holds what package dedupe and the ledger's Do machinery
 // (package ledger, which imports dedupe) must both see: the context marks of
-// taken-over work and of the intent, and the error type of Permanent. It imports nothing, so
+// taken-over work and of the intent, and the error types of Permanent and
+// MaybeDone. It imports nothing, so
 // that dedupe can import it without a cycle.
 package mark
 
@@ -38,3 +39,12 @@ type PermanentError struct {
 
 func (e *PermanentError) Error() string { return e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
+
+// MaybeDoneError is the error dedupe.MaybeDone returns: Err, after which
+// the work may have happened.
+type MaybeDoneError struct {
+	Err error // the work's error
+}
+
+func (e *MaybeDoneError) Error() string { return e.Err.Error() }
+func (e *MaybeDoneError) Unwrap() error { return e.Err }

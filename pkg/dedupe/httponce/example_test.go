@@ -15,14 +15,19 @@ import (
 
 // A client retries a charge with the same Idempotency-Key: the retry gets
 // the first response, marked as replayed, and the card is charged once.
-// The key sent with another amount is refused.
+// The key sent with another amount is refused. Another client that sends
+// the same key names work of its own.
 func ExampleMiddleware() {
 	ledger, err := badgerledger.Open("", badgerledger.Options{InMemory: true}) // a directory, or jskv for replicas
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer ledger.Close()
-	once, err := httponce.Middleware(ledger, httponce.Options{Required: true})
+	// The client a request comes from, as your authentication verified it
+	// (here the basic-auth user stands for an API key's account): keys are
+	// kept apart per client.
+	account := func(r *http.Request) string { user, _, _ := r.BasicAuth(); return user }
+	once, err := httponce.Middleware(ledger, httponce.Options{Client: account, Required: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,8 +44,9 @@ func ExampleMiddleware() {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	send := func(key, body string) {
+	send := func(user, key, body string) {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(body))
+		req.SetBasicAuth(user, "secret")
 		req.Header.Set("Content-Type", "application/json")
 		if key != "" {
 			req.Header.Set("Idempotency-Key", key)
@@ -53,15 +59,18 @@ func ExampleMiddleware() {
 		b, _ := io.ReadAll(resp.Body)
 		fmt.Println(resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), resp.Header.Get("Content-Type"), strings.HasPrefix(string(b), `{"id"`))
 	}
-	send(`"4ad5e3a9-0bb4-4c5e-8b1e-1f0c0e1b7a11"`, `{"amount":1000,"currency":"eur"}`)
-	send(`"4ad5e3a9-0bb4-4c5e-8b1e-1f0c0e1b7a11"`, `{"currency":"eur","amount":1000}`) // the retry
-	send(`"4ad5e3a9-0bb4-4c5e-8b1e-1f0c0e1b7a11"`, `{"amount":2000,"currency":"eur"}`) // the key reused
-	send("", `{"amount":1000,"currency":"eur"}`)                                       // no key
+	const key = `"4ad5e3a9-0bb4-4c5e-8b1e-1f0c0e1b7a11"`
+	send("alice", key, `{"amount":1000,"currency":"eur"}`)
+	send("alice", key, `{"currency":"eur","amount":1000}`) // the retry
+	send("alice", key, `{"amount":2000,"currency":"eur"}`) // the key reused
+	send("alice", "", `{"amount":1000,"currency":"eur"}`)  // no key
+	send("bob", key, `{"amount":1000,"currency":"eur"}`)   // another client's work
 	fmt.Println("charged:", len(charged))
 	// Output:
 	// 201  application/json true
 	// 201 true application/json true
 	// 422  application/problem+json false
 	// 400  application/problem+json false
-	// charged: 1
+	// 201  application/json true
+	// charged: 2
 }

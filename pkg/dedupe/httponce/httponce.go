@@ -30,12 +30,30 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 )
 
-// headerBodyOmitted marks a replayed response whose body was too large to
-// keep.
+// headerBodyOmitted marks a replayed response kept without its body:
+// "omitted" if it was too large to keep, "no-store" if it was marked so.
 const headerBodyOmitted = "Idempotent-Replayed-Body"
 
-// Options configures [Middleware]. The zero value means the defaults.
+// Options configures [Middleware]. The zero value means the defaults,
+// except that Client (or SharedKeys) must be set: see [ErrNoClient].
 type Options struct {
+	// Client names the authenticated client a request comes from (the
+	// principal your authentication middleware verified, such as an
+	// account or API key id), so that one client's key never names
+	// another's work: keys are scoped by it. A gated request with an
+	// Idempotency-Key whose Client is "" is answered 403 (see "Client
+	// unknown") and not run, unless SharedKeys is set. It must not change
+	// between a request and its retries (a token that rotates does; the
+	// account it belongs to does not). There is no default: Middleware
+	// refuses a nil Client unless SharedKeys is set.
+	Client func(r *http.Request) string
+	// SharedKeys puts the keys of requests whose client is unknown
+	// (Client nil, or returning "") in one space that all such clients
+	// share: two clients that send the same key name the same work, and
+	// the second gets the first's response. Set it only where every
+	// client sends keys nobody else can guess or learn (random UUIDs), or
+	// where all clients are one party. The default is false.
+	SharedKeys bool
 	// Required answers a gated request without an Idempotency-Key with 400
 	// (see "Key missing"). The default lets it through to the handler.
 	Required bool
@@ -49,12 +67,6 @@ type Options struct {
 	// middleware must then wrap the route's handler, inside the mux), or
 	// else the method and the path ("POST /charges/ch_1/refunds").
 	Route func(r *http.Request) string
-	// Client names the authenticated client a request comes from, so that
-	// one client's key never names another's work; "" for none. The
-	// default is none: keys are scoped by route alone, and two clients
-	// that pick the same string share its work (clients that use random
-	// UUIDs, as the draft recommends, never do).
-	Client func(r *http.Request) string
 	// Headers are the response headers kept with a response and replayed.
 	// The default is Content-Type, Content-Encoding, Content-Language,
 	// Location, ETag, Last-Modified and Link.
@@ -81,15 +93,25 @@ type Options struct {
 // cannot use.
 var errInvalidOptions = errors.New("httponce: invalid options")
 
+// ErrNoClient is the error of [Middleware] for Options without a Client
+// and without SharedKeys: nothing would tell one client's keys from
+// another's, and a client sending another's key would get its response.
+var ErrNoClient = errors.New("httponce: Options.Client is nil: set it to the authenticated client of a request, or set Options.SharedKeys to share one key space knowingly")
+
 var defaultHeaders = []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "ETag", "Last-Modified", "Link"}
 
 // Middleware returns the middleware that runs a handler once per
-// Idempotency-Key, through l (a *badgerledger.Ledger for one process, or a
-// *jskv.Ledger shared by the replicas behind a load balancer). The caller
-// owns l.
+// Idempotency-Key and client, through l (a *badgerledger.Ledger for one
+// process, or a *jskv.Ledger shared by the replicas behind a load
+// balancer). The caller owns l. It returns [ErrNoClient] if opts has
+// neither a Client nor SharedKeys, and an error for a nil l or negative
+// durations and sizes.
 func Middleware(l dedupe.Ledger, opts Options) (func(http.Handler) http.Handler, error) {
 	if l == nil {
 		return nil, fmt.Errorf("%w: nil ledger", errInvalidOptions)
+	}
+	if opts.Client == nil && !opts.SharedKeys {
+		return nil, ErrNoClient
 	}
 	if opts.MaxBodyBytes < 0 || opts.RetryAfter < 0 || opts.Lease < 0 {
 		return nil, fmt.Errorf("%w: negative MaxBodyBytes, RetryAfter or Lease", errInvalidOptions)
@@ -161,11 +183,16 @@ func (g *gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 		problem(w, http.StatusBadRequest, "Key_invalid", "Idempotency-Key invalid", err.Error())
 		return
 	}
-	route := g.opts.Route(r)
 	var client string
 	if g.opts.Client != nil {
 		client = g.opts.Client(r)
 	}
+	if client == "" && !g.opts.SharedKeys {
+		problem(w, http.StatusForbidden, "Client_unknown", "Client unknown",
+			"The server cannot tell which client sent this request, so it cannot keep its Idempotency-Key apart from other clients' keys. Authenticate, then retry with the same key.")
+		return
+	}
+	route := g.opts.Route(r)
 	key, err := dedupe.ClientKey(s, route, client)
 	if err != nil {
 		problem(w, http.StatusBadRequest, "Key_invalid", "Idempotency-Key invalid", err.Error())
@@ -190,8 +217,11 @@ func (g *gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 		r := r.WithContext(ctx)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(rec, r)
-		if !kept(rec.status) {
+		switch answerOf(rec.status) {
+		case undone:
 			return dedupe.Result{}, errNotKept
+		case maybeDone:
+			return dedupe.Result{}, dedupe.MaybeDone(errNotKept)
 		}
 		return dedupe.Result{Response: g.encode(rec)}, nil
 	}, dedupe.DoOptions{Owner: g.opts.Owner, Lease: g.opts.Lease, NoWait: true, RejectMismatch: true})
@@ -221,14 +251,33 @@ func (g *gate) serve(w http.ResponseWriter, r *http.Request, next http.Handler) 
 	}
 }
 
-// kept reports whether a response with status is kept: not one that asks
-// the client to try again.
-func kept(status int) bool {
+// answer is what a handler's response status says of the work.
+type answer uint8
+
+const (
+	// final: the work's answer (2xx, 3xx, and 4xx on the request's
+	// merits), kept and replayed.
+	final answer = iota
+	// undone: the request was not taken up at that moment (its form,
+	// credentials, permissions or target; the server's load), and nothing
+	// was done. Not kept; the retry runs as new work.
+	undone
+	// maybeDone: the handler failed mid-work (a 5xx other than 503).
+	// Not kept; the retry runs with dedupe.TakenOver.
+	maybeDone
+)
+
+// answerOf says what a response with status says of the work.
+func answerOf(status int) answer {
 	switch status {
-	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
-		return false
+	case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
+		http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return undone
 	}
-	return status < 500
+	if status >= 500 {
+		return maybeDone
+	}
+	return final
 }
 
 func retrySeconds(d time.Duration) int {
@@ -236,10 +285,11 @@ func retrySeconds(d time.Duration) int {
 }
 
 // fingerprintDomain keeps these fingerprints apart from any other hash.
-const fingerprintDomain = "oncegate/http-request-fingerprint/v1"
+// v2 added the request target.
+const fingerprintDomain = "oncegate/http-request-fingerprint/v2"
 
-// fingerprint is the payload's identity: the method, route, query and
-// body, canonical if it is JSON.
+// fingerprint is the request's identity: the method, route, request target
+// (path and query, as sent) and body, canonical if it is JSON.
 func fingerprint(r *http.Request, route string, body []byte) dedupe.Fingerprint {
 	media, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	kind := "raw"
@@ -249,7 +299,11 @@ func fingerprint(r *http.Request, route string, body []byte) dedupe.Fingerprint 
 		}
 	}
 	h := sha256.New()
-	for _, p := range []string{fingerprintDomain, r.Method, route, r.URL.RawQuery, kind, media} {
+	target := r.RequestURI // as the client sent it, whatever a handler before this one rewrote
+	if target == "" {
+		target = r.URL.RequestURI() // a request built in process
+	}
+	for _, p := range []string{fingerprintDomain, r.Method, route, target, kind, media} {
 		h.Write(binary.AppendUvarint(nil, uint64(len(p))))
 		h.Write([]byte(p))
 	}

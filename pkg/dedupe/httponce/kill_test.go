@@ -82,7 +82,7 @@ func serveCharges() error {
 	default:
 		return fmt.Errorf("HTTPONCE_LEDGER %q", os.Getenv("HTTPONCE_LEDGER"))
 	}
-	once, err := httponce.Middleware(l, httponce.Options{Required: true, Lease: lease})
+	once, err := httponce.Middleware(l, httponce.Options{Client: byUser, Required: true, Lease: lease})
 	if err != nil {
 		return err
 	}
@@ -243,6 +243,7 @@ func TestKillBetweenEffectAndCommit(t *testing.T) {
 			post := func(addr string) (*http.Response, string, error) {
 				req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/charges", strings.NewReader(`{"amount":1000}`))
 				req.Header.Set("Idempotency-Key", key)
+				req.SetBasicAuth("alice", "pw")
 				req.Header.Set("Content-Type", "application/json")
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -56,19 +57,27 @@ func (r *recorder) send(w http.ResponseWriter) {
 }
 
 // A kept response is encoded as: a version byte, a flags byte (bit 0: body
-// omitted), the status (uvarint), the number of header values (uvarint),
-// each as name and value (uvarint length, bytes), then the body.
+// omitted; bit 1: no-store, kept without its headers and body), the status
+// (uvarint), the number of header values (uvarint), each as name and value
+// (uvarint length, bytes), then the body.
 const (
 	responseVersion = 1
 	flagBodyOmitted = 1
+	flagNoStore     = 2
 )
 
 // encode returns r as kept: its status, the headers g keeps and its body,
-// or without its body if the whole would not fit the ledger.
+// or without its body if the whole would not fit the ledger, or its status
+// alone if it is marked Cache-Control: no-store.
 func (g *gate) encode(r *recorder) []byte {
 	status := r.status
 	if !r.wrote {
 		status = http.StatusOK
+	}
+	if noStore(r.header) {
+		b := []byte{responseVersion, flagNoStore}
+		b = binary.AppendUvarint(b, uint64(status))
+		return binary.AppendUvarint(b, 0)
 	}
 	head := func(flags byte) []byte {
 		b := []byte{responseVersion, flags}
@@ -95,11 +104,25 @@ func (g *gate) encode(r *recorder) []byte {
 	return head(flagBodyOmitted)
 }
 
+// noStore reports whether h carries the Cache-Control directive no-store:
+// the response must not be stored, so it is not kept to be replayed.
+func noStore(h http.Header) bool {
+	for _, v := range h.Values("Cache-Control") {
+		for d := range strings.SplitSeq(v, ",") {
+			name, _, _ := strings.Cut(d, "=")
+			if strings.EqualFold(strings.TrimSpace(name), "no-store") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 var errCorrupt = errors.New("httponce: kept response does not decode")
 
 // replay writes a kept response to w, marked as replayed.
 func replay(w http.ResponseWriter, b []byte) {
-	status, header, body, omitted, err := decode(b)
+	status, header, body, flags, err := decode(b)
 	if err != nil {
 		problem(w, http.StatusInternalServerError, "Ledger_unavailable", "Kept response unreadable",
 			"The response kept for this Idempotency-Key could not be read.")
@@ -109,7 +132,11 @@ func replay(w http.ResponseWriter, b []byte) {
 		w.Header()[k] = vs
 	}
 	w.Header().Set(HeaderReplayed, "true")
-	if omitted {
+	switch {
+	case flags&flagNoStore != 0:
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set(headerBodyOmitted, "no-store")
+	case flags&flagBodyOmitted != 0:
 		w.Header().Set(headerBodyOmitted, "omitted")
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
@@ -117,11 +144,11 @@ func replay(w http.ResponseWriter, b []byte) {
 	w.Write(body)
 }
 
-func decode(b []byte) (status int, header http.Header, body []byte, omitted bool, err error) {
+func decode(b []byte) (status int, header http.Header, body []byte, flags byte, err error) {
 	if len(b) < 2 || b[0] != responseVersion {
-		return 0, nil, nil, false, errCorrupt
+		return 0, nil, nil, 0, errCorrupt
 	}
-	omitted = b[1]&flagBodyOmitted != 0
+	flags = b[1]
 	p := b[2:]
 	next := func() (uint64, bool) {
 		v, n := binary.Uvarint(p)
@@ -142,22 +169,22 @@ func decode(b []byte) (status int, header http.Header, body []byte, omitted bool
 	}
 	st, ok := next()
 	if !ok || st < 100 || st > 999 {
-		return 0, nil, nil, false, errCorrupt
+		return 0, nil, nil, 0, errCorrupt
 	}
 	n, ok := next()
 	if !ok || n > uint64(len(p)) {
-		return 0, nil, nil, false, errCorrupt
+		return 0, nil, nil, 0, errCorrupt
 	}
 	header = http.Header{}
 	for range n {
 		k, ok1 := str()
 		v, ok2 := str()
 		if !ok1 || !ok2 {
-			return 0, nil, nil, false, errCorrupt
+			return 0, nil, nil, 0, errCorrupt
 		}
 		header.Add(k, v)
 	}
-	return int(st), header, p, omitted, nil
+	return int(st), header, p, flags, nil
 }
 
 // problem answers with an RFC 9457 problem document; anchor is the
