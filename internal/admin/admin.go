@@ -17,6 +17,7 @@ import (
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/version"
 	"github.com/oncegate/oncegate/pkg/dedupe"
+	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
 // API is the operations, carried out here ([Admin]) or by the consumer a
@@ -41,6 +42,23 @@ type API interface {
 	// failure of reason unknown_outcome unless r.UnknownOutcome states
 	// that the effect did not happen (StatementNotSent), as Redrive does.
 	Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error)
+	// Find returns a page of the dead letters selected, newest first,
+	// with their totals.
+	Find(ctx context.Context, r FindRequest) (FindReply, error)
+	// Preview says what a bulk redrive of the dead letters selected would
+	// do with each, and saves it as a job to start.
+	Preview(ctx context.Context, r PreviewRequest) (PreviewReply, error)
+	// StartJob starts a previewed bulk redrive, or takes over one whose
+	// runner stopped.
+	StartJob(ctx context.Context, r JobRequest) (Job, error)
+	// Job returns a bulk redrive, with how far it got.
+	Job(ctx context.Context, r JobRequest) (Job, error)
+	// Jobs lists the latest bulk redrives.
+	Jobs(ctx context.Context, r JobsRequest) (JobsReply, error)
+	// Audit lists the changes people made, newest first.
+	Audit(ctx context.Context, r AuditRequest) (AuditReply, error)
+	// Decide approves or cancels a one-shot effect waiting in an outbox.
+	Decide(ctx context.Context, r DecideRequest) (DecideReply, error)
 }
 
 // Counter counts redrives, for metrics (ops.Metrics is one).
@@ -62,9 +80,16 @@ type Options struct {
 	// Logger receives a line for every change (a redrive, a forget), with
 	// who asked. The default discards.
 	Logger *slog.Logger
-	// Owner names this process in Hello. The default is the NATS
-	// connection's name.
+	// Owner names this process in Hello, the audit and the jobs it runs.
+	// The default is the NATS connection's name.
 	Owner string
+	// Cache, if set, is the LLM cache a redrive's preview looks in, to say
+	// what the redriven triggers' model steps will cost.
+	Cache *llmcache.Cache
+	// ResumeJobs has the Admin take over, while it runs (until Close),
+	// every bulk redrive whose runner stopped: a process that served the
+	// operations died in the middle of one.
+	ResumeJobs bool
 }
 
 // MarksBucket is the KV bucket that records which dead letters were
@@ -81,6 +106,10 @@ type Admin struct {
 	js    jetstream.JetStream
 	log   *slog.Logger
 	pipes map[string]*config.Pipeline
+
+	index *index   // the dead letters, for the console's pages
+	aud   *auditor // writes the audit
+	runState
 
 	// testHookCleared, if set by a test, runs after a redrive cleared an
 	// intent's failure and before it republishes the trigger.
@@ -108,6 +137,11 @@ func New(opts Options) (*Admin, error) {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
 	a := &Admin{opts: opts, cfg: opts.Config, js: js, log: opts.Logger, pipes: map[string]*config.Pipeline{}}
+	a.index, a.aud = newIndex(a), &auditor{a: a}
+	a.runCtx, a.stop = context.WithCancel(context.Background())
+	if opts.ResumeJobs {
+		a.running.Go(func() { a.resumer(a.runCtx) })
+	}
 	for i := range a.cfg.Pipelines {
 		p := &a.cfg.Pipelines[i]
 		a.pipes[p.Name] = p
@@ -180,11 +214,31 @@ func (a *Admin) Record(ctx context.Context, r RecordRequest) (RecordReply, error
 	if reply.Record, err = a.get(ctx, k); err != nil {
 		return reply, err
 	}
-	if p != nil && p.Effect.Class == config.ClassOneShot {
-		if reply.Dispatch, err = a.get(ctx, consumer.DispatchKey(k)); err != nil {
-			return reply, err
+	if reply.Effects, err = a.dispatches(ctx, p, k); err != nil {
+		return reply, err
+	}
+	for _, d := range reply.Effects {
+		if d.Effect == "" && d.Dispatch != nil {
+			reply.Dispatch = d.Dispatch // the pipeline's single one-shot effect
 		}
 	}
+	if reply.Record == nil && len(reply.Effects) == 0 {
+		// The key a named one-shot effect is sent under, as an outbox
+		// entry's dead letter named it before it named the intent.
+		rec, err := a.get(ctx, consumer.DispatchKey(k))
+		if err != nil {
+			return reply, err
+		}
+		if rec != nil {
+			reply.Effects = []EffectDispatch{{Key: k.String(), Dispatch: rec}}
+			reply.Dispatch = rec
+		}
+	}
+	au, err := a.Audit(ctx, AuditRequest{Key: k.String(), Limit: MaxLimit})
+	if err != nil {
+		a.log.Warn("admin: reading the audit of a key", "key", k.String(), "err", err)
+	}
+	reply.Story = story(reply.Record, reply.Effects, au.Entries)
 	return reply, nil
 }
 
@@ -223,13 +277,38 @@ func (a *Admin) Pending(ctx context.Context, r PendingRequest) (PendingReply, er
 	return reply, nil
 }
 
-// Forget implements [API]. A failed record whose failure's reason is
-// unknown_outcome (a holder stopped mid-effect: the effect may have
-// happened, and the intent's next trigger would do it again) is refused
-// with ErrRefused unless r.UnknownOutcome is StatementNotSent; the
-// statement is then kept in the cleared record's reason, the log line and
-// the reply, with who made it.
+// Forget implements [API]. It clears the failed record among intent
+// r.Key's: its own, or the dispatch of one of its one-shot effects (the
+// one r.Effect names, or the one that failed; naming it is needed when
+// several did). A failed record whose failure's reason is unknown_outcome
+// (a holder stopped mid-effect: the effect may have happened, and the
+// intent's next trigger, or a redrive, would do it again) is refused with
+// ErrRefused unless r.UnknownOutcome is StatementNotSent; the statement is
+// then kept in the cleared record's reason, the log line, the audit and
+// the reply, with who made it. Every forget, done or refused, is recorded
+// in the audit.
 func (a *Admin) Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error) {
+	reply, err := a.forget(ctx, r)
+	e := AuditEntry{Action: AuditForget, By: r.By.String(), Key: reply.Key, Effect: reply.Effect, Statement: reply.Statement, Outcome: reply.Outcome}
+	switch {
+	case err != nil && (errors.Is(err, ErrRefused) || errors.Is(err, ErrNotFound)):
+		e.Outcome, e.Detail = OutcomeRefused, err.Error()
+	case err != nil:
+		return reply, err // not a decision: nothing to record
+	case reply.Record != nil:
+		e.Ledger = reply.Record.Reason
+	}
+	if e.Key == "" {
+		e.Key = strings.ToLower(r.Key)
+		if _, perr := dedupe.ParseKey(e.Key); perr != nil {
+			return reply, err // a request that does not parse
+		}
+	}
+	_ = a.record(ctx, e)
+	return reply, err
+}
+
+func (a *Admin) forget(ctx context.Context, r ForgetRequest) (ForgetReply, error) {
 	if r.UnknownOutcome != "" && r.UnknownOutcome != StatementNotSent {
 		return ForgetReply{}, errorf(ErrBadRequest, "admin: the one statement about an unknown outcome is %q (the effect did not happen), not %q", StatementNotSent, r.UnknownOutcome)
 	}
@@ -243,16 +322,12 @@ func (a *Admin) Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error
 	reply := ForgetReply{Key: k.String()}
 	for range 3 {
 		reply.Statement = ""
-		rec, err := a.opts.Ledger.Get(ctx, k)
-		if errors.Is(err, ledger.ErrNotFound) {
-			return reply, errorf(ErrNotFound, "admin: no ledger record for %v (new work, or forgotten after the retention)", k)
-		}
+		f, err := a.forgetTarget(ctx, k, r.Effect)
 		if err != nil {
 			return reply, err
 		}
-		if err := refuseUnfailed(k, rec); err != nil {
-			return reply, err
-		}
+		reply.Effect, reply.Dispatch = f.effect, f.dispatch
+		rec := f.rec
 		if rec.State == ledger.StateCleared {
 			reply.Outcome, reply.Record = "already cleared", record(rec)
 			return reply, nil
@@ -261,21 +336,21 @@ func (a *Admin) Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error
 		if failedWith(rec.Reason) == outcome.ReasonUnknownOutcome {
 			if r.UnknownOutcome != StatementNotSent {
 				_, why, _ := strings.Cut(rec.Reason, ": ")
-				return reply, errorf(ErrRefused, "admin: %v failed with reason %s (%s): its effect may have happened, and the intent's next trigger would do it again; check the target, and forget it with the statement %s only if it did not (consumer forget -unknown-outcome=%[4]s, or the console's box)",
-					k, outcome.ReasonUnknownOutcome, why, StatementNotSent)
+				return reply, errorf(ErrRefused, "admin: %s failed with reason %s (%s): its effect may have happened, and the intent's next trigger would do it again; check the target, and forget it with the statement %s only if it did not (consumer forget -unknown-outcome=%[4]s, or the console's box)",
+					f.describe(k), outcome.ReasonUnknownOutcome, why, StatementNotSent)
 			}
 			reply.Statement = r.UnknownOutcome
 			note += ", who stated that the effect was " + r.UnknownOutcome + ","
 		}
-		err = a.opts.Ledger.Clear(ctx, k, rec.Token, note+" at "+time.Now().UTC().Format(time.RFC3339))
+		err = a.opts.Ledger.Clear(ctx, f.key, rec.Token, note+" at "+time.Now().UTC().Format(time.RFC3339))
 		if errors.Is(err, ledger.ErrNotFailed) || errors.Is(err, ledger.ErrStaleToken) {
 			continue // it changed since the read: look again
 		}
 		if err != nil {
 			return reply, err
 		}
-		a.log.Warn("forgot a failed record: the intent's next trigger runs its work anew", "key", k.String(), "by", r.By.String(), "failure", rec.Reason, "statement", reply.Statement)
-		rec, err = a.opts.Ledger.Get(ctx, k)
+		a.log.Warn("forgot a failed record: the intent's next trigger runs its work anew", "key", k.String(), "effect", f.effect, "dispatch", f.dispatch, "by", r.By.String(), "failure", rec.Reason, "statement", reply.Statement)
+		rec, err = a.opts.Ledger.Get(ctx, f.key)
 		if err != nil {
 			return reply, err
 		}
@@ -283,6 +358,95 @@ func (a *Admin) Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error
 		return reply, nil
 	}
 	return reply, errorf(ErrRefused, "admin: the record of %v kept changing while it was being forgotten; look at it again", k)
+}
+
+// forgetTarget finds the record a forget of k clears: the intent's own, if
+// it failed (or was cleared already), else the failed dispatch of one of
+// its one-shot effects (the one effect names, if set).
+func (a *Admin) forgetTarget(ctx context.Context, k dedupe.Key, effect string) (failedRecord, error) {
+	own, err := a.opts.Ledger.Get(ctx, k)
+	found := err == nil
+	if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+		return failedRecord{}, err
+	}
+	if found && effect == "" {
+		if err := refuseUnfailed(k, own); err != nil && own.State == ledger.StatePending {
+			return failedRecord{}, err
+		}
+		if own.State == ledger.StateFailed {
+			return failedRecord{key: k, rec: own}, nil
+		}
+	}
+	// Its one-shot effects' dispatches, of every pipeline.
+	var failed, cleared []failedRecord
+	seen := map[dedupe.Key]bool{}
+	consider := func(name string, dk dedupe.Key) error {
+		if seen[dk] {
+			return nil
+		}
+		seen[dk] = true
+		rec, err := a.opts.Ledger.Get(ctx, dk)
+		if errors.Is(err, ledger.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		f := failedRecord{key: dk, rec: rec, effect: name, dispatch: true}
+		switch rec.State {
+		case ledger.StateFailed:
+			failed = append(failed, f)
+		case ledger.StateCleared:
+			cleared = append(cleared, f)
+		case ledger.StatePending:
+			if effect != "" {
+				return errorf(ErrRefused, "admin: %s is under way (held by %s, lease until %s), or its holder stopped: only a failed record can be cleared", f.describe(k), rec.Owner, rec.LeaseUntil.UTC().Format(time.RFC3339Nano))
+			}
+		}
+		return nil
+	}
+	for i := range a.cfg.Pipelines {
+		p := &a.cfg.Pipelines[i]
+		if !a.hasLedger(p) {
+			continue
+		}
+		for _, e := range oneShotEffects(p) {
+			if effect != "" && e.Name != effect {
+				continue
+			}
+			if err := consider(e.Name, consumer.DispatchKey(consumer.EffectKey(k, e.Name))); err != nil {
+				return failedRecord{}, err
+			}
+		}
+	}
+	if !found && len(failed)+len(cleared) == 0 {
+		// The key a named one-shot effect is sent under, as an outbox
+		// entry's dead letter named it before it named the intent.
+		if err := consider("", consumer.DispatchKey(k)); err != nil {
+			return failedRecord{}, err
+		}
+	}
+	switch {
+	case len(failed) == 1:
+		return failed[0], nil
+	case len(failed) > 1:
+		var names []string
+		for _, f := range failed {
+			names = append(names, f.effect)
+		}
+		return failedRecord{}, errorf(ErrBadRequest, "admin: the dispatches of several effects of %v failed (%s): name the one to forget", k, strings.Join(names, ", "))
+	case len(cleared) > 0 && (!found || own.State != ledger.StateCleared):
+		return cleared[0], nil
+	case found && own.State == ledger.StateCleared && effect == "":
+		return failedRecord{key: k, rec: own}, nil
+	case effect != "":
+		return failedRecord{}, errorf(ErrNotFound, "admin: no failed dispatch of effect %q of %v", effect, k)
+	case found:
+		if err := refuseUnfailed(k, own); err != nil {
+			return failedRecord{}, err
+		}
+	}
+	return failedRecord{}, errorf(ErrNotFound, "admin: no ledger record for %v (new work, or forgotten after the retention)", k)
 }
 
 // failedWith returns the reason a failed record's Reason names: the

@@ -98,3 +98,38 @@ func (c *Client) Redrive(ctx context.Context, r RedriveRequest) (RedriveReply, e
 func (c *Client) Forget(ctx context.Context, r ForgetRequest) (ForgetReply, error) {
 	return call[ForgetReply](ctx, c, epForget, r)
 }
+
+// Find implements [API].
+func (c *Client) Find(ctx context.Context, r FindRequest) (FindReply, error) {
+	return call[FindReply](ctx, c, epFind, r)
+}
+
+// Preview implements [API].
+func (c *Client) Preview(ctx context.Context, r PreviewRequest) (PreviewReply, error) {
+	return call[PreviewReply](ctx, c, epPreview, r)
+}
+
+// StartJob implements [API]. The job runs in the consumer that answered.
+func (c *Client) StartJob(ctx context.Context, r JobRequest) (Job, error) {
+	return call[Job](ctx, c, epStart, r)
+}
+
+// Job implements [API].
+func (c *Client) Job(ctx context.Context, r JobRequest) (Job, error) {
+	return call[Job](ctx, c, epJob, r)
+}
+
+// Jobs implements [API].
+func (c *Client) Jobs(ctx context.Context, r JobsRequest) (JobsReply, error) {
+	return call[JobsReply](ctx, c, epJobs, r)
+}
+
+// Audit implements [API].
+func (c *Client) Audit(ctx context.Context, r AuditRequest) (AuditReply, error) {
+	return call[AuditReply](ctx, c, epAudit, r)
+}
+
+// Decide implements [API].
+func (c *Client) Decide(ctx context.Context, r DecideRequest) (DecideReply, error) {
+	return call[DecideReply](ctx, c, epDecide, r)
+}

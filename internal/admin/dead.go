@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/jsretry"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -78,37 +77,58 @@ func cmpOr(s, def string) string {
 	return s
 }
 
-// letter reads a dead letter's headers.
-func letter(stream string, seq uint64, at time.Time, subject string, h nats.Header, data []byte) DeadLetter {
-	d := DeadLetter{
-		Stream: stream, Seq: seq, Time: at.UTC(), Size: len(data),
-		Pipeline: h.Get(consumer.HeaderPipeline), Reason: h.Get(consumer.HeaderReason),
-		Detail: h.Get(consumer.HeaderDetail), Key: h.Get(consumer.HeaderKey),
-		Subject: h.Get(consumer.HeaderSubject), TriggerStream: h.Get(consumer.HeaderStream),
-		Truncated: h.Get(consumer.HeaderTruncated) == "true",
-	}
-	d.TriggerSeq, _ = strconv.ParseUint(h.Get(consumer.HeaderStreamSeq), 10, 64)
-	d.Deliveries, _ = strconv.ParseUint(h.Get(consumer.HeaderDeliveries), 10, 64)
-	if d.Subject == "" {
-		d.Subject = subject
-	}
-	return d
-}
-
-// matches reports whether d is one sel chooses.
+// matches reports whether d is one sel chooses. Whether it was handled
+// (sel.Unhandled) is for the caller to check, who knows its mark.
 func (sel *Selection) matches(d *DeadLetter) bool {
 	switch {
 	case sel.Pipeline != "" && d.Pipeline != sel.Pipeline,
 		sel.Reason != "" && d.Reason != sel.Reason,
-		sel.Key != "" && !strings.EqualFold(d.Key, sel.Key),
+		sel.Key != "" && !strings.EqualFold(d.Key, sel.Key) && !strings.EqualFold(d.EffectKey, sel.Key),
+		sel.Effect != "" && !strings.EqualFold(d.Effect, sel.Effect) && !strings.EqualFold(d.Sink, sel.Effect),
+		sel.Status != "" && !statusMatches(sel.Status, d.Status),
 		!sel.Since.IsZero() && d.Time.Before(sel.Since),
-		d.Seq <= sel.After:
+		!sel.Until.IsZero() && !d.Time.Before(sel.Until),
+		sel.Text != "" && !textMatches(d, sel.Text),
+		d.Seq <= sel.After,
+		sel.UpTo > 0 && d.Seq > sel.UpTo:
 		return false
 	}
 	if len(sel.Seqs) == 0 {
 		return true
 	}
 	return slices.ContainsFunc(sel.Seqs, func(r Range) bool { return r.has(d.Seq) })
+}
+
+// statusMatches reports whether status is the one want names: "500", or
+// a class, "5xx".
+func statusMatches(want string, status int) bool {
+	if status == 0 {
+		return false
+	}
+	if len(want) == 3 && want[1:] == "xx" {
+		return status/100 == int(want[0]-'0')
+	}
+	return want == strconv.Itoa(status)
+}
+
+// validStatus reports whether s is a status a selection can name.
+func validStatus(s string) bool {
+	if len(s) != 3 || s[0] < '1' || s[0] > '5' {
+		return false
+	}
+	if s[1:] == "xx" {
+		return true
+	}
+	return s[1] >= '0' && s[1] <= '9' && s[2] >= '0' && s[2] <= '9'
+}
+
+func textMatches(d *DeadLetter, text string) bool {
+	for _, s := range []string{d.Detail, d.Answer, d.Key, d.EffectKey, d.Subject, d.Effect, d.Sink, d.Pipeline, d.Reason} {
+		if containsFold(s, text) {
+			return true
+		}
+	}
+	return false
 }
 
 // beyond reports whether no sequence past seq can match sel's ranges.
@@ -134,23 +154,38 @@ func (sel *Selection) limit() int {
 	return sel.Limit
 }
 
-// scan calls fn, in stream order, with each dead letter sel chooses (at
-// most its limit), and its message. It reports whether more may match past
-// the last one, and that one's sequence.
-func (a *Admin) scan(ctx context.Context, sel Selection, fn func(d DeadLetter, m jetstream.Msg) error) (more bool, next uint64, err error) {
-	if sel.Reason != "" && !validReason(sel.Reason) {
-		return false, 0, errorf(ErrBadRequest, "admin: no dead-letter reason %q", sel.Reason)
+// check refuses a selection that names what does not exist.
+func (sel *Selection) check() error {
+	switch {
+	case sel.Reason != "" && !validReason(sel.Reason):
+		return errorf(ErrBadRequest, "admin: no dead-letter reason %q", sel.Reason)
+	case sel.Status != "" && !validStatus(sel.Status):
+		return errorf(ErrBadRequest, "admin: status %q: want an HTTP status (500) or a class (5xx)", sel.Status)
+	case !sel.Since.IsZero() && !sel.Until.IsZero() && !sel.Since.Before(sel.Until):
+		return errorf(ErrBadRequest, "admin: the time range ends (%s) before it starts (%s)", sel.Until.Format(time.RFC3339), sel.Since.Format(time.RFC3339))
 	}
 	if sel.Key != "" {
 		if _, err := dedupe.ParseKey(sel.Key); err != nil {
-			return false, 0, errorf(ErrBadRequest, "admin: %v", err)
+			return errorf(ErrBadRequest, "admin: %v", err)
 		}
+	}
+	return nil
+}
+
+// scan calls fn, in stream order, with each dead letter sel chooses (at
+// most its limit), and its message's headers and data. It reports whether
+// more may match past the last one, and that one's sequence. A read that
+// fails on the way goes on from the letter after the last fn was given:
+// fn sees each letter once.
+func (a *Admin) scan(ctx context.Context, sel Selection, fn func(d DeadLetter, h nats.Header, data []byte) error) (more bool, next uint64, err error) {
+	if err := sel.check(); err != nil {
+		return false, 0, err
 	}
 	streams, err := a.deadStreams(ctx, &sel)
 	if err != nil {
 		return false, 0, err
 	}
-	if len(streams) > 1 && (sel.After > 0 || len(sel.Seqs) > 0) {
+	if len(streams) > 1 && (sel.After > 0 || len(sel.Seqs) > 0 || sel.UpTo > 0) {
 		var names []string
 		for _, s := range streams {
 			names = append(names, s.name)
@@ -160,93 +195,62 @@ func (a *Admin) scan(ctx context.Context, sel Selection, fn func(d DeadLetter, m
 	limit := sel.limit()
 	n := 0
 	for _, ds := range streams {
-		// A request that finds no responder (a node's JetStream coming
-		// back, a leader being elected) is tried again, from the start of
-		// the stream, as long as no dead letter has been handed to fn.
-		read := func() (tried int, err error) {
-			st, err := a.js.Stream(ctx, ds.name)
-			if err != nil {
-				return tried, fmt.Errorf("admin: stream %s: %w", ds.name, err)
-			}
-			// The server drops the reader 30s after its last fetch, not the
-			// default 5 minutes: a console refreshing makes one per page.
-			oc := jetstream.OrderedConsumerConfig{FilterSubjects: ds.subjects, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: 30 * time.Second}
-			start := sel.After + 1
-			if len(sel.Seqs) > 0 {
-				start = max(start, slices.MinFunc(sel.Seqs, func(x, y Range) int { return cmpUint(x.From, y.From) }).From)
-			}
-			switch {
-			case start > 1:
-				oc.DeliverPolicy, oc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
-			case !sel.Since.IsZero():
-				since := sel.Since
-				oc.DeliverPolicy, oc.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
-			}
-			cons, err := st.OrderedConsumer(ctx, oc)
-			if err != nil {
-				return tried, fmt.Errorf("admin: reading stream %s: %w", ds.name, err)
-			}
-			done := false
-			for !done {
-				b, err := cons.FetchNoWait(min(limit-n+1, 256))
-				if err != nil {
-					return tried, fmt.Errorf("admin: reading stream %s: %w", ds.name, err)
-				}
-				got := 0
-				for m := range b.Messages() {
-					got++
-					if done {
-						continue
-					}
-					meta, err := m.Metadata()
-					if err != nil {
-						return tried, err
-					}
-					if sel.beyond(meta.Sequence.Stream - 1) {
-						done = true
-						continue
-					}
-					d := letter(ds.name, meta.Sequence.Stream, meta.Timestamp, m.Subject(), m.Headers(), m.Data())
-					if sel.matches(&d) {
-						if n == limit {
-							more, done = true, true
-							continue
-						}
-						tried++
-						if err := fn(d, m); err != nil {
-							return tried, err
-						}
-						n++
-						next = d.Seq
-					}
-					if meta.NumPending == 0 {
-						done = true
-					}
-				}
-				if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) {
-					return tried, fmt.Errorf("admin: reading stream %s: %w", ds.name, err)
-				}
-				if got == 0 {
-					done = true
-				}
-			}
-			return tried, nil
+		st, err := a.stream(ctx, ds.name)
+		if err != nil {
+			return false, 0, err
 		}
-		for wait := 250 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-			tried, err := read()
-			if err == nil {
-				break
+		o := readOpts{filters: ds.subjects, lo: sel.After + 1, hi: sel.UpTo, batch: min(limit+1, 64)}
+		if len(sel.Seqs) > 0 {
+			o.lo = max(o.lo, slices.MinFunc(sel.Seqs, func(x, y Range) int { return cmpUint(x.From, y.From) }).From)
+		}
+		if o.lo <= 1 && !sel.Since.IsZero() {
+			o.startTime = sel.Since
+		}
+		err = a.readStream(ctx, st, o, func(seq uint64, at time.Time, subject string, h nats.Header, data []byte) error {
+			if sel.beyond(seq-1) || !sel.Until.IsZero() && !at.Before(sel.Until) {
+				return errStop
 			}
-			if tried > 0 || !jsretry.Transient(err) || !sleepCtx(ctx, wait) {
-				return false, 0, err
+			if !slices.Contains(ds.subjects, subject) {
+				return nil
 			}
-			a.log.Warn("admin: reading the dead letters failed; trying again", "stream", ds.name, "err", err)
+			d := a.letter(ds.name, seq, at, subject, h, len(data))
+			if !sel.matches(&d) {
+				return nil
+			}
+			if n == limit {
+				more = true
+				return errStop
+			}
+			if err := fn(d, h, data); err != nil {
+				return err
+			}
+			n++
+			next = d.Seq
+			return nil
+		})
+		if err != nil {
+			return false, 0, err
 		}
 		if more {
 			break
 		}
 	}
 	return more, next, nil
+}
+
+// stream looks a stream up, through what finds no responder for a while
+// (a node's JetStream coming back, a leader being elected).
+func (a *Admin) stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		st, err := a.js.Stream(ctx, name)
+		if err == nil {
+			return st, nil
+		}
+		if !jsretry.Transient(err) || ctx.Err() != nil || !sleepCtx(ctx, wait) {
+			return nil, fmt.Errorf("admin: stream %s: %w", name, err)
+		}
+		a.log.Warn("admin: looking a stream up failed; trying again", "stream", name, "err", err)
+	}
 }
 
 func validReason(r string) bool { return outcome.Reason(r).Valid() }
@@ -278,13 +282,17 @@ func (a *Admin) Dead(ctx context.Context, sel Selection) (DeadReply, error) {
 	reply := DeadReply{Letters: []DeadLetter{}}
 	marks := a.marks(ctx, false)
 	var err error
-	reply.More, reply.Next, err = a.scan(ctx, sel, func(d DeadLetter, _ jetstream.Msg) error {
+	reply.More, reply.Next, err = a.scan(ctx, sel, func(d DeadLetter, _ nats.Header, _ []byte) error {
 		if marks != nil {
 			m, _, err := readMark(ctx, marks, d.Stream, d.Seq)
 			if err != nil {
 				return err
 			}
 			d.Redriven = m
+		}
+		a.settle(&d)
+		if sel.Unhandled && d.Handled != "" {
+			return nil
 		}
 		reply.Letters = append(reply.Letters, d)
 		return nil
@@ -306,9 +314,9 @@ func (a *Admin) Show(ctx context.Context, r ShowRequest) (DeadLetter, error) {
 		return DeadLetter{}, errorf(ErrBadRequest, "admin: the dead letters are in several streams: name one")
 	}
 	ds := streams[0]
-	st, err := a.js.Stream(ctx, ds.name)
+	st, err := a.stream(ctx, ds.name)
 	if err != nil {
-		return DeadLetter{}, fmt.Errorf("admin: stream %s: %w", ds.name, err)
+		return DeadLetter{}, err
 	}
 	m, err := st.GetMsg(ctx, r.Seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -320,7 +328,7 @@ func (a *Admin) Show(ctx context.Context, r ShowRequest) (DeadLetter, error) {
 	if !slices.Contains(ds.subjects, m.Subject) {
 		return DeadLetter{}, errorf(ErrNotFound, "admin: message %d of stream %s is not a dead letter (its subject is %s)", r.Seq, ds.name, m.Subject)
 	}
-	d := letter(ds.name, m.Sequence, m.Time, m.Subject, m.Header, m.Data)
+	d := a.letter(ds.name, m.Sequence, m.Time, m.Subject, m.Header, len(m.Data))
 	d.Payload = m.Data
 	d.Headers = map[string][]string(m.Header)
 	if marks := a.marks(ctx, false); marks != nil {
@@ -328,6 +336,7 @@ func (a *Admin) Show(ctx context.Context, r ShowRequest) (DeadLetter, error) {
 			return d, err
 		}
 	}
+	a.settle(&d)
 	return d, nil
 }
 

@@ -45,10 +45,13 @@ func (a *Admin) Redrive(ctx context.Context, r RedriveRequest) (RedriveReply, er
 		return reply, fmt.Errorf("admin: the redrive marks bucket %s cannot be opened or created", MarksBucket)
 	}
 	var err error
-	reply.More, reply.Next, err = a.scan(ctx, r.Selection, func(d DeadLetter, m jetstream.Msg) error {
-		res, err := a.redriveOne(ctx, r, marks, d, m)
+	reply.More, reply.Next, err = a.scan(ctx, r.Selection, func(d DeadLetter, h nats.Header, data []byte) error {
+		res, err := a.redriveOne(ctx, r, "", marks, d, h, data, nil)
 		if err != nil {
 			return fmt.Errorf("admin: dead letter %s %d: %w", d.Stream, d.Seq, err)
+		}
+		if r.Yes {
+			_ = a.record(ctx, auditOf(&d, &res, r, ""))
 		}
 		reply.Results = append(reply.Results, res)
 		return nil
@@ -56,8 +59,35 @@ func (a *Admin) Redrive(ctx context.Context, r RedriveRequest) (RedriveReply, er
 	return reply, err
 }
 
-func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstream.KeyValue, d DeadLetter, m jetstream.Msg) (RedriveResult, error) {
-	res := RedriveResult{Stream: d.Stream, Seq: d.Seq, Pipeline: d.Pipeline, Reason: d.Reason, Key: d.Key}
+// auditOf is the audit entry of a redrive of d that came to res.
+func auditOf(d *DeadLetter, res *RedriveResult, r RedriveRequest, job string) AuditEntry {
+	e := AuditEntry{
+		Action: AuditRedrive, By: r.By.String(), Key: d.Key, Pipeline: d.Pipeline, Effect: d.Effect,
+		Letter: refOf(d), Job: job, Outcome: res.Outcome, Ledger: res.Ledger, Detail: res.Detail,
+	}
+	if m := res.Mark; m != nil {
+		e.Statement = m.Statement
+		if res.Outcome == OutcomeRedriven {
+			e.At = m.At
+		}
+		if res.Outcome == OutcomeRedriven && e.Detail == "" {
+			e.Detail = fmt.Sprintf("republished as %s %d", m.Stream, m.Seq)
+		}
+	}
+	return e
+}
+
+// knownMark is a dead letter's mark as the caller read it (from the
+// index, for a preview): redriveOne then does not read it again.
+type knownMark struct {
+	mark *Mark
+}
+
+// redriveOne redrives d (its message's headers h and data), or says what
+// it would do (without r.Yes; then h and data are not read). job names the
+// bulk redrive it is part of.
+func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, job string, marks jetstream.KeyValue, d DeadLetter, h nats.Header, data []byte, known *knownMark) (RedriveResult, error) {
+	res := RedriveResult{Stream: d.Stream, Seq: d.Seq, Pipeline: d.Pipeline, Reason: d.Reason, Key: d.Key, Effect: d.Effect, Sink: d.Sink}
 	refuse := func(format string, args ...any) (RedriveResult, error) {
 		res.Outcome, res.Detail = OutcomeRefused, fmt.Sprintf(format, args...)
 		return res, nil
@@ -68,7 +98,10 @@ func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstrea
 	}
 	var mark *Mark
 	var rev uint64
-	if marks != nil {
+	switch {
+	case known != nil:
+		mark = known.mark
+	case marks != nil:
 		var err error
 		if mark, rev, err = readMark(ctx, marks, d.Stream, d.Seq); err != nil {
 			return res, err
@@ -91,21 +124,33 @@ func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstrea
 	}
 	subject := d.Subject
 	// An outbox entry (or its parked copy, waiting for an approval) goes
-	// back to the outbox, keyed by its Oncegate-Key: the pipeline's one-shot
-	// effect's, or a named one-shot effect's (EffectKey), whose dispatch
-	// record is the one to clear. The outbox's subjects are Oncegate's own.
-	oneShotEntry := subject == consumer.OutboxSubject(p.Name) || strings.HasPrefix(subject, consumer.OutboxSubject(p.Name)+".")
+	// back to the outbox, keyed by the key its effect is sent under: the
+	// intent's for the pipeline's one-shot effect, a named one-shot
+	// effect's (consumer.EffectKey) for a named one; its dispatch record
+	// is the one to clear. The outbox's subjects are Oncegate's own.
+	oneShotEntry := isOutbox(subject, p.Name)
 	if oneShotEntry {
 		subject = consumer.OutboxSubject(p.Name)
 	}
+	what := "the failure"
+	if oneShotEntry {
+		what = "the failed dispatch"
+		if d.Effect != "" {
+			what += " of " + d.Effect
+		}
+	}
 
-	// The intent's record.
+	// The intent's record, or its effect's dispatch.
 	var lkey dedupe.Key
 	haveKey := false
 	if d.Key != "" && a.hasLedger(p) {
-		k, err := dedupe.ParseKey(d.Key)
+		raw := d.Key
+		if oneShotEntry && d.EffectKey != "" {
+			raw = d.EffectKey
+		}
+		k, err := dedupe.ParseKey(raw)
 		if err != nil {
-			return refuse("its key header %q does not parse: %v", d.Key, err)
+			return refuse("its key header %q does not parse: %v", raw, err)
 		}
 		lkey, haveKey = k, true
 		if oneShotEntry {
@@ -127,6 +172,9 @@ func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstrea
 			case rec.State == ledger.StateCommitted:
 				res.Outcome, res.Ledger = OutcomeCommitted, "committed"
 				res.Detail = fmt.Sprintf("the intent was done at %s: nothing to redrive", rec.Result.Committed.UTC().Format(time.RFC3339))
+				if oneShotEntry {
+					res.Detail = fmt.Sprintf("the effect %s was sent at %s: nothing to redrive", cmpOr(d.Effect, "of the pipeline"), rec.Result.Committed.UTC().Format(time.RFC3339))
+				}
 				return res, nil
 			case rec.State == ledger.StatePending:
 				res.Outcome, res.Ledger = OutcomeInProgress, "pending"
@@ -141,7 +189,7 @@ func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstrea
 				return refuse("the intent's ledger record failed with reason %s: its effect may have happened: check the target, and redrive it with the statement %s only if it did not",
 					outcome.ReasonUnknownOutcome, StatementNotSent)
 			case !r.Yes:
-				res.Ledger = fmt.Sprintf("would clear the failure (token %d)", rec.Token)
+				res.Ledger = fmt.Sprintf("would clear %s (token %d)", what, rec.Token)
 			default:
 				if a.testHookRead != nil {
 					a.testHookRead(lkey)
@@ -153,7 +201,7 @@ func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstrea
 				if err != nil {
 					return res, err
 				}
-				res.Ledger = fmt.Sprintf("cleared the failure (token %d)", rec.Token)
+				res.Ledger = fmt.Sprintf("cleared %s (token %d)", what, rec.Token)
 			}
 			break
 		}
@@ -168,19 +216,20 @@ func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstrea
 
 	// Republish.
 	out := nats.NewMsg(subject)
-	out.Header = consumer.RedriveHeaders(m.Headers())
+	out.Header = consumer.RedriveHeaders(h)
 	out.Header.Set(consumer.HeaderRedrive, fmt.Sprint(d.Seq))
 	if oneShotEntry {
-		out.Header.Set(consumer.HeaderKey, d.Key)
+		out.Header.Set(consumer.HeaderKey, cmpOr(d.EffectKey, d.Key))
 	}
-	out.Data = m.Data()
+	out.Data = data
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	at := time.Now().UTC() // before the redriven trigger can be done
 	ack, err := a.js.PublishMsg(pctx, out, jetstream.WithMsgID(consumer.RedriveID(d.Stream, d.Seq, gen)))
 	cancel()
 	if err != nil {
 		return res, fmt.Errorf("republishing to %s: %w", subject, err)
 	}
-	nm := &Mark{Generation: gen, At: time.Now().UTC(), By: r.By.String(), Stream: ack.Stream, Seq: ack.Sequence, Ledger: res.Ledger}
+	nm := &Mark{Generation: gen, At: at, By: r.By.String(), Stream: ack.Stream, Seq: ack.Sequence, Ledger: res.Ledger, Job: job}
 	if outcome.Reason(d.Reason) == outcome.ReasonUnknownOutcome || strings.HasPrefix(res.Ledger, "cleared") && r.UnknownOutcome != "" {
 		nm.Statement = r.UnknownOutcome
 	}
@@ -190,6 +239,7 @@ func (a *Admin) redriveOne(ctx context.Context, r RedriveRequest, marks jetstrea
 	if err := writeMark(ctx, marks, d.Stream, d.Seq, nm, rev); err != nil {
 		return res, err
 	}
+	a.index.noteMark(d.Stream, d.Seq, nm)
 	res.Outcome, res.Mark = OutcomeRedriven, nm
 	if a.opts.Counter != nil && !ack.Duplicate {
 		a.opts.Counter.Redriven(d.Pipeline, outcome.Reason(d.Reason))

@@ -39,6 +39,13 @@ const (
 	epShow    = "show"
 	epRedrive = "redrive"
 	epForget  = "forget"
+	epFind    = "find"
+	epPreview = "preview"
+	epStart   = "job-start"
+	epJob     = "job"
+	epJobs    = "jobs"
+	epAudit   = "audit"
+	epDecide  = "decide"
 )
 
 // Prefix returns the subject prefix of the service of the named trigger
@@ -73,7 +80,7 @@ func Serve(nc *nats.Conn, api API, prefix string, log *slog.Logger) (micro.Servi
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     ver,
-		Description: "Oncegate: ledger records, pending leases, dead letters, redrive and forget",
+		Description: "Oncegate: ledger records, pending leases, dead letters, redrive (one by one and in bulk), forget, approvals and the audit",
 		Metadata:    map[string]string{"stream": hello.Stream, "prefix": prefix, "owner": hello.Owner, "ledger": hello.Ledger},
 		QueueGroup:  queueGroup,
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
@@ -119,6 +126,13 @@ func Serve(nc *nats.Conn, api API, prefix string, log *slog.Logger) (micro.Servi
 		{epShow, handle(api.Show)},
 		{epRedrive, handle(api.Redrive)},
 		{epForget, handle(api.Forget)},
+		{epFind, handle(api.Find)},
+		{epPreview, handle(api.Preview)},
+		{epStart, handle(api.StartJob)},
+		{epJob, handle(api.Job)},
+		{epJobs, handle(api.Jobs)},
+		{epAudit, handle(api.Audit)},
+		{epDecide, handle(api.Decide)},
 	} {
 		if err := add(ep.name, ep.h); err != nil {
 			svc.Stop()

@@ -130,7 +130,16 @@ type RecordReply struct {
 	Fingerprint string  `json:"fingerprint,omitempty"`
 	Ledger      bool    `json:"ledger"` // false: the pipeline has no ledger (gate-window)
 	Record      *Record `json:"record,omitempty"`
-	Dispatch    *Record `json:"dispatch,omitempty"`
+	// Dispatch is the dispatch record of the pipeline's single one-shot
+	// effect, if it has one.
+	Dispatch *Record `json:"dispatch,omitempty"`
+	// Effects are the dispatch records of the intent's one-shot effects:
+	// with a pipeline named, every one-shot effect's (nil Dispatch: not
+	// dispatched); without, those that exist, in any pipeline.
+	Effects []EffectDispatch `json:"effects,omitempty"`
+	// Story is what became of the intent, oldest first: its records as
+	// they stand, and the changes the audit recorded.
+	Story []Event `json:"story,omitempty"`
 }
 
 // PendingRequest asks for the work in progress, up to Limit records (0:
@@ -152,14 +161,31 @@ type Selection struct {
 	// captures the pipelines' dead-letter subjects, if there is one.
 	Stream string `json:"stream,omitempty"`
 	// Seqs are the sequences and ranges chosen; none means all.
-	Seqs     []Range   `json:"seqs,omitempty"`
-	Pipeline string    `json:"pipeline,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Since    time.Time `json:"since,omitzero"`
-	Key      string    `json:"key,omitempty"`
+	Seqs     []Range `json:"seqs,omitempty"`
+	Pipeline string  `json:"pipeline,omitempty"`
+	// Effect chooses the dead letters of the effect of that name, or of
+	// that kind (a preset such as slack or pagerduty, or a sink).
+	Effect string    `json:"effect,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
+	// Until chooses the dead letters kept before this time.
+	Until time.Time `json:"until,omitzero"`
+	Key   string    `json:"key,omitempty"`
+	// Status chooses by the receiver's HTTP status: "500", or a class,
+	// "5xx".
+	Status string `json:"status,omitempty"`
+	// Text chooses the dead letters whose detail, receiver's answer,
+	// key, subject or effect holds it, case blind.
+	Text string `json:"text,omitempty"`
+	// Unhandled leaves out the dead letters already redriven or whose
+	// record was forgotten since (DeadLetter.Handled).
+	Unhandled bool `json:"unhandled,omitempty"`
 	// After skips the dead letters up to this sequence: the cursor of a
 	// listing continued.
 	After uint64 `json:"after,omitempty"`
+	// UpTo, if set, leaves out the dead letters past this sequence: a bulk
+	// redrive takes the ones its preview saw, not those kept since.
+	UpTo uint64 `json:"up_to,omitempty"`
 	// Limit bounds how many are chosen (0: DefaultLimit).
 	Limit int `json:"limit,omitempty"`
 }
@@ -212,23 +238,58 @@ func (r Range) String() string {
 // DeadLetter is a dead letter as the operations show it. Payload and
 // Headers are set by Show only.
 type DeadLetter struct {
-	Stream        string              `json:"stream"`
-	Seq           uint64              `json:"seq"`
-	Time          time.Time           `json:"time"`
-	Pipeline      string              `json:"pipeline"`
-	Reason        string              `json:"reason"`
-	Detail        string              `json:"detail,omitempty"`
-	Key           string              `json:"key,omitempty"`
-	Subject       string              `json:"subject"` // the trigger's
-	TriggerStream string              `json:"trigger_stream,omitempty"`
-	TriggerSeq    uint64              `json:"trigger_seq,omitempty"`
-	Deliveries    uint64              `json:"deliveries,omitempty"`
-	Truncated     bool                `json:"truncated,omitempty"`
-	Size          int                 `json:"size"`
-	Redriven      *Mark               `json:"redriven,omitempty"`
-	Payload       []byte              `json:"payload,omitempty"`
-	Headers       map[string][]string `json:"headers,omitempty"`
+	Stream   string    `json:"stream"`
+	Seq      uint64    `json:"seq"`
+	Time     time.Time `json:"time"`
+	Pipeline string    `json:"pipeline"`
+	Reason   string    `json:"reason"`
+	Detail   string    `json:"detail,omitempty"`
+	// Key is the intent's key, the one every operation takes (Record,
+	// Forget, a redrive's selection) whatever the letter is: a trigger,
+	// or the outbox entry of a one-shot effect.
+	Key string `json:"key,omitempty"`
+	// Effect names the effect that failed ("" for the pipeline's single
+	// effect, or for a failure before any effect), and Sink its kind: its
+	// preset (slack, pagerduty, jira, webhook) or its sink (http,
+	// jetstream, file); empty when the failure was not an effect's.
+	Effect string `json:"effect,omitempty"`
+	Sink   string `json:"sink,omitempty"`
+	// OneShot says the letter is the outbox entry of a one-shot effect,
+	// dead-lettered by its dispatcher, and EffectKey is the key it is sent
+	// under (its Idempotency-Key): the intent's for the pipeline's single
+	// effect, derived from it and the effect's name for a named one.
+	OneShot   bool   `json:"one_shot,omitempty"`
+	EffectKey string `json:"effect_key,omitempty"`
+	// Status is the HTTP status of the receiver's refusal (0 if the detail
+	// quotes none), and Answer the start of its message, with the secrets
+	// the sink knows replaced by REDACTED.
+	Status int    `json:"status,omitempty"`
+	Answer string `json:"answer,omitempty"`
+	// Attempts is the tries made: the trigger's deliveries, else the
+	// sink's attempt the detail names (SinkAttempt).
+	Attempts    int    `json:"attempts,omitempty"`
+	SinkAttempt int    `json:"sink_attempt,omitempty"`
+	Subject     string `json:"subject"` // the trigger's
+	// Next says what a person does next about it.
+	Next          string `json:"next,omitempty"`
+	TriggerStream string `json:"trigger_stream,omitempty"`
+	TriggerSeq    uint64 `json:"trigger_seq,omitempty"`
+	Deliveries    uint64 `json:"deliveries,omitempty"`
+	Truncated     bool   `json:"truncated,omitempty"`
+	Size          int    `json:"size"`
+	Redriven      *Mark  `json:"redriven,omitempty"`
+	// Handled is HandledRedriven or HandledForgotten once nothing is left
+	// to do about the letter (a console hides those by default), else "".
+	Handled string              `json:"handled,omitempty"`
+	Payload []byte              `json:"payload,omitempty"`
+	Headers map[string][]string `json:"headers,omitempty"`
 }
+
+// What became of a dead letter (DeadLetter.Handled).
+const (
+	HandledRedriven  = "redriven"  // it was redriven
+	HandledForgotten = "forgotten" // its intent's failed record was forgotten after it was dead-lettered
+)
 
 // Mark records a dead letter's last redrive.
 type Mark struct {
@@ -243,6 +304,8 @@ type Mark struct {
 	Statement string `json:"statement,omitempty"`
 	// Ledger is what the redrive did to the intent's record.
 	Ledger string `json:"ledger,omitempty"`
+	// Job names the bulk redrive that made it, if one did.
+	Job string `json:"job,omitempty"`
 }
 
 // DeadReply lists dead letters, in stream order.
@@ -296,12 +359,22 @@ type RedriveResult struct {
 	Pipeline string `json:"pipeline"`
 	Reason   string `json:"reason"`
 	Key      string `json:"key,omitempty"`
-	Outcome  string `json:"outcome"`
-	Detail   string `json:"detail,omitempty"`
+	// Effect and Sink name the effect the redrive fires, or would: the
+	// letter's (DeadLetter.Effect, DeadLetter.Sink).
+	Effect  string `json:"effect,omitempty"`
+	Sink    string `json:"sink,omitempty"`
+	Outcome string `json:"outcome"`
+	Detail  string `json:"detail,omitempty"`
 	// Ledger is what was done, or would be, to the intent's record.
 	Ledger string `json:"ledger,omitempty"`
 	// Mark is the dead letter's mark after a redrive.
 	Mark *Mark `json:"mark,omitempty"`
+	// Model is what the redriven trigger's model step costs, in a
+	// preview: ModelCached, ModelPaid (about Tokens, and Cost in US
+	// dollars), ModelUnknown; empty if it has none.
+	Model  string  `json:"model,omitempty"`
+	Tokens int64   `json:"tokens,omitempty"`
+	Cost   float64 `json:"cost,omitempty"`
 }
 
 // RedriveReply is what a redrive did with each dead letter selected.
@@ -312,9 +385,14 @@ type RedriveReply struct {
 	Next    uint64          `json:"next,omitempty"`
 }
 
-// ForgetRequest asks for a failed record to be cleared.
+// ForgetRequest asks for a failed record of an intent to be cleared.
 type ForgetRequest struct {
+	// Key is the intent's key, as a dead letter names it.
 	Key string `json:"key"`
+	// Effect, if set, names the one-shot effect whose failed dispatch to
+	// clear; by default, the one record of the intent that failed: its
+	// own, or one of its effects' dispatch.
+	Effect string `json:"effect,omitempty"`
 	// UnknownOutcome is the caller's statement about a record that failed
 	// with reason unknown_outcome: StatementNotSent, or empty to refuse
 	// it. It is the statement a redrive of such a dead letter needs.
@@ -324,9 +402,14 @@ type ForgetRequest struct {
 
 // ForgetReply is the record as Forget left it.
 type ForgetReply struct {
-	Key     string  `json:"key"`
-	Outcome string  `json:"outcome"` // "cleared" or "already cleared"
-	Record  *Record `json:"record,omitempty"`
+	Key     string `json:"key"`
+	Outcome string `json:"outcome"` // "cleared" or "already cleared"
+	// Dispatch says the record cleared is the dispatch of one-shot effect
+	// Effect ("" for the pipeline's single one) of the intent, not its own:
+	// a redrive of the effect's dead letter sends it.
+	Dispatch bool    `json:"dispatch,omitempty"`
+	Effect   string  `json:"effect,omitempty"`
+	Record   *Record `json:"record,omitempty"`
 	// Statement is what the caller stated about the unknown outcome of
 	// the record it cleared ("not-sent"); the cleared record's reason
 	// keeps it too, with who stated it. Empty when the failure was

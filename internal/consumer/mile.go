@@ -77,6 +77,11 @@ const (
 // dispatcher sends it with.
 const HeaderEffect = "Oncegate-Effect"
 
+// HeaderIntent, on the outbox entry of a named one-shot effect (whose key
+// is EffectKey of the intent's), names the intent key, so that the entry's
+// dead letter names the intent every admin command takes (package admin).
+const HeaderIntent = "Oncegate-Intent"
+
 // mile is a pipeline's last mile.
 type mile struct {
 	filter  *cond.Condition // nil: keep every trigger
@@ -556,7 +561,7 @@ func (g *gate) mileEffects(ctx context.Context, ts []*Trigger) {
 			}
 			e := sink.Effect{Key: o.key.String(), Pipeline: g.pipeline, Step: g.stepName, Body: o.body, SubjectSuffix: o.suffix}
 			if o.t.oneShot && o.t.name != "" {
-				e.Header = map[string]string{HeaderEffect: o.t.name}
+				e.Header = map[string]string{HeaderEffect: o.t.name, HeaderIntent: t.intent.String()}
 			}
 			var esp trace.Span
 			if t.span != nil {
