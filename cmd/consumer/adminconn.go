@@ -127,6 +127,7 @@ func openAdmin(ctx context.Context, cfg *config.Config, command string) (*adminC
 	if err != nil {
 		return fail(err)
 	}
+	closers = append(closers, a.Close)
 	conn.api = a
 	return conn, nil
 }

@@ -35,13 +35,15 @@ func (a *App) startRecovery(o Options) error {
 	}
 	host, _ := os.Hostname()
 	ad, err := admin.New(admin.Options{
-		Config: cfg, Conn: a.Conn, Ledger: a.Ledger, Counter: a.Metrics,
+		Config: cfg, Conn: a.Conn, Ledger: a.Ledger, Counter: a.Metrics, Cache: a.Cache,
 		Logger: o.Logger.With("component", "admin"), Owner: fmt.Sprintf("%s:%d", host, os.Getpid()),
+		ResumeJobs: true, // a bulk redrive whose process died is taken over here
 	})
 	if err != nil {
 		return err
 	}
 	a.Admin = ad
+	a.closers = append(a.closers, func() error { ad.Close(); return nil })
 	prefix := admin.Prefix(cfg.Admin.Subject, cfg.Stream.Name)
 	svc, err := admin.Serve(a.Conn, ad, prefix, o.Logger.With("component", "admin"))
 	if err != nil {

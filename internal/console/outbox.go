@@ -92,22 +92,18 @@ func (s *Server) outbox(ctx context.Context) ([]outboxEntry, error) {
 	return out, nil
 }
 
-// outboxDecide approves or cancels a one-shot effect, through the
-// dispatcher's own subjects (its answer says what happened).
+// outboxDecide approves or cancels a one-shot effect, through the admin
+// operations (the dispatcher's own subjects; its answer says what
+// happened), which record it in the audit.
 func (s *Server) outboxDecide(w http.ResponseWriter, r *http.Request, by admin.Caller) {
 	action := r.PathValue("action")
 	name, key := r.PostFormValue("pipeline"), strings.TrimSpace(r.PostFormValue("key"))
 	p := oneShot(s.opts.Config, name)
-	var subject string
 	switch {
-	case s.opts.Conn == nil || p == nil:
+	case p == nil:
 		http.Error(w, "console: no one-shot pipeline "+name, http.StatusBadRequest)
 		return
-	case action == "cancel":
-		subject = consumer.CancelSubject(p.Name)
-	case action == "approve" && p.Effect.ApprovalSubject != "":
-		subject = p.Effect.ApprovalSubject
-	default:
+	case action != admin.AuditApprove && action != admin.AuditCancel:
 		http.Error(w, "console: no action "+action+" for pipeline "+name, http.StatusBadRequest)
 		return
 	}
@@ -115,13 +111,15 @@ func (s *Server) outboxDecide(w http.ResponseWriter, r *http.Request, by admin.C
 		http.Error(w, "console: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
 	msg := action + " " + key + ": "
-	if m, err := s.opts.Conn.RequestWithContext(ctx, subject, []byte(key)); err != nil {
+	rep, err := s.opts.API.Decide(ctx, admin.DecideRequest{Pipeline: p.Name, Key: key, Action: action, By: by})
+	switch {
+	case err != nil && rep.Answer == "":
 		msg += err.Error()
-	} else {
-		msg += string(m.Data)
+	default:
+		msg += rep.Answer
 	}
 	s.opts.Logger.Warn("console "+action, "pipeline", name, "key", key, "by", by.String(), "result", msg)
 	http.Redirect(w, r, "/pending?msg="+url.QueryEscape(msg), http.StatusSeeOther)

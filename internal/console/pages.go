@@ -8,7 +8,6 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +58,97 @@ var funcs = template.FuncMap{
 		}
 		return string([]rune(s)[:n-1]) + "…"
 	},
+	// effect names an effect: "notify (slack)", or its kind alone.
+	"effect": func(name, kind string) string {
+		switch {
+		case name == "" && kind == "":
+			return "-"
+		case name == "":
+			return kind
+		case kind == "":
+			return name
+		}
+		return name + " (" + kind + ")"
+	},
+	// query is the dead letters' page's query with one filter more.
+	"query": func(f filterForm, name, value string) string {
+		if f.Q != "" {
+			if name == "handled" {
+				value = "yes"
+			}
+			f.Q += " " + name + "=" + value
+			return f.query(0)
+		}
+		switch name {
+		case "pipeline":
+			f.Pipeline = value
+		case "reason":
+			f.Reason = value
+		case "effect":
+			f.Effect = value
+		case "status":
+			f.Status = value
+		case "handled":
+			f.Handled = true
+		}
+		return f.query(0)
+	},
+	"formValues": func(f filterForm) map[string]string {
+		out := map[string]string{}
+		for k, v := range f.values() {
+			out[k] = v[0]
+		}
+		return out
+	},
+	// failedIn returns the reason of the failed record among an intent's
+	// (its own, its effects' dispatches), or "".
+	"failedIn": func(r *admin.RecordReply) string {
+		if r.Record != nil && r.Record.State == "failed" {
+			return r.Record.Reason
+		}
+		for _, d := range r.Effects {
+			if d.Dispatch != nil && d.Dispatch.State == "failed" {
+				return d.Dispatch.Reason
+			}
+		}
+		return ""
+	},
+	"now": time.Now,
+	"percent": func(n, of int) int {
+		if of <= 0 {
+			return 100
+		}
+		return min(100, 100*n/of)
+	},
+	"add": func(a, b int) int { return a + b },
+	// will says what a redrive does, or would, with a letter.
+	"will": func(o string) string {
+		switch o {
+		case admin.OutcomeWouldRedrive, admin.OutcomeRedriven:
+			return "fire its effect (" + o + ")"
+		case admin.OutcomeCommitted:
+			return "skip: committed meanwhile"
+		case admin.OutcomeInProgress:
+			return "skip: in progress"
+		case admin.OutcomeAlreadyRedriven:
+			return "skip: redriven already"
+		case admin.OutcomeRefused:
+			return "refused"
+		}
+		return o
+	},
+	// model says what a redriven trigger's model step costs.
+	"model": func(r admin.RedriveResult) string {
+		switch r.Model {
+		case admin.ModelCached:
+			return "cached: free"
+		case admin.ModelPaid:
+			return fmt.Sprintf("~%d tokens, $%.4f", r.Tokens, r.Cost)
+		case admin.ModelUnknown:
+			return "unknown"
+		}
+		return "-"
+	},
 }
 
 func (s *Server) base(r *http.Request, title string) page {
@@ -108,40 +198,27 @@ func (s *Server) failed(w http.ResponseWriter, r *http.Request, name string, p p
 }
 
 // overviewData is the front page: dead letters counted by pipeline and
-// reason, pending work, the cache.
+// reason, the bulk redrives, pending work, the cache.
 type overviewData struct {
-	Counts   []count
-	Dead     int
-	DeadMore bool
-	Pending  int
-	Cache    []llmcache.StepStats
-	Summary  *llmcache.Summary
-}
-
-type count struct {
-	Pipeline, Reason string
-	N                int
+	Dead    admin.FindReply
+	Jobs    []admin.Job
+	Pending int
+	Cache   []llmcache.StepStats
+	Summary *llmcache.Summary
 }
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	p := s.base(r, "Oncegate")
 	var d overviewData
-	dead, err := s.opts.API.Dead(r.Context(), admin.Selection{Limit: admin.MaxLimit})
+	dead, err := s.opts.API.Find(r.Context(), admin.FindRequest{Selection: admin.Selection{Unhandled: true, Limit: 1}})
 	if err != nil {
 		s.failed(w, r, "overview", p, err)
 		return
 	}
-	d.Dead, d.DeadMore = len(dead.Letters), dead.More
-	byKey := map[[2]string]int{}
-	for _, l := range dead.Letters {
-		byKey[[2]string{l.Pipeline, l.Reason}]++
+	d.Dead = dead
+	if jobs, err := s.opts.API.Jobs(r.Context(), admin.JobsRequest{Limit: 5}); err == nil {
+		d.Jobs = jobs.Jobs
 	}
-	for k, n := range byKey {
-		d.Counts = append(d.Counts, count{k[0], k[1], n})
-	}
-	slices.SortFunc(d.Counts, func(a, b count) int {
-		return cmp.Or(strings.Compare(a.Pipeline, b.Pipeline), strings.Compare(a.Reason, b.Reason))
-	})
 	if pend, err := s.opts.API.Pending(r.Context(), admin.PendingRequest{}); err == nil {
 		d.Pending = len(pend.Records)
 	}
@@ -157,24 +234,111 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "overview", p)
 }
 
+// deadData is the dead letters' page.
 type deadData struct {
-	Pipeline, Reason string
-	Reply            admin.DeadReply
+	Form   filterForm
+	Filter string // the selection as a filter line (consumer redrive -filter)
+	Reply  admin.FindReply
+	From   int // the first letter shown, counting from 1
+	To     int
+	Prev   string // the query of the newer page, or ""
+	Next   string // of the older page
 }
 
+// pageSize is how many dead letters a page lists.
+const pageSize = 50
+
 func (s *Server) deadList(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
 	p := s.base(r, "Dead letters")
-	d := deadData{Pipeline: q.Get("pipeline"), Reason: q.Get("reason")}
-	after, _ := strconv.ParseUint(q.Get("after"), 10, 64)
-	reply, err := s.opts.API.Dead(r.Context(), admin.Selection{Pipeline: d.Pipeline, Reason: d.Reason, After: after, Limit: admin.DefaultLimit})
+	form := readFilter(r)
+	d := deadData{Form: form}
+	p.Data = d
+	sel, err := form.selection(s.now())
+	if err != nil {
+		s.failed(w, r, "dead", p, err)
+		return
+	}
+	d.Filter = sel.Filter()
+	offset, _ := strconv.Atoi(r.URL.Query().Get("offset"))
+	sel.Limit = pageSize
+	reply, err := s.opts.API.Find(r.Context(), admin.FindRequest{Selection: sel, Offset: max(offset, 0)})
 	d.Reply = reply
 	p.Data = d
 	if err != nil {
 		s.failed(w, r, "dead", p, err)
 		return
 	}
+	d.From, d.To = reply.Offset+1, reply.Offset+len(reply.Letters)
+	if reply.Offset > 0 {
+		d.Prev = form.query(max(reply.Offset-pageSize, 0))
+	}
+	if d.To < reply.Total {
+		d.Next = form.query(d.To)
+	}
+	p.Data = d
 	s.render(w, r, http.StatusOK, "dead", p)
+}
+
+// filterForm is the dead letters' filter, as the page's form has it.
+type filterForm struct {
+	Q, Pipeline, Effect, Reason, Status, From, To, Text string
+	Handled                                             bool
+}
+
+func readFilter(r *http.Request) filterForm {
+	v := r.URL.Query()
+	if r.Method == http.MethodPost {
+		v = r.PostForm
+	}
+	return filterForm{
+		Q: strings.TrimSpace(v.Get("q")), Pipeline: v.Get("pipeline"), Effect: strings.TrimSpace(v.Get("effect")),
+		Reason: v.Get("reason"), Status: strings.TrimSpace(v.Get("status")), From: strings.TrimSpace(v.Get("from")),
+		To: strings.TrimSpace(v.Get("to")), Text: strings.TrimSpace(v.Get("text")), Handled: v.Get("handled") == "on",
+	}
+}
+
+// selection is the form's selection: its filter line, if it has one, else
+// its fields.
+func (f filterForm) selection(now time.Time) (admin.Selection, error) {
+	if f.Q != "" {
+		return admin.ParseFilter(f.Q, now)
+	}
+	sel := admin.Selection{Pipeline: f.Pipeline, Effect: f.Effect, Reason: f.Reason, Status: f.Status, Text: f.Text, Unhandled: !f.Handled}
+	var err error
+	if f.From != "" {
+		if sel.Since, err = admin.ParseTime(f.From, now); err != nil {
+			return sel, fmt.Errorf("%w: from %q: %v", admin.ErrBadRequest, f.From, err)
+		}
+	}
+	if f.To != "" {
+		if sel.Until, err = admin.ParseTime(f.To, now); err != nil {
+			return sel, fmt.Errorf("%w: to %q: %v", admin.ErrBadRequest, f.To, err)
+		}
+	}
+	return sel, nil
+}
+
+// values is the form as a query or a form to post.
+func (f filterForm) values() url.Values {
+	v := url.Values{}
+	for k, x := range map[string]string{"q": f.Q, "pipeline": f.Pipeline, "effect": f.Effect, "reason": f.Reason, "status": f.Status, "from": f.From, "to": f.To, "text": f.Text} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	if f.Handled {
+		v.Set("handled", "on")
+	}
+	return v
+}
+
+// query is the page's query from offset on.
+func (f filterForm) query(offset int) string {
+	v := f.values()
+	if offset > 0 {
+		v.Set("offset", strconv.Itoa(offset))
+	}
+	return v.Encode()
 }
 
 type letterData struct {
