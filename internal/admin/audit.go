@@ -422,6 +422,16 @@ func (a *Admin) readFrom(ctx context.Context, st jetstream.Stream, o readOpts,
 	if err != nil {
 		return from, err
 	}
+	// The reader's consumer goes when the read is done, not when the
+	// server finds it idle: pages read often, and a stream has room for a
+	// thousand consumers.
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = st.DeleteConsumer(dctx, info.Name)
+			cancel()
+		}
+	}()
 	for {
 		b, err := cons.FetchNoWait(batch)
 		if err != nil {

@@ -180,8 +180,12 @@ func isName(s string) bool {
 	return true
 }
 
-// parseWhen reads a time: RFC 3339, 2006-01-02T15:04, 2006-01-02, 15:04
-// (today), or a duration back from now.
+// ParseTime reads a time as a filter's from and to take it: RFC 3339,
+// 2006-01-02T15:04, 2006-01-02, 15:04 (today), in now's location, or a
+// duration back from now (90m); the time returned is in UTC.
+func ParseTime(s string, now time.Time) (time.Time, error) { return parseWhen(s, now) }
+
+// parseWhen is ParseTime.
 func parseWhen(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 		return t.UTC(), nil

@@ -2,6 +2,7 @@ package console
 
 import (
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -122,7 +123,7 @@ type auditData struct {
 	Req     admin.AuditRequest
 	Reply   admin.AuditReply
 	Actions []string
-	Next    string
+	Next    template.URL
 }
 
 func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) {
@@ -146,7 +147,7 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		v.Set("before", strconv.FormatUint(rep.Next, 10))
-		d.Next = v.Encode()
+		d.Next = template.URL(v.Encode())
 	}
 	p.Data = d
 	s.render(w, r, http.StatusOK, "audit", p)

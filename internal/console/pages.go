@@ -71,13 +71,13 @@ var funcs = template.FuncMap{
 		return name + " (" + kind + ")"
 	},
 	// query is the dead letters' page's query with one filter more.
-	"query": func(f filterForm, name, value string) string {
+	"query": func(f filterForm, name, value string) template.URL {
 		if f.Q != "" {
 			if name == "handled" {
 				value = "yes"
 			}
 			f.Q += " " + name + "=" + value
-			return f.query(0)
+			return template.URL(f.query(0))
 		}
 		switch name {
 		case "pipeline":
@@ -91,7 +91,7 @@ var funcs = template.FuncMap{
 		case "handled":
 			f.Handled = true
 		}
-		return f.query(0)
+		return template.URL(f.query(0))
 	},
 	"formValues": func(f filterForm) map[string]string {
 		out := map[string]string{}
@@ -241,8 +241,8 @@ type deadData struct {
 	Reply  admin.FindReply
 	From   int // the first letter shown, counting from 1
 	To     int
-	Prev   string // the query of the newer page, or ""
-	Next   string // of the older page
+	Prev   template.URL // the query of the newer page, or ""
+	Next   template.URL // of the older page
 }
 
 // pageSize is how many dead letters a page lists.
@@ -270,10 +270,10 @@ func (s *Server) deadList(w http.ResponseWriter, r *http.Request) {
 	}
 	d.From, d.To = reply.Offset+1, reply.Offset+len(reply.Letters)
 	if reply.Offset > 0 {
-		d.Prev = form.query(max(reply.Offset-pageSize, 0))
+		d.Prev = template.URL(form.query(max(reply.Offset-pageSize, 0)))
 	}
 	if d.To < reply.Total {
-		d.Next = form.query(d.To)
+		d.Next = template.URL(form.query(d.To))
 	}
 	p.Data = d
 	s.render(w, r, http.StatusOK, "dead", p)
