@@ -107,7 +107,7 @@ type Job struct {
 }
 
 // Abandoned reports whether j runs with no runner holding it at now.
-func (j *Job) Abandoned(now time.Time) bool {
+func (j Job) Abandoned(now time.Time) bool {
 	return j.State == JobFailed || j.State == JobRunning && now.After(j.Lease)
 }
 
@@ -356,38 +356,96 @@ func (a *Admin) Preview(ctx context.Context, r PreviewRequest) (PreviewReply, er
 	return reply, nil
 }
 
-// previewRows evaluates the letters of job j from the index, in the
-// order the redrive takes them, and returns the rows from offset (at most
-// limit); with totals, it evaluates every one and sums them up there.
+// previewRows returns the rows of job j's preview from offset (at most
+// limit), evaluating every letter (or taking the evaluation this process
+// made of it last); with totals, it sums them all up there.
 func (a *Admin) previewRows(ctx context.Context, j *Job, offset, limit int, totals *Totals) ([]RedriveResult, error) {
-	letters, marks := a.index.chosen(j.Selection, j.Again)
+	all, ok := a.previews.get(j.ID)
+	if !ok {
+		var err error
+		if all, err = a.evaluate(ctx, j); err != nil {
+			return nil, err
+		}
+		a.previews.put(j.ID, all)
+	}
+	if totals != nil {
+		for i := range all {
+			totals.add(&all[i])
+		}
+	}
 	rows := []RedriveResult{}
+	if offset < len(all) {
+		rows = append(rows, all[offset:min(offset+limit, len(all))]...)
+	}
+	return rows, nil
+}
+
+// evaluate says what a redrive of each letter of job j would do now, in
+// the order the redrive takes them. A letter of an intent (or of a
+// one-shot effect's dispatch) that an earlier letter of the job will
+// redrive is skipped: the ledger finds it committed by then.
+func (a *Admin) evaluate(ctx context.Context, j *Job) ([]RedriveResult, error) {
+	letters, marks := a.index.chosen(j.Selection, j.Again)
+	out := make([]RedriveResult, 0, len(letters))
 	req := RedriveRequest{Selection: j.Selection, Again: j.Again, UnknownOutcome: j.UnknownOutcome}
 	var est modelEstimator
+	first := map[string]uint64{} // the letter that redrives each record
 	for i := range letters {
-		inPage := i >= offset && len(rows) < limit
-		if totals == nil && !inPage {
-			if i >= offset+limit {
-				break
-			}
-			continue
-		}
 		d := letters[i]
 		res, err := a.redriveOne(ctx, req, j.ID, nil, d, nil, nil, &knownMark{mark: marks[i]})
 		if err != nil {
 			return nil, fmt.Errorf("admin: dead letter %s %d: %w", d.Stream, d.Seq, err)
 		}
 		if res.Outcome == OutcomeWouldRedrive {
-			a.estimate(ctx, &est, &d, &res)
+			rk := d.Key
+			if d.OneShot {
+				rk += "/" + d.EffectKey
+			}
+			if seq, ok := first[rk]; ok {
+				res.Outcome, res.Ledger = OutcomeCommitted, fmt.Sprintf("committed by then: dead letter %d of this redrive does the work first", seq)
+				res.Detail = "the ledger will skip it"
+			} else {
+				first[rk] = d.Seq
+				a.estimate(ctx, &est, &d, &res)
+			}
 		}
-		if totals != nil {
-			totals.add(&res)
-		}
-		if inPage {
-			rows = append(rows, res)
-		}
+		out = append(out, res)
 	}
-	return rows, nil
+	return out, nil
+}
+
+// previewCache keeps the evaluations of the last previews this process
+// made, for their pages.
+type previewCache struct {
+	mu   sync.Mutex
+	ids  []string
+	rows map[string][]RedriveResult
+}
+
+// previewsKept is how many previews' evaluations a process keeps.
+const previewsKept = 2
+
+func (c *previewCache) get(id string) ([]RedriveResult, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.rows[id]
+	return r, ok
+}
+
+func (c *previewCache) put(id string, rows []RedriveResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rows == nil {
+		c.rows = map[string][]RedriveResult{}
+	}
+	if _, ok := c.rows[id]; !ok {
+		c.ids = append(c.ids, id)
+	}
+	c.rows[id] = rows
+	for len(c.ids) > previewsKept {
+		delete(c.rows, c.ids[0])
+		c.ids = c.ids[1:]
+	}
 }
 
 // modelEstimator keeps, for a preview, the step calls of each pipeline.
@@ -647,6 +705,9 @@ func (a *Admin) run(ctx context.Context, j Job, rev uint64) {
 			}
 			if res.Outcome == OutcomeAlreadyRedriven && res.Mark != nil && res.Mark.Job == j.ID {
 				res.Outcome = OutcomeRedriven // by this job, before a takeover
+			} else if res.Outcome == OutcomeAlreadyRedriven && j.Selection.Unhandled {
+				j.Cursor = d.Seq // handled before the preview: not one of the job's
+				return nil
 			}
 			j.Progress.add(&res)
 			if res.Outcome != OutcomeAlreadyRedriven || res.Mark == nil || res.Mark.Job != j.ID {
@@ -749,6 +810,7 @@ func (a *Admin) Close() {
 
 // runState is what an Admin keeps of the jobs it runs.
 type runState struct {
+	previews previewCache
 	runCtx  context.Context
 	stop    context.CancelFunc
 	runMu   sync.Mutex
