@@ -811,9 +811,9 @@ func (a *Admin) Close() {
 // runState is what an Admin keeps of the jobs it runs.
 type runState struct {
 	previews previewCache
-	runCtx  context.Context
-	stop    context.CancelFunc
-	runMu   sync.Mutex
-	closed  bool
-	running sync.WaitGroup
+	runCtx   context.Context
+	stop     context.CancelFunc
+	runMu    sync.Mutex
+	closed   bool
+	running  sync.WaitGroup
 }

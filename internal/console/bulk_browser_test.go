@@ -186,4 +186,3 @@ func TestBulkRedriveInBrowser(t *testing.T) {
 		t.Errorf("the receiver took %d effects; want 12, one per order", n)
 	}
 }
-
