@@ -29,17 +29,24 @@ reads the streams itself. Flags may follow the arguments.
 // selectFlags are the flags that choose dead letters, shared by dead and
 // redrive.
 type selectFlags struct {
-	pipeline, reason, key, stream, since string
-	limit                                int
-	after                                uint64
+	filter, pipeline, effect, reason, status, key, stream, since, until, text string
+	unhandled                                                                bool
+	limit                                                                    int
+	after                                                                    uint64
 }
 
 func (s *selectFlags) register(fs *flag.FlagSet, limitHelp string, limit int) {
+	fs.StringVar(&s.filter, "filter", "", "the dead letters a filter `line` chooses, as the console writes it: effect=pagerduty status=500 from=14:00 to=14:20 (terms: pipeline, effect, reason, status, from, to, key, text, stream, seq, handled; handled letters left out unless handled=yes); the flags below add to it")
 	fs.StringVar(&s.pipeline, "pipeline", "", "only the dead letters of pipeline `name`")
+	fs.StringVar(&s.effect, "effect", "", "only the dead letters of the effect `name` or kind (slack, pagerduty, http)")
 	fs.StringVar(&s.reason, "reason", "", "only the dead letters of `reason` ("+reasonList()+")")
+	fs.StringVar(&s.status, "status", "", "only the dead letters the receiver refused with HTTP `status` (500, or a class: 5xx)")
 	fs.StringVar(&s.key, "key", "", "only the dead letters of intent `key` (32 hex digits)")
 	fs.StringVar(&s.stream, "stream", "", "the dead-letter `stream` (default: the one the pipelines' dead letters go to)")
-	fs.StringVar(&s.since, "since", "", "only the dead letters since `when`: a duration back (90m, 24h) or an RFC 3339 time")
+	fs.StringVar(&s.since, "since", "", "only the dead letters since `when`: a duration back (90m, 24h), a time of day (14:00), a date or an RFC 3339 time")
+	fs.StringVar(&s.until, "until", "", "only the dead letters before `when`, written as -since takes it")
+	fs.StringVar(&s.text, "text", "", "only the dead letters whose detail, receiver's answer or key holds `text`")
+	fs.BoolVar(&s.unhandled, "unhandled", false, "leave out the dead letters already redriven, or whose record was forgotten since")
 	fs.IntVar(&s.limit, "limit", limit, limitHelp)
 	fs.Uint64Var(&s.after, "after", 0, "only the dead letters after sequence `seq` (to continue a listing)")
 }
@@ -52,20 +59,45 @@ func reasonList() string {
 	return strings.Join(rs, ", ")
 }
 
-// selection builds the selection from the flags and the sequence arguments.
+// selection builds the selection from the filter, the flags and the
+// sequence arguments.
 func (s *selectFlags) selection(args []string, now time.Time) (admin.Selection, error) {
-	sel := admin.Selection{Pipeline: s.pipeline, Reason: s.reason, Key: strings.ToLower(s.key), Stream: s.stream, After: s.after}
+	var sel admin.Selection
+	if s.filter != "" {
+		var err error
+		if sel, err = admin.ParseFilter(s.filter, now); err != nil {
+			return sel, usageError{fmt.Errorf("-filter: %w", err)}
+		}
+	}
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&sel.Pipeline, s.pipeline)
+	set(&sel.Effect, s.effect)
+	set(&sel.Reason, s.reason)
+	set(&sel.Status, s.status)
+	set(&sel.Key, strings.ToLower(s.key))
+	set(&sel.Stream, s.stream)
+	set(&sel.Text, s.text)
+	sel.After = s.after
+	sel.Unhandled = sel.Unhandled || s.unhandled
 	if sel.Reason != "" && !outcome.Reason(sel.Reason).Valid() {
 		return sel, usageError{fmt.Errorf("-reason %q: want one of %s", sel.Reason, reasonList())}
 	}
-	if s.since != "" {
-		if d, err := time.ParseDuration(s.since); err == nil {
-			sel.Since = now.Add(-d)
-		} else if t, err := time.Parse(time.RFC3339, s.since); err == nil {
-			sel.Since = t
-		} else {
-			return sel, usageError{fmt.Errorf("-since %q: want a duration (90m) or an RFC 3339 time", s.since)}
+	for _, w := range []struct {
+		flag, v string
+		dst     *time.Time
+	}{{"-since", s.since, &sel.Since}, {"-until", s.until, &sel.Until}} {
+		if w.v == "" {
+			continue
 		}
+		t, err := admin.ParseTime(w.v, now)
+		if err != nil {
+			return sel, usageError{fmt.Errorf("%s %q: %v", w.flag, w.v, err)}
+		}
+		*w.dst = t
 	}
 	for _, a := range args {
 		r, err := admin.ParseRange(a)
@@ -180,7 +212,7 @@ func redriven(m *admin.Mark) string {
 
 func printLetters(w io.Writer, r admin.DeadReply) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tTIME\tPIPELINE\tREASON\tKEY\tSUBJECT\tREDRIVEN\tDETAIL")
+	fmt.Fprintln(tw, "SEQ\tTIME\tPIPELINE\tEFFECT\tSTATUS\tREASON\tTRIES\tKEY\tREDRIVEN\tRECEIVER SAID / DETAIL")
 	streams := map[string]int{}
 	for _, d := range r.Letters {
 		streams[d.Stream]++
@@ -188,7 +220,15 @@ func printLetters(w io.Writer, r admin.DeadReply) {
 		if key == "" {
 			key = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Seq, d.Time.Format(time.RFC3339), d.Pipeline, d.Reason, key, d.Subject, redriven(d.Redriven), clip(d.Detail, 80))
+		status := "-"
+		if d.Status != 0 {
+			status = fmt.Sprint(d.Status)
+		}
+		why := d.Answer
+		if why == "" {
+			why = d.Detail
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Seq, d.Time.Format(time.RFC3339), d.Pipeline, effectName(d.Effect, d.Sink), status, d.Reason, d.Attempts, key, redriven(d.Redriven), clip(why, 80))
 	}
 	tw.Flush()
 	var names []string
@@ -206,6 +246,19 @@ func printLetters(w io.Writer, r admin.DeadReply) {
 	}
 }
 
+// effectName names an effect: "notify (slack)", its kind alone, or "-".
+func effectName(name, kind string) string {
+	switch {
+	case name == "" && kind == "":
+		return "-"
+	case name == "":
+		return kind
+	case kind == "":
+		return name
+	}
+	return name + " (" + kind + ")"
+}
+
 func printLetter(w io.Writer, d admin.DeadLetter) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	row := func(k, v string) {
@@ -213,12 +266,22 @@ func printLetter(w io.Writer, d admin.DeadLetter) {
 			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
 		}
 	}
+	row("effect", effectName(d.Effect, d.Sink))
+	if d.Status != 0 {
+		row("status", fmt.Sprint(d.Status))
+	}
+	row("receiver said", d.Answer)
+	row("reason", d.Reason)
+	row("tries", fmt.Sprint(d.Attempts))
+	row("next", d.Next)
 	row("dead letter", fmt.Sprintf("%s %d", d.Stream, d.Seq))
 	row("time", d.Time.Format(time.RFC3339Nano))
 	row("pipeline", d.Pipeline)
-	row("reason", d.Reason)
 	row("detail", d.Detail)
 	row("key", d.Key)
+	if d.EffectKey != "" && d.EffectKey != d.Key {
+		row("sent under", d.EffectKey)
+	}
 	row("subject", d.Subject)
 	if d.TriggerStream != "" {
 		row("trigger", fmt.Sprintf("%s %d, %d deliveries", d.TriggerStream, d.TriggerSeq, d.Deliveries))

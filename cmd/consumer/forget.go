@@ -12,8 +12,10 @@ import (
 
 const forgetUsage = `usage: consumer forget [flags] KEY
 
-Clears the failed ledger record of intent KEY (32 hex digits), so that the intent's next trigger
-runs its work anew. It refuses a committed record (its effect would happen again) and one in
+Clears the failed ledger record of intent KEY (32 hex digits, as consumer dead shows it), so that
+the intent's next trigger runs its work anew; or, when the intent's work was done and one of its
+one-shot effects failed to go out, that effect's failed dispatch, so that a redrive of its dead
+letter sends it. It refuses a committed record (its effect would happen again) and one in
 progress (its effect may be under way), and clears only the failure it read: a success that
 lands meanwhile stands. A record that failed with reason unknown_outcome (its effect may have
 happened) is refused unless -unknown-outcome=not-sent states that you checked and it did not, as
@@ -26,6 +28,7 @@ func runForget(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	fs.SetOutput(stderr)
 	var c common
 	c.register(fs)
+	effect := fs.String("effect", "", "clear the failed dispatch of the one-shot effect `name` (by default: the one record of the intent that failed, its own or one of its effects' dispatch)")
 	unknown := fs.String("unknown-outcome", "", "for a record that failed with reason unknown_outcome: `not-sent` states that the effect did not happen")
 	asJSON := fs.Bool("json", false, "print JSON")
 	fs.Usage = func() {
@@ -52,14 +55,18 @@ func runForget(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 		return fmt.Errorf("forget: %w", err)
 	}
 	defer conn.close()
-	r, err := conn.api.Forget(ctx, admin.ForgetRequest{Key: pos[0], UnknownOutcome: *unknown, By: conn.by})
+	r, err := conn.api.Forget(ctx, admin.ForgetRequest{Key: pos[0], Effect: *effect, UnknownOutcome: *unknown, By: conn.by})
 	if err != nil {
 		return fmt.Errorf("forget: %w", err)
 	}
 	if *asJSON {
 		return printJSON(stdout, r)
 	}
-	fmt.Fprintf(stdout, "%s: %s; the intent's next trigger runs its work anew\n", r.Key, r.Outcome)
+	if r.Dispatch {
+		fmt.Fprintf(stdout, "%s: %s the failed dispatch of %s; a redrive of its dead letter sends it\n", r.Key, r.Outcome, effectName(r.Effect, "")+" (one-shot)")
+	} else {
+		fmt.Fprintf(stdout, "%s: %s; the intent's next trigger runs its work anew\n", r.Key, r.Outcome)
+	}
 	if r.Statement != "" {
 		fmt.Fprintf(stdout, "stated: the effect was %s (kept in the record, with who stated it)\n", r.Statement)
 	}

@@ -135,10 +135,37 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return nil
 	}
 	printRecord(stdout, "ledger:", r.Record)
-	if r.Dispatch != nil {
-		printRecord(stdout, "dispatch:", r.Dispatch)
+	for _, d := range r.Effects {
+		fmt.Fprintf(stdout, "effect %s (one-shot), sent under %s:\n", effectName(d.Effect, d.Sink), d.Key)
+		if d.Dispatch == nil {
+			fmt.Fprintln(stdout, "dispatch:    not dispatched")
+			continue
+		}
+		printRecord(stdout, "dispatch:", d.Dispatch)
 	}
+	printStory(stdout, r.Story)
 	return nil
+}
+
+// printStory prints an intent's story, oldest first.
+func printStory(w io.Writer, story []admin.Event) {
+	if len(story) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "story:")
+	for _, e := range story {
+		line := "  " + e.At.Format(time.RFC3339) + "  " + e.What
+		if e.Effect != "" {
+			line += " (" + e.Effect + ")"
+		}
+		if e.By != "" {
+			line += " by " + e.By
+		}
+		if e.Detail != "" {
+			line += ": " + clip(e.Detail, 160)
+		}
+		fmt.Fprintln(w, line)
+	}
 }
 
 func printPending(w io.Writer, r admin.PendingReply, now time.Time) {

@@ -8,6 +8,7 @@
 //	consumer dead [flags] [SEQ...]     # dead letters; dead show SEQ: one with its payload
 //	consumer redrive [flags] [SEQ...]  # republish dead letters, fenced (dry run unless -yes)
 //	consumer forget [flags] KEY        # clear a failed ledger record
+//	consumer audit [flags]             # who redrove, forgot, approved what
 //	consumer config check [FILE]       # validate and explain a configuration
 //	consumer key [flags] < payload.json
 //	consumer version                   # version, commit, Go version
@@ -73,6 +74,7 @@ commands:
   dead     list dead letters (dead show SEQ: one, with its payload and headers)
   redrive  republish dead letters once their cause is fixed, fenced by the ledger (dry run unless -yes)
   forget   clear an intent's failed ledger record, so that its next trigger runs anew
+  audit    list who redrove, forgot, approved and cancelled what, and what came of it
   config   check FILE: validate a configuration and explain it
   key      derive the intent key of a payload read from standard input
   version  print the version, the commit and the Go version of this build
@@ -101,6 +103,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runRedrive(ctx, args[1:], stdin, stdout, stderr)
 	case "forget":
 		return runForget(ctx, args[1:], stdin, stdout, stderr)
+	case "audit":
+		return runAudit(ctx, args[1:], stdin, stdout, stderr)
 	case "config":
 		return runConfig(ctx, args[1:], stdin, stdout, stderr)
 	case "version", "-version", "--version":

@@ -12,6 +12,9 @@ import (
 )
 
 const redriveUsage = `usage: consumer redrive [flags] [SEQ|FROM-TO ...]
+       consumer redrive -filter LINE -preview [-json]     what a bulk redrive would do, per letter and in all
+       consumer redrive -filter LINE -yes [-rate N]       a bulk redrive, followed until it is done
+       consumer redrive -resume JOB | -job JOB | -jobs
 
 Redrives dead letters: each chosen (by sequence or range in the dead-letter stream, and the
 flags) is republished to its trigger's subject with its payload and headers, after the intent's
@@ -19,7 +22,16 @@ failed record is cleared, fenced: a committed intent is not redone and work in p
 alone. A dry run unless -yes. A dead letter redriven once is not redriven again without -again.
 A dead letter of reason unknown_outcome (a one-shot effect that may have gone out) is refused
 unless -unknown-outcome=not-sent states that you checked and it did not. Each redrive is logged by
-the consumer with who asked, and marked on the dead letter. Flags may follow the arguments.
+the consumer with who asked, recorded in the audit (consumer audit), and marked on the dead letter.
+
+A bulk redrive (-filter, -preview, -detach, -resume) takes every dead letter chosen, up to the
+last one kept when it was previewed: -preview shows, per letter, the effect it will fire or why
+it will not (committed meanwhile, in progress, refused without the statement, redriven already)
+and, in all, what the model will spend (an answer in the LLM cache costs nothing), and saves it
+as a job; -yes runs it in the consumer that answers (or here, with none running), chunk by chunk,
+recording how far it got, and follows it until it is done. If the process running it dies, the
+job is taken over where it got to (-resume JOB, or any consumer, once its lease runs out), and no
+intent's effect happens twice. Flags may follow the arguments.
 `
 
 func runRedrive(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -33,6 +45,12 @@ func runRedrive(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	again := fs.Bool("again", false, "redrive dead letters that were redriven before (still fenced by the ledger)")
 	unknown := fs.String("unknown-outcome", "", "for dead letters of reason unknown_outcome: `not-sent` states that the effect did not happen")
 	asJSON := fs.Bool("json", false, "print JSON")
+	preview := fs.Bool("preview", false, "a bulk redrive's preview: what it would do with each dead letter (-limit of them shown, default 50) and in all, saved as a job to start")
+	detach := fs.Bool("detach", false, "with -yes: start the bulk redrive and return, printing its job")
+	rate := fs.Float64("rate", 0, "a bulk redrive takes at most `n` dead letters a second (0: no limit)")
+	resume := fs.String("resume", "", "take over the bulk redrive `job` whose process stopped, and follow it")
+	showJob := fs.String("job", "", "show the bulk redrive `job`")
+	jobs := fs.Bool("jobs", false, "list the latest bulk redrives")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, redriveUsage)
 		fs.PrintDefaults()
@@ -43,6 +61,13 @@ func runRedrive(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	}
 	if *unknown != "" && *unknown != admin.StatementNotSent {
 		return usageError{fmt.Errorf("-unknown-outcome %q: the one statement is %s (the effect did not happen)", *unknown, admin.StatementNotSent)}
+	}
+	if *rate < 0 {
+		return usageError{fmt.Errorf("-rate %v: want a number of letters a second, or 0", *rate)}
+	}
+	bulk := s.filter != "" || *preview || *detach || *resume != "" || *showJob != "" || *jobs
+	if *detach && !*yes {
+		return usageError{fmt.Errorf("-detach starts a bulk redrive: give -yes")}
 	}
 	sel, err := s.selection(pos, time.Now())
 	if err != nil {
@@ -57,6 +82,27 @@ func runRedrive(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		return fmt.Errorf("redrive: %w", err)
 	}
 	defer conn.close()
+	if bulk {
+		b := bulkRun{conn: conn, stdout: stdout, stderr: stderr, json: *asJSON}
+		switch {
+		case *jobs:
+			return b.list(ctx)
+		case *showJob != "":
+			return b.show(ctx, *showJob)
+		case *resume != "":
+			return b.follow(ctx, *resume, true)
+		}
+		rows := s.limit
+		if rows == 0 {
+			rows = 50
+		}
+		req := admin.PreviewRequest{Selection: sel, Again: *again, UnknownOutcome: *unknown, Rate: *rate, By: conn.by}
+		req.Limit = min(rows, admin.MaxLimit)
+		if !*yes {
+			return b.preview(ctx, req)
+		}
+		return b.start(ctx, req, *detach)
+	}
 	req := admin.RedriveRequest{Selection: sel, Yes: *yes, Again: *again, UnknownOutcome: *unknown, By: conn.by}
 	all := admin.RedriveReply{DryRun: !*yes, Results: []admin.RedriveResult{}}
 	for want := s.limit; ; {
