@@ -30,9 +30,9 @@ reads the streams itself. Flags may follow the arguments.
 // redrive.
 type selectFlags struct {
 	filter, pipeline, effect, reason, status, key, stream, since, until, text string
-	unhandled                                                                bool
-	limit                                                                    int
-	after                                                                    uint64
+	unhandled                                                                 bool
+	limit                                                                     int
+	after                                                                     uint64
 }
 
 func (s *selectFlags) register(fs *flag.FlagSet, limitHelp string, limit int) {
