@@ -128,13 +128,20 @@ func startWith(t *testing.T, format string) *fixture {
 	if err := a.WaitReady(wctx); err != nil {
 		t.Fatal(err)
 	}
-	f.nc, err = natsrun.Connect(ctx, a.Embedded.ClientURL(), app.NATSOptions(cfg.NATS, "test", nil))
+	f.nc, f.js = natsConnect(t, a)
+	return f
+}
+
+// natsConnect connects to a's embedded server.
+func natsConnect(t *testing.T, a *app.App) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := natsrun.Connect(ctx, a.Embedded.ClientURL(), app.NATSOptions(a.Config.NATS, "test", nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(f.nc.Close)
-	f.js, _ = jetstream.New(f.nc)
-	return f
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	return nc, js
 }
 
 // publish publishes an order trigger and returns its intent key.

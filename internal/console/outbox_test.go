@@ -127,4 +127,11 @@ func TestConsoleApprovesAndCancels(t *testing.T) {
 	if n := recv.count(); n != 1 {
 		t.Errorf("the receiver took %d effects; want 1 (one approved, one cancelled)", n)
 	}
+	// Both in the audit, by the operator who signed in.
+	audit := get("/audit")
+	for _, want := range []string{`class="action">approve<`, `class="action">cancel<`, keys[0], keys[len(keys)-1], "operator (console)"} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("the audit page has no %q:\n%s", want, audit)
+		}
+	}
 }
