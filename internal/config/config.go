@@ -276,6 +276,11 @@ type Log struct {
 	Format string `yaml:"format"`
 	// Level is debug, info (the default), warn or error.
 	Level string `yaml:"level"`
+	// Outcomes adds an INFO line per trigger's outcome, and per one-shot
+	// effect's, for people who read logs: msg=outcome with its pipeline,
+	// key, route, effect and result (done, the target had it, no effect,
+	// dead and the reason). Off by default: the metrics count them.
+	Outcomes bool `yaml:"outcomes"`
 }
 
 // Stream configures the JetStream stream triggers arrive on.

@@ -155,6 +155,9 @@ func (g *gate) effectOutcome(t *Trigger, res sink.Result, err error, took time.D
 		result = "retry"
 	}
 	name := g.sinkName
+	if g.sinkOf != nil {
+		name = g.sinkOf(t)
+	}
 	g.c.obs.Effect(g.pipeline, name, result, took)
 	if t.esp != nil {
 		t.esp.SetAttributes(attrSink.String(name), attrOutcome.String(result))

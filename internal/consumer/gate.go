@@ -52,6 +52,9 @@ type gate struct {
 	sink     sink.Sink
 	js       *sink.JetStream // the sink, when it publishes asynchronously
 	sinkName string
+	// sinkOf, if set, names the kind of t's effect for the metrics instead
+	// of sinkName: the dispatcher's, whose entries are of several effects.
+	sinkOf func(t *Trigger) string
 	// dedupeWindow is how long the effect's target drops a repeat of its
 	// key (the duplicate window of the stream a JetStream effect lands
 	// in); 0 when unknown or unlimited.

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"sync"
@@ -93,9 +94,19 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 		sink:      oneShot, sinkName: cfg.Effect.Sink, stepName: pg.stepName,
 		maxResult: pg.maxResult,
 	}
+	// An entry is counted under its effect's kind (its preset, else its
+	// sink), as the metrics' series are made at start (app.Start).
+	kinds := map[string]string{}
+	for _, e := range cfg.AllEffects() {
+		kinds[e.Name] = cmp.Or(e.Preset, e.Sink)
+	}
+	g.sinkOf = func(t *Trigger) string { return kinds[t.msg.Headers().Get(HeaderEffect)] }
 	g.set = &settler{
 		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, ledger: pg.ledger,
 		retryDelay: cfg.RetryDelay, // maxDeliver 0: an entry waiting for its delay or approval is no failing try
+		effectOf: func(t *Trigger) string {
+			return cmp.Or(t.msg.Headers().Get(HeaderEffect), g.sinkOf(t)) + " (dispatch)"
+		},
 	}
 	g.build(d.wait)
 	d.gate = g

@@ -170,6 +170,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	g.set = &settler{
 		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, maxDeliver: cfg.MaxDeliver,
 		retryDelay: cfg.RetryDelay, ledger: g.ledger, n: &p.n,
+		effectOf: func(*Trigger) string { return cmp.Or(cfg.Effect.Preset, g.sinkName) },
 	}
 	g.build(nil)
 	p.gate = g

@@ -34,6 +34,9 @@ type settler struct {
 	retryDelay func(n int) time.Duration
 	ledger     ledger.Ledger // nil without one
 	n          *pipelineCounters
+	// effectOf names t's effect in the outcome lines (log.outcomes) of a
+	// pipeline without the last mile's; nil: none.
+	effectOf func(t *Trigger) string
 }
 
 // settle acks, naks or dead-letters t as its verdict says. A nak of a
@@ -61,6 +64,9 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 			s.c.log.Warn("ack failed; the trigger comes back and the ledger answers it", "pipeline", s.pipeline, "err", err)
 		}
 		s.c.obs.Settled(s.pipeline, "ack")
+		if s.c.cfg.Log.Outcomes {
+			s.logOutcome(t, v)
+		}
 	case settleNak:
 		d := v.delay
 		if d <= 0 {
@@ -90,7 +96,40 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 		s.c.log.Warn("dead-lettered", "pipeline", s.pipeline, "reason", v.reason, "subject", s.deadLetter, "err", v.err)
 		_ = m.TermWithReason(string(v.reason))
 		s.c.obs.Settled(s.pipeline, "term")
+		if s.c.cfg.Log.Outcomes {
+			s.logOutcome(t, v)
+		}
 	}
+}
+
+// logOutcome writes the INFO line of t's outcome (log.outcomes): its
+// pipeline, key, route, effects and result.
+func (s *settler) logOutcome(t *Trigger, v verdict) {
+	var route string
+	var effects []string
+	switch {
+	case t.lm != nil:
+		route = t.lm.route
+		for _, o := range t.lm.out {
+			effects = append(effects, cmp.Or(o.t.name, o.t.kind))
+		}
+	case s.effectOf != nil:
+		effects = append(effects, s.effectOf(t))
+	}
+	result := "no effect" // a duplicate, filtered, or no route
+	switch {
+	case v.kind == settleDead:
+		result = "dead: " + string(v.reason)
+	case t.effected && t.res.Duplicate:
+		result = "done (the target had it)"
+	case t.effected:
+		result = "done"
+	}
+	key := keyString(v.key)
+	if in := t.msg.Headers().Get(HeaderIntent); in != "" {
+		key = in // a named one-shot effect's dispatch: the intent's key
+	}
+	s.c.log.Info("outcome", "pipeline", s.pipeline, "key", key, "route", route, "effect", strings.Join(effects, ","), "result", result)
 }
 
 // lastTry turns v, a nak on the last try, into the dead letter, once the
