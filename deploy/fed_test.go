@@ -196,7 +196,10 @@ func TestSeriesFed(t *testing.T) {
 	if _, err := js.PublishMsg(ctx, alert("f2")); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitFor(ctx, func() bool { r, err := a.Admin.Dead(ctx, admin.Selection{Pipeline: "pages"}); return err == nil && len(r.Letters) == 1 }); err != nil {
+	if err := waitFor(ctx, func() bool {
+		r, err := a.Admin.Dead(ctx, admin.Selection{Pipeline: "pages"})
+		return err == nil && len(r.Letters) == 1
+	}); err != nil {
 		t.Fatal("the refused alert's dead letter")
 	}
 	if _, err := a.Admin.Redrive(ctx, admin.RedriveRequest{Selection: admin.Selection{Pipeline: "pages"}, Yes: true, By: admin.Caller{User: "test"}}); err != nil {
@@ -215,7 +218,10 @@ func TestSeriesFed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := waitFor(ctx, func() bool { r, err := a.Admin.Dead(ctx, admin.Selection{Pipeline: "orders"}); return err == nil && len(r.Letters) == 2 }); err != nil {
+	if err := waitFor(ctx, func() bool {
+		r, err := a.Admin.Dead(ctx, admin.Selection{Pipeline: "orders"})
+		return err == nil && len(r.Letters) == 2
+	}); err != nil {
 		t.Fatal("the order's two dead letters")
 	}
 	orders.fix()
