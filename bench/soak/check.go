@@ -584,6 +584,9 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 		files = append(files, h.redriveHistoryPath()) // the redrive command's, when it opened the ledger itself
 	}
 	if h.redriver != nil {
+		if err := h.redriver.readAudit(ctx); err != nil {
+			return nil, fmt.Errorf("reading the audit of the redrives: %w", err)
+		}
 		h.redriver.summarize(rep, deadSeq, effects)
 	}
 	rep.lin = checkHistories(ctx, files, ledger.MismatchAccept, h.linearizabilityHTML())

@@ -44,11 +44,14 @@
 // The redrive phase (-redrive, on by default): the payment sink refuses
 // every new charge (400) from 25% to 45% of the fault window, so that
 // dead letters (permanent_effect) pile up, then it is fixed, and the soak
-// runs the consumer binary's redrive command (`consumer redrive -yes
-// -json -pipeline charges -reason permanent_effect`, through the
-// replicas' admin service, or on the stores when no replica answers)
-// every 5s while the faults go on, and again once everything settled
-// until a pass republishes nothing.
+// runs the consumer binary's bulk redrive (`consumer redrive -filter
+// "pipeline=charges reason=permanent_effect handled=yes" -yes -json`: a
+// job previewed and started through the replicas' admin service, or run
+// by the command when no replica answers, and followed to its end, taken
+// over if its runner dies) every 5s while the faults go on, and again once
+// everything settled until a pass republishes nothing; what each did with
+// each letter is read back from the audit stream. Each pass must be
+// answered within 90s whenever a majority of the nodes stays up.
 // Each of -intents intents is published 1 to 4 times: exact provider
 // retries, redeliveries with a new delivery id and time, and reworded
 // duplicates (same key fields, other words). A share (-hostile) are hostile
@@ -127,8 +130,9 @@
 // does not name, a PagerDuty event named no alert's identity, a resolve
 // routed to PagerDuty did not reach it with its firing's dedup_key, a
 // resolve caused a model call, or a receiver refused a request; or, in the
-// redrive phase, nothing was redriven, a dead letter was republished by
-// two runs, the last run (every dead letter again, after everything
+// redrive phase, nothing was redriven, a run of the bulk redrive was not
+// answered within its bound while a majority of the nodes was up, a dead
+// letter was republished by two runs, the last run (every dead letter again, after everything
 // settled) republished anything or found a dead letter neither redriven
 // nor committed, or a refused intent did not end with exactly one charge.
 // It also reports model calls against the minimum (one per

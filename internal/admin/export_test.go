@@ -17,3 +17,6 @@ func SetTestHooks(a *Admin, read, cleared func(dedupe.Key)) {
 func WrapJetStream(a *Admin, wrap func(jetstream.JetStream) jetstream.JetStream) {
 	a.js = wrap(a.js)
 }
+
+// ParseDetail is parseDetail, the reading of a dead letter's detail.
+var ParseDetail = parseDetail

@@ -1,9 +1,14 @@
 // Package console is Oncegate's console: a few server-rendered pages
 // (html/template, no JavaScript) over the admin operations (package
-// admin): dead letters by pipeline and reason with their detail and
-// payload, and buttons to redrive them and forget a failed record; a key
-// lookup; pending leases and one-shot effects waiting in the outbox, with
-// approve and cancel buttons; the LLM cache's figures.
+// admin): the dead letters, newest first, filtered (pipeline, effect,
+// reason, status, time range, text, or a filter line), counted by reason,
+// pipeline, effect and status, the handled ones hidden unless asked for,
+// in pages with totals; each letter with what matters first (effect,
+// status, the receiver's message, tries, next step), its story and buttons
+// to redrive it and forget a failed record; bulk redrives (preview,
+// confirm, progress, summary); the audit; a key lookup; pending leases and
+// one-shot effects waiting in the outbox, with approve and cancel buttons;
+// the LLM cache's figures.
 //
 // # Security
 //
