@@ -17,6 +17,7 @@ import (
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/jsretry"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
@@ -116,9 +117,26 @@ func openAdmin(ctx context.Context, cfg *config.Config, command string) (*adminC
 		}
 		closers = append(closers, func() { natsrun.Close(nc) })
 	}
-	l, closeLedger, err := openLocalLedger(ctx, cfg, nc)
-	if err != nil {
-		return fail(err)
+	// The ledger: a bucket whose leader is being elected (a node of the
+	// cluster coming back) answers after a while; wait for it, a while.
+	var l ledger.Ledger
+	var closeLedger func()
+	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		var err error
+		l, closeLedger, err = openLocalLedger(octx, cfg, nc)
+		if err == nil {
+			break
+		}
+		if !jsretry.Transient(err) || octx.Err() != nil {
+			return fail(err)
+		}
+		select {
+		case <-time.After(wait):
+		case <-octx.Done():
+			return fail(err)
+		}
 	}
 	if closeLedger != nil {
 		closers = append(closers, closeLedger)
@@ -184,6 +202,10 @@ func openLocalLedger(ctx context.Context, cfg *config.Config, nc *nats.Conn) (le
 	}
 	return l, func() { l.Close(); db.Close() }, nil
 }
+
+// storeOpenTimeout bounds how long a command waits for the stores it opens
+// itself (no consumer answering) to answer.
+const storeOpenTimeout = time.Minute
 
 // caller names the person running a command: the NATS user the
 // configuration connects as, else the OS user, and the host.

@@ -138,22 +138,25 @@ func (au *auditor) ensure(ctx context.Context) error {
 	}
 	a := au.a
 	name := AuditStream(a.cfg.Stream.Name)
-	_, err := a.js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		storage := jetstream.FileStorage
-		if a.cfg.Stream.Storage == "memory" {
-			storage = jetstream.MemoryStorage
+	err := a.again(ctx, "setting the audit stream up", func(ctx context.Context) error {
+		_, err := a.js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			storage := jetstream.FileStorage
+			if a.cfg.Stream.Storage == "memory" {
+				storage = jetstream.MemoryStorage
+			}
+			_, err = a.js.CreateStream(ctx, jetstream.StreamConfig{
+				Name: name, Description: "Oncegate: who redrove, forgot, approved and cancelled what",
+				Subjects: []string{AuditPrefix + "." + a.cfg.Stream.Name + ".>"},
+				Storage:  storage, Replicas: a.cfg.Stream.Replicas, MaxAge: AuditMaxAge,
+				Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
+			})
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				err = nil
+			}
 		}
-		_, err = a.js.CreateStream(ctx, jetstream.StreamConfig{
-			Name: name, Description: "Oncegate: who redrove, forgot, approved and cancelled what",
-			Subjects: []string{AuditPrefix + "." + a.cfg.Stream.Name + ".>"},
-			Storage:  storage, Replicas: a.cfg.Stream.Replicas, MaxAge: AuditMaxAge,
-			Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
-		})
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			err = nil
-		}
-	}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("admin: the audit stream %s: %w", name, err)
 	}

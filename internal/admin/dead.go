@@ -351,13 +351,20 @@ func (a *Admin) marks(ctx context.Context, create bool) jetstream.KeyValue {
 	if a.cfg.Stream.Storage == "memory" {
 		storage = jetstream.MemoryStorage
 	}
-	kv, err = a.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: MarksBucket, Description: "Oncegate: which dead letters were redriven",
-		History: 1, Storage: storage, Replicas: a.cfg.Stream.Replicas,
+	err = a.again(ctx, "setting the redrive marks bucket up", func(ctx context.Context) error {
+		var err error
+		if kv, err = a.js.KeyValue(ctx, MarksBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return err
+		}
+		kv, err = a.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: MarksBucket, Description: "Oncegate: which dead letters were redriven",
+			History: 1, Storage: storage, Replicas: a.cfg.Stream.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = a.js.KeyValue(ctx, MarksBucket)
+		}
+		return err
 	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = a.js.KeyValue(ctx, MarksBucket)
-	}
 	if err != nil {
 		a.log.Warn("the redrive marks bucket is not available", "bucket", MarksBucket, "err", err)
 		return nil

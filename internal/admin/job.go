@@ -220,24 +220,25 @@ func newJobID() string {
 
 // jobs returns the jobs bucket, created if need be.
 func (a *Admin) jobs(ctx context.Context) (jetstream.KeyValue, error) {
-	kv, err := a.js.KeyValue(ctx, JobsBucket)
-	if err == nil {
-		return kv, nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("admin: the jobs bucket: %w", err)
-	}
 	storage := jetstream.FileStorage
 	if a.cfg.Stream.Storage == "memory" {
 		storage = jetstream.MemoryStorage
 	}
-	kv, err = a.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: JobsBucket, Description: "Oncegate: bulk redrives and how far they got",
-		History: 1, Storage: storage, Replicas: a.cfg.Stream.Replicas, TTL: 90 * 24 * time.Hour,
+	var kv jetstream.KeyValue
+	err := a.again(ctx, "opening the jobs bucket", func(ctx context.Context) error {
+		var err error
+		if kv, err = a.js.KeyValue(ctx, JobsBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return err
+		}
+		kv, err = a.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: JobsBucket, Description: "Oncegate: bulk redrives and how far they got",
+			History: 1, Storage: storage, Replicas: a.cfg.Stream.Replicas, TTL: 90 * 24 * time.Hour,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = a.js.KeyValue(ctx, JobsBucket)
+		}
+		return err
 	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = a.js.KeyValue(ctx, JobsBucket)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("admin: the jobs bucket: %w", err)
 	}

@@ -44,6 +44,13 @@ func (a *App) startRecovery(o Options) error {
 	}
 	a.Admin = ad
 	a.closers = append(a.closers, func() error { ad.Close(); return nil })
+	// The audit stream and the redrive buckets, made now that the
+	// cluster is whole rather than in an incident.
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := ad.Setup(sctx); err != nil {
+		o.Logger.Warn("admin: the audit stream and redrive buckets are not set up yet (the operations will make them)", "err", err)
+	}
+	cancel()
 	prefix := admin.Prefix(cfg.Admin.Subject, cfg.Stream.Name)
 	svc, err := admin.Serve(a.Conn, ad, prefix, o.Logger.With("component", "admin"))
 	if err != nil {
