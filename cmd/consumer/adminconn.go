@@ -75,14 +75,10 @@ func openAdmin(ctx context.Context, cfg *config.Config, command string) (*adminC
 			nc = c
 			closers = append(closers, func() { natsrun.Close(c) })
 			cl := admin.NewClient(c, prefix)
-			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := cl.Hello(hctx)
-			cancel()
-			if err == nil {
+			if err := hello(ctx, c, cl, !embedded); err == nil {
 				conn.api, conn.remote = cl, true
 				return conn, nil
-			}
-			if !errors.Is(err, admin.ErrNoService) {
+			} else if !errors.Is(err, admin.ErrNoService) {
 				return fail(err)
 			}
 			if embedded {
@@ -131,6 +127,11 @@ func openAdmin(ctx context.Context, cfg *config.Config, command string) (*adminC
 		}
 		if !jsretry.Transient(err) || octx.Err() != nil {
 			return fail(err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) && !embedded {
+			// This server may be cut off from the others (a partition):
+			// try another of the pool.
+			_ = nc.ForceReconnect()
 		}
 		select {
 		case <-time.After(wait):
@@ -201,6 +202,47 @@ func openLocalLedger(ctx context.Context, cfg *config.Config, nc *nats.Conn) (le
 		return nil, nil, err
 	}
 	return l, func() { l.Close(); db.Close() }, nil
+}
+
+// helloTimeout bounds one Hello; helloFor all of them.
+const (
+	helloTimeout = 5 * time.Second
+	helloFor     = 30 * time.Second
+)
+
+// hello asks whether a consumer serves the admin operations on nc. A
+// request no replica answers in time (one paused, or busy) is made again,
+// for helloFor; with a pool of servers (a cluster), one that finds no
+// service is made again, up to twice, from another server of the pool,
+// since this one may be cut off from the others. It returns nil, an error
+// wrapping admin.ErrNoService, or the last error.
+func hello(ctx context.Context, nc *nats.Conn, cl *admin.Client, pool bool) error {
+	deadline := time.Now().Add(helloFor)
+	moved := 0
+	for {
+		hctx, cancel := context.WithTimeout(ctx, helloTimeout)
+		_, err := cl.Hello(hctx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil || time.Now().After(deadline):
+			return err
+		case errors.Is(err, admin.ErrNoService):
+			if !pool || moved == 2 || len(nc.Servers()) < 2 {
+				return err
+			}
+			moved++
+			_ = nc.ForceReconnect()
+			rctx, cancel := context.WithTimeout(ctx, helloTimeout)
+			for !nc.IsConnected() && rctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+		case !jsretry.Transient(err) && !errors.Is(err, nats.ErrTimeout):
+			return err
+		}
+	}
 }
 
 // storeOpenTimeout bounds how long a command waits for the stores it opens

@@ -25,6 +25,36 @@ type bulkRun struct {
 // followEvery is how often a followed job is looked at.
 const followEvery = 500 * time.Millisecond
 
+// callTimeout bounds a request of a bulk redrive's command but its
+// preview's, which previewTimeout bounds; again makes a request that did
+// not pass in time again, for at most againFor.
+const (
+	callTimeout    = 10 * time.Second
+	previewTimeout = 45 * time.Second
+	againFor       = time.Minute
+)
+
+// again makes the request op until it passes, is refused (a bad request,
+// nothing found, refused), or againFor has passed; each try has timeout.
+func (b *bulkRun) again(ctx context.Context, timeout time.Duration, op func(context.Context) error) error {
+	deadline := time.Now().Add(againFor)
+	for {
+		octx, cancel := context.WithTimeout(ctx, timeout)
+		err := op(octx)
+		cancel()
+		var ae *admin.Error
+		if err == nil || errors.As(err, &ae) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		fmt.Fprintf(b.stderr, "redrive: %v; trying again\n", err)
+		select {
+		case <-time.After(followEvery):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
 func (b *bulkRun) preview(ctx context.Context, req admin.PreviewRequest) error {
 	rep, err := b.conn.api.Preview(ctx, req)
 	if err != nil {
@@ -105,11 +135,22 @@ func printTotals(w io.Writer, t admin.Totals, verb string) {
 // start previews and starts a bulk redrive, and follows it unless detach.
 func (b *bulkRun) start(ctx context.Context, req admin.PreviewRequest, detach bool) error {
 	req.Limit = 1
-	rep, err := b.conn.api.Preview(ctx, req)
+	// A request a replica does not answer (it was killed, or paused, as it
+	// worked) is made again: to another replica, most likely. A preview
+	// made twice leaves a second job previewed, never started.
+	var rep admin.PreviewReply
+	err := b.again(ctx, previewTimeout, func(ctx context.Context) (err error) {
+		rep, err = b.conn.api.Preview(ctx, req)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("redrive: %w", err)
 	}
-	j, err := b.conn.api.StartJob(ctx, admin.JobRequest{ID: rep.Job.ID, By: b.conn.by})
+	var j admin.Job
+	err = b.again(ctx, callTimeout, func(ctx context.Context) (err error) {
+		j, err = b.conn.api.StartJob(ctx, admin.JobRequest{ID: rep.Job.ID, By: b.conn.by})
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("redrive: starting %s: %w", rep.Job.ID, err)
 	}
@@ -132,7 +173,9 @@ func (b *bulkRun) start(ctx context.Context, req admin.PreviewRequest, detach bo
 func (b *bulkRun) follow(ctx context.Context, id string, resume bool) error {
 	var last string
 	for {
-		j, err := b.conn.api.Job(ctx, admin.JobRequest{ID: id})
+		jctx, cancel := context.WithTimeout(ctx, callTimeout)
+		j, err := b.conn.api.Job(jctx, admin.JobRequest{ID: id})
+		cancel()
 		if err != nil {
 			if errors.Is(err, admin.ErrNotFound) || errors.Is(err, admin.ErrBadRequest) || ctx.Err() != nil {
 				return fmt.Errorf("redrive: %w", err)
@@ -148,7 +191,10 @@ func (b *bulkRun) follow(ctx context.Context, id string, resume bool) error {
 				return b.done(j)
 			case resume || j.Abandoned(time.Now()):
 				resume = false
-				if _, err := b.conn.api.StartJob(ctx, admin.JobRequest{ID: id, By: b.conn.by}); err != nil {
+				sctx, cancel := context.WithTimeout(ctx, callTimeout)
+				_, err := b.conn.api.StartJob(sctx, admin.JobRequest{ID: id, By: b.conn.by})
+				cancel()
+				if err != nil {
 					fmt.Fprintf(b.stderr, "bulk redrive %s: taking it over: %v\n", id, err)
 				}
 			}

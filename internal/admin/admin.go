@@ -106,6 +106,8 @@ type Admin struct {
 	js    jetstream.JetStream
 	log   *slog.Logger
 	pipes map[string]*config.Pipeline
+	// effects are each pipeline's effects (config.Pipeline.AllEffects).
+	effects map[string][]config.NamedEffect
 
 	index *index   // the dead letters, for the console's pages
 	aud   *auditor // writes the audit
@@ -138,13 +140,15 @@ func New(opts Options) (*Admin, error) {
 	}
 	a := &Admin{opts: opts, cfg: opts.Config, js: js, log: opts.Logger, pipes: map[string]*config.Pipeline{}}
 	a.index, a.aud = newIndex(a), &auditor{a: a}
-	a.runCtx, a.stop = context.WithCancel(context.Background())
-	if opts.ResumeJobs {
-		a.running.Go(func() { a.resumer(a.runCtx) })
-	}
+	a.effects = map[string][]config.NamedEffect{}
 	for i := range a.cfg.Pipelines {
 		p := &a.cfg.Pipelines[i]
 		a.pipes[p.Name] = p
+		a.effects[p.Name] = p.AllEffects()
+	}
+	a.runCtx, a.stop = context.WithCancel(context.Background())
+	if opts.ResumeJobs {
+		a.running.Go(func() { a.resumer(a.runCtx) })
 	}
 	return a, nil
 }

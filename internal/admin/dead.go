@@ -280,6 +280,13 @@ func cmpUint(x, y uint64) int {
 // Dead implements [API].
 func (a *Admin) Dead(ctx context.Context, sel Selection) (DeadReply, error) {
 	reply := DeadReply{Letters: []DeadLetter{}}
+	if sel.Unhandled {
+		// Which letters' records were forgotten since: the index reads
+		// the audit's forgets.
+		if err := a.index.update(ctx); err != nil {
+			return reply, err
+		}
+	}
 	marks := a.marks(ctx, false)
 	var err error
 	reply.More, reply.Next, err = a.scan(ctx, sel, func(d DeadLetter, _ nats.Header, _ []byte) error {

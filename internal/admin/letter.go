@@ -48,7 +48,7 @@ func (a *Admin) letter(stream string, seq uint64, at time.Time, subject string, 
 	}
 	d.Status, d.Answer, d.SinkAttempt = parseDetail(d.Detail)
 	if p != nil {
-		d.Effect, d.Sink = effectOf(p, d.Effect, d.OneShot, d.Detail)
+		d.Effect, d.Sink = effectOf(p, a.effects[p.Name], d.Effect, d.OneShot, d.Detail)
 	}
 	d.Attempts = int(d.Deliveries)
 	if d.Attempts == 0 {
@@ -70,9 +70,9 @@ func isOutbox(subject, pipeline string) bool {
 // the pipeline's single effect), else the one the detail names ("effect
 // NAME: ..."), else the pipeline's single effect when the detail is a
 // sink's error. It returns "", "" for a failure before any effect.
-func effectOf(p *config.Pipeline, named string, oneShot bool, detail string) (name, kind string) {
+func effectOf(p *config.Pipeline, effects []config.NamedEffect, named string, oneShot bool, detail string) (name, kind string) {
 	find := func(name string) (string, string, bool) {
-		for _, e := range p.AllEffects() {
+		for _, e := range effects {
 			if e.Name == name {
 				return e.Name, effectKind(e.Effect), true
 			}
