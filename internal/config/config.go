@@ -568,6 +568,13 @@ type Key struct {
 	// identity and the status, so that a resolve is distinct work from its
 	// firing rather than a duplicate of it.
 	Status string `yaml:"status"`
+	// ResolveWait orders the lifecycle of an identity with Status: a
+	// resolve whose firing is still at work (its effects failing and
+	// retried, its model step running) waits for the firing's outcome up
+	// to this long after it reached the stream, then goes; a firing that
+	// finds its resolve gone out is dropped, never sent after it. The
+	// default is 1m.
+	ResolveWait time.Duration `yaml:"resolve_wait"`
 	// Headers are trigger headers whose values are part of the key, such
 	// as Oncegate-Event, which the webhook ingress sets to the provider's
 	// event type: the same payload under another event is other work. A

@@ -53,6 +53,7 @@ type Trigger struct {
 	effected  bool // the effect is known to exist at its target
 	sent      bool // the effect was handed to its sink: it may exist, whatever the sink said
 	committed bool // the ledger holds the result
+	dropped   bool // effected by not sending: its resolve went first (lifecycle.go)
 
 	v       verdict
 	decided bool

@@ -86,6 +86,7 @@ type mile struct {
 	targets []*target // without routes, every one; with routes, those routes name
 	byName  map[string]*target
 	named   bool // the targets are named effects (each key derived from its name)
+	ordered bool // key.status with a ledger: firings and resolves are ordered (lifecycle.go)
 }
 
 type route struct {
@@ -132,6 +133,7 @@ type outEffect struct {
 func usesMile(p *config.Pipeline) bool {
 	e := &p.Effect
 	return p.When != "" || len(p.Effects) > 0 || len(p.Routes) > 0 ||
+		(p.Key.Status != "" && p.Mode != config.ModeGateWindow) ||
 		(p.Step != nil && p.Step.SkipWhen != "") || e.Preset != "" || e.Body != "" || e.SubjectSuffix != ""
 }
 
@@ -178,6 +180,7 @@ func deriveKey(domain string, k dedupe.Key, name string) dedupe.Key {
 func newMile(p *pipeline, single sink.Sink) (*mile, sink.Sink, error) {
 	c, cfg := p.c, p.cfg
 	m := &mile{byName: map[string]*target{}, limits: cfg.KeySpec().Limits}
+	m.ordered = cfg.Key.Status != "" && cfg.Mode != config.ModeGateWindow
 	var err error
 	if cfg.When != "" {
 		if m.filter, err = cond.Compile(cfg.When); err != nil {
@@ -406,8 +409,13 @@ func (g *gate) decide(next Handler) Handler {
 				}
 				if s.none {
 					// No route: nothing to send. The intent is committed
-					// with that decision, and counted as filtered.
-					g.filtered("routes")
+					// with that decision, and counted as filtered (a
+					// resolve whose firing went nowhere, as unopened).
+					if g.closing(t) {
+						g.filtered("unopened")
+					} else {
+						g.filtered("routes")
+					}
 					t.res, t.effected = sink.Result{Body: []byte(`{"route":null}`)}, true
 					return
 				}
@@ -482,7 +490,18 @@ func (g *gate) defaultBody(t *Trigger) ([]byte, error) {
 func (g *gate) chooseRoute(ctx context.Context, t *Trigger) bool {
 	s := g.state(t)
 	chosen := ""
+	if g.closing(t) {
+		// A resolve goes where its firing went (lifecycle.go).
+		var err error
+		if chosen, err = g.firingRoute(ctx, t); err != nil {
+			t.decide(nak(t.keyRef(), 0, fmt.Errorf("reading the firing's route: %w", err)))
+			return false
+		}
+	}
 	for _, r := range g.mile.routes {
+		if g.closing(t) {
+			break
+		}
 		ok := true
 		if r.when != nil {
 			var err error
@@ -554,9 +573,19 @@ func (g *gate) mileEffects(ctx context.Context, ts []*Trigger) {
 				t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
 				return
 			}
+			if g.resolvedFirst(ctx, t) {
+				return // its resolve went out: nothing more is sent (lifecycle.go)
+			}
 			e := sink.Effect{Key: o.key.String(), Pipeline: g.pipeline, Step: g.stepName, Body: o.body, SubjectSuffix: o.suffix}
 			if o.t.oneShot && o.t.name != "" {
 				e.Header = map[string]string{HeaderEffect: o.t.name}
+			}
+			if o.t.oneShot && g.ordered() {
+				// The dispatcher orders the entries again (lifecycle.go).
+				if e.Header == nil {
+					e.Header = map[string]string{}
+				}
+				e.Header[HeaderIdentity], e.Header[HeaderStatus] = s.identity.String(), s.status
 			}
 			var esp trace.Span
 			if t.span != nil {

@@ -65,6 +65,12 @@ type DispatchStats struct {
 	Parked      int64 // entries parked to wait for an approval
 	NotApproved int64 // dead-lettered: no approval within the approval timeout
 	Failed      int64 // refused for good by the sink, dead-lettered
+	// AfterResolve counts firings' entries not sent: their resolve had
+	// gone out (key.status; lifecycle.go).
+	AfterResolve int64
+	// Unopened counts resolves' entries not sent: their firing's message
+	// was not sent either.
+	Unopened int64
 }
 
 type dispatcher struct {
@@ -96,6 +102,9 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 	g.set = &settler{
 		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, ledger: pg.ledger,
 		retryDelay: cfg.RetryDelay, // maxDeliver 0: an entry waiting for its delay or approval is no failing try
+	}
+	if pg.ordered() {
+		g.dispatchOrder = g.dispatchOrderStage // lifecycle.go
 	}
 	g.build(d.wait)
 	d.gate = g
