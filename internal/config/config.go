@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -760,6 +761,60 @@ type Effect struct {
 	// approval answered so). The default is 24h (DefaultApprovalTimeout) when
 	// ApprovalSubject is set.
 	ApprovalTimeout time.Duration `yaml:"approval_timeout"`
+
+	// Retry is how the effect is tried again after a failure that may
+	// pass (a 5xx, a 408 or 409, a timeout, no answer): on its own
+	// schedule, whatever the pipeline's ack_wait and backoff.
+	Retry EffectRetry `yaml:"retry"`
+	// RateLimit holds an http effect's requests within its receiver's
+	// quota: they wait for room instead of being refused.
+	RateLimit EffectRateLimit `yaml:"rate_limit"`
+}
+
+// EffectRetry is an effect's retry schedule. A failed request is tried
+// again within one delivery (http: up to 5 attempts) after Backoff, then
+// twice that, and so on up to MaxBackoff, each wait drawn at random from
+// its upper half; a delivery whose attempts all failed is put back for
+// the same schedule, counted from the intent's tries (max_deliver), not
+// for the pipeline's ack_wait or backoff, which pace work whose process
+// stopped.
+type EffectRetry struct {
+	// Backoff is the first wait. The default is 500ms.
+	Backoff time.Duration `yaml:"backoff"`
+	// MaxBackoff caps the waits, a Retry-After's included (but not a
+	// rate limit's, whose 429s are waited out). The default is 5s.
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+}
+
+// Delay is the wait before try n+1 (n ≥ 1) of a delivery that failed:
+// Backoff doubled n-1 times, capped at MaxBackoff, drawn at random from
+// its upper half.
+func (r EffectRetry) Delay(n int) time.Duration {
+	d := r.Backoff
+	for i := 1; i < n && d < r.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, r.MaxBackoff)
+	if half := d / 2; half > 0 {
+		d = half + rand.N(d-half+1)
+	}
+	return d
+}
+
+// EffectRateLimit is a receiver's quota, which an http effect's requests
+// keep within: each waits for its turn (one every Per/Requests, with a
+// little to spare), a 429 pauses them all until its Retry-After and is
+// tried again, and trigger events of the pagerduty preset waiting with
+// one dedup_key collapse into one (PagerDuty would add them to one
+// alert). Waiting keeps the trigger's lease and message: it is not a try.
+// The pagerduty preset's default is 120 a minute (the Events API's limit
+// per routing key), the slack preset's 1 a second (an incoming webhook's).
+type EffectRateLimit struct {
+	// Requests is how many requests the receiver takes in each Per; 0 is
+	// no limit. The default is 0, but for the presets above.
+	Requests int `yaml:"requests"`
+	// Per is the quota's window. The default is 1m (1s for slack).
+	Per time.Duration `yaml:"per"`
 }
 
 // Effect presets; see Effect.Preset.

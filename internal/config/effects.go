@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -20,6 +21,21 @@ const PagerDutyURL = "https://events.pagerduty.com/v2/enqueue"
 
 // JiraIssuePath is what the jira preset adds to its URL, the site.
 const JiraIssuePath = "/rest/api/3/issue"
+
+// The defaults of an effect's retry schedule (Effect.Retry).
+const (
+	DefaultEffectBackoff    = 500 * time.Millisecond
+	DefaultEffectMaxBackoff = 5 * time.Second
+)
+
+// PresetQuotas are the receivers' quotas, the presets' default
+// Effect.RateLimit: PagerDuty's Events API takes about 120 events a
+// minute per routing key, a Slack incoming webhook about a message a
+// second; each drops what comes past that with a 429.
+var PresetQuotas = map[string]EffectRateLimit{
+	PresetPagerDuty: {Requests: 120, Per: time.Minute},
+	PresetSlack:     {Requests: 1, Per: time.Second},
+}
 
 // DefaultAnswerAttempts is Step.AnswerAttempts's default.
 const DefaultAnswerAttempts = 3
@@ -93,6 +109,14 @@ func (c *Config) effectDefaults(path string, e *Effect) {
 	}
 	setDefault(c, joinPath(path, "class"), &e.Class, class)
 	setDefault(c, joinPath(path, "delay"), &e.Delay, 0)
+	setDefault(c, joinPath(path, "retry.backoff"), &e.Retry.Backoff, DefaultEffectBackoff)
+	setDefault(c, joinPath(path, "retry.max_backoff"), &e.Retry.MaxBackoff, max(DefaultEffectMaxBackoff, e.Retry.Backoff))
+	if q, ok := PresetQuotas[e.Preset]; ok && e.RateLimit.Requests == 0 {
+		setDefault(c, joinPath(path, "rate_limit.requests"), &e.RateLimit.Requests, q.Requests)
+		setDefault(c, joinPath(path, "rate_limit.per"), &e.RateLimit.Per, q.Per)
+	} else if e.RateLimit.Requests > 0 {
+		setDefault(c, joinPath(path, "rate_limit.per"), &e.RateLimit.Per, time.Minute)
+	}
 	if e.ApprovalSubject != "" {
 		setDefault(c, joinPath(path, "approval_timeout"), &e.ApprovalTimeout, DefaultApprovalTimeout)
 	}
@@ -357,6 +381,20 @@ func (v *validator) effect(path string, e *Effect, p *Pipeline, subjectOK, singl
 		}
 	}
 	v.oneOf(at("class"), e.Class, ClassReplayable, ClassOneShot)
+	switch {
+	case e.Retry.Backoff < 0 || e.Retry.MaxBackoff < 0:
+		v.add(at("retry"), invalid("backoff and max_backoff must be 0 or positive"))
+	case e.Retry.MaxBackoff > 0 && e.Retry.Backoff > e.Retry.MaxBackoff:
+		v.add(at("retry.backoff"), invalid("%s is over max_backoff %s", formatDuration(e.Retry.Backoff), formatDuration(e.Retry.MaxBackoff)))
+	}
+	switch {
+	case e.RateLimit.Requests < 0:
+		v.add(at("rate_limit.requests"), invalid("must be 0 (no limit) or positive, got %d", e.RateLimit.Requests))
+	case e.RateLimit.Per < 0:
+		v.add(at("rate_limit.per"), invalid("must be positive, got %s", formatDuration(e.RateLimit.Per)))
+	case e.RateLimit.Requests > 0 && e.Sink != SinkHTTP:
+		v.add(at("rate_limit"), invalid("a rate limit is for http effects; this one is %s", e.Sink))
+	}
 	if !single && (e.Delay != 0 || e.ApprovalSubject != "" || e.ApprovalTimeout != 0) {
 		v.add(at("delay"), invalid("delay, approval_subject and approval_timeout are for a pipeline's single effect"))
 		return

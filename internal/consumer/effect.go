@@ -151,7 +151,9 @@ func (g *gate) effectOutcome(t *Trigger, res sink.Result, err error, took time.D
 		t.decide(dead(t.keyRef(), outcome.ReasonPermanentEffect, err))
 		result = "dead"
 	default:
-		t.decide(nak(t.keyRef(), 0, err))
+		v := nak(t.keyRef(), 0, err)
+		v.schedule = g.retry
+		t.decide(v)
 		result = "retry"
 	}
 	name := g.sinkName

@@ -63,6 +63,9 @@ type gate struct {
 	// in); 0 when unknown or unlimited.
 	dedupeWindow time.Duration
 	maxResult    int
+	// retry is the effect's retry schedule (config.EffectRetry), for the
+	// effect the gate sends itself; nil: the pipeline's.
+	retry func(n int) time.Duration
 
 	set     *settler
 	h       Handler

@@ -160,6 +160,10 @@ type verdict struct {
 	// last is the reason a nak on the last try is dead-lettered with; the
 	// default is exhausted.
 	last outcome.Reason
+	// schedule, for a nak of a failed effect, is the effect's own retry
+	// schedule (config.EffectRetry) by the intent's tries, in place of the
+	// pipeline's.
+	schedule func(n int) time.Duration
 }
 
 type settleKind uint8

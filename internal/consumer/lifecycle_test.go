@@ -173,3 +173,80 @@ func (f *fixture) outboxDone(pipeline string) bool {
 	ci, err := cons.Info(context.Background())
 	return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
 }
+
+// TestPagesFastAfterOutage: PagerDuty answers 500 to more requests than
+// one delivery of a page makes (an outage), and the pipeline's ack wait
+// and redelivery backoff are 30s (what paces work whose process stopped):
+// the pages go out soon after PagerDuty is back, on the effect's own
+// retry schedule (effect.retry), not a backoff later. The time from the
+// end of the outage to the last page is reported.
+func TestPagesFastAfterOutage(t *testing.T) {
+	const slow = 30 * time.Second
+	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) {
+		pageAll(time.Minute)(p)
+		p.AckWait, p.Backoff = slow, []time.Duration{slow}
+		// A quota wide enough not to space the outage's retries: this
+		// test is about the retry schedule.
+		e := p.Effects["pagerduty"]
+		e.RateLimit = config.EffectRateLimit{Requests: 50, Per: time.Second}
+		p.Effects["pagerduty"] = e
+	})
+	const n, attempts = 4, 5 // the sink's attempts per delivery
+	r.pd.Fail(n*attempts+1, 500, 0)
+	for i := range n {
+		r.publish("triggers.alerts", amAlert(fmt.Sprintf("out%d", i), "page", "firing", 0))
+	}
+	var back time.Time
+	waitFor(t, slow/2, "PagerDuty back", func() bool {
+		back = time.Now()
+		return r.pd.Faulted() == n*attempts+1
+	}, r.fixture)
+	// Well within the backoff: a page retried only after it would not
+	// make it.
+	waitFor(t, slow/2, "the pages after the outage", func() bool {
+		return r.pd.Stats().Triggers == n
+	}, r.fixture)
+	var last time.Time
+	for _, e := range r.pd.Events() {
+		last = e.At
+	}
+	t.Logf("PagerDuty answered %d requests 500; the last of %d pages arrived %v after it was back (ack_wait and backoff %v)",
+		r.pd.Faulted(), n, last.Sub(back).Round(10*time.Millisecond), slow)
+	if s := r.stats("alerts"); s.DeadLetters != 0 {
+		t.Errorf("stats %+v; want no dead letter: an outage is retried", s)
+	}
+}
+
+// TestStormWithinQuota: a storm of alerts to one routing key, with
+// PagerDuty's quota (120 events a minute, time scaled 60 times: 120 a
+// second) and the preset's rate limit scaled alike: every alert paged
+// once, none refused with a 429 (PagerDuty would have dropped it), every
+// incident open at the end (the last state of each). The time to drain
+// is reported.
+func TestStormWithinQuota(t *testing.T) {
+	const n, quota, per = 300, 120, time.Second
+	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) {
+		pageAll(time.Minute)(p)
+		e := p.Effects["pagerduty"]
+		e.RateLimit = config.EffectRateLimit{Requests: quota, Per: per}
+		p.Effects["pagerduty"] = e
+		p.Concurrency = 64
+	})
+	r.pd.Limit(quota, per)
+	t0 := time.Now()
+	for i := range n {
+		r.publish("triggers.alerts", amAlert(fmt.Sprintf("storm%03d", i), "page", "firing", 0))
+	}
+	waitFor(t, 60*time.Second, "every alert paged", func() bool {
+		return r.stats("alerts").Effects == n && r.allAcked("alerts")
+	}, r.fixture)
+	drain := time.Since(t0)
+	st := r.pd.Stats()
+	t.Logf("%d alerts to one routing key with a quota of %d per %v: drained in %v (the quota allows %v); %d 429s", n, quota, per, drain.Round(10*time.Millisecond), time.Duration(n/quota)*per, st.Throttled)
+	if st.Triggers != n || st.Opened != n || st.Open != n || st.Throttled != 0 {
+		t.Errorf("PagerDuty %+v; want %d triggers, each alert opened once and open, none refused for the quota", st, n)
+	}
+	if s := r.stats("alerts"); s.DeadLetters != 0 {
+		t.Errorf("stats %+v; want no dead letter", s)
+	}
+}

@@ -102,7 +102,8 @@ type target struct {
 	sink    sink.Sink // where the gate sends it: its sink, or the outbox for a one-shot effect
 	direct  sink.Sink // its sink itself, which the dispatcher sends a one-shot effect with
 	oneShot bool
-	kind    string // for metrics: the preset, else the sink
+	kind    string                    // for metrics: the preset, else the sink
+	retry   func(n int) time.Duration // its retry schedule (config.EffectRetry)
 }
 
 // mileState is what the last mile knows of one trigger.
@@ -199,7 +200,7 @@ func newMile(p *pipeline, single sink.Sink) (*mile, sink.Sink, error) {
 	mux := &muxSink{byName: map[string]sink.Sink{}}
 	for _, ne := range cfg.AllEffects() {
 		path := fmt.Sprintf("pipelines[%s].effect", cfg.Name)
-		t := &target{name: ne.Name, oneShot: ne.Class == config.ClassOneShot, kind: ne.Sink}
+		t := &target{name: ne.Name, oneShot: ne.Class == config.ClassOneShot, kind: ne.Sink, retry: retrySchedule(ne.Effect)}
 		if ne.Preset != "" {
 			t.kind = ne.Preset
 		}
@@ -608,7 +609,11 @@ func (g *gate) mileEffects(ctx context.Context, ts []*Trigger) {
 				t.decide(dead(t.keyRef(), outcome.ReasonPermanentEffect, effectErr(o.t.name, err)))
 				result = "dead"
 			default:
-				t.decide(nak(t.keyRef(), 0, effectErr(o.t.name, err)))
+				v := nak(t.keyRef(), 0, effectErr(o.t.name, err))
+				if !o.t.oneShot { // an outbox publish that failed is the pipeline's
+					v.schedule = o.t.retry
+				}
+				t.decide(v)
 				result = "retry"
 			}
 			kind := o.t.kind

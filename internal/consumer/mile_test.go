@@ -55,8 +55,11 @@ func startRecipe(t *testing.T, modelOpts standin.Options, edit func(p *config.Pi
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.Concurrency, p.AckWait, p.Backoff = 16, 5*time.Second, nil
+	if edit != nil {
+		edit(&p) // again: an edit may set what the lines above do
+	}
 	f := start(t, func(c *config.Config) {
-		p.Concurrency, p.AckWait, p.Backoff = 16, 5*time.Second, nil
 		c.Pipelines = []config.Pipeline{p}
 	}, modelOpts)
 	return &recipe{fixture: f, pd: pd, slack: slack, keyer: keyer}

@@ -128,6 +128,9 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		}
 		g.ledger = c.opts.Ledger
 	}
+	if cfg.Effect.IsSet() && cfg.Effect.Class != config.ClassOneShot {
+		g.retry = retrySchedule(&cfg.Effect)
+	}
 	if s, ok := c.opts.Sinks[cfg.Name]; ok {
 		g.sink = s
 	} else if cfg.Effect.IsSet() {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -52,6 +53,7 @@ type PagerDuty struct {
 type PagerDutyEvent struct {
 	Request
 	Action, DedupKey, Summary, Severity, Source string
+	At                                          time.Time // when it was accepted
 }
 
 // NewPagerDuty returns the Events API v2 for the integration key routingKey.
@@ -204,6 +206,7 @@ func (p *PagerDuty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.DedupKey = dedup
 	}
 	p.mu.Lock()
+	ev.At = time.Now()
 	p.events = append(p.events, ev)
 	switch action {
 	case "trigger":
