@@ -802,18 +802,20 @@ func (r EffectRetry) Delay(n int) time.Duration {
 }
 
 // EffectRateLimit is a receiver's quota, which an http effect's requests
-// keep within: each waits for its turn (one every Per/Requests, with a
-// little to spare), a 429 pauses them all until its Retry-After and is
-// tried again, and trigger events of the pagerduty preset waiting with
-// one dedup_key collapse into one (PagerDuty would add them to one
-// alert). Waiting keeps the trigger's lease and message: it is not a try.
-// The pagerduty preset's default is 120 a minute (the Events API's limit
-// per routing key), the slack preset's 1 a second (an incoming webhook's).
+// keep within: at most Requests in any window of Per (with a little to
+// spare, for the network's jitter), so a burst up to the quota goes at
+// once and the rest wait their turn; a 429 pauses them all until its
+// Retry-After and is tried again; and trigger events of the pagerduty
+// preset waiting with one dedup_key collapse into one (PagerDuty would add
+// them to one alert). Waiting keeps the trigger's lease and message: it is
+// not a try. The pagerduty preset's default is 120 a minute (the Events
+// API's limit per routing key), the slack preset's 20 in 20s (an incoming
+// webhook's one a second, in short bursts).
 type EffectRateLimit struct {
 	// Requests is how many requests the receiver takes in each Per; 0 is
 	// no limit. The default is 0, but for the presets above.
 	Requests int `yaml:"requests"`
-	// Per is the quota's window. The default is 1m (1s for slack).
+	// Per is the quota's window. The default is 1m (20s for slack).
 	Per time.Duration `yaml:"per"`
 }
 

@@ -31,10 +31,11 @@ const (
 // PresetQuotas are the receivers' quotas, the presets' default
 // Effect.RateLimit: PagerDuty's Events API takes about 120 events a
 // minute per routing key, a Slack incoming webhook about a message a
-// second; each drops what comes past that with a 429.
+// second, in short bursts (here 20 in any 20s); each drops what comes past
+// that with a 429.
 var PresetQuotas = map[string]EffectRateLimit{
 	PresetPagerDuty: {Requests: 120, Per: time.Minute},
-	PresetSlack:     {Requests: 1, Per: time.Second},
+	PresetSlack:     {Requests: 20, Per: 20 * time.Second},
 }
 
 // DefaultAnswerAttempts is Step.AnswerAttempts's default.

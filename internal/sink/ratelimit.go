@@ -26,16 +26,19 @@ type RateLimit struct {
 	MaxWait time.Duration
 }
 
-// limiter spaces requests at the quota's rate, one at a time (GCRA with a
-// burst of one: at most Requests in any window of Per), and pauses all of
-// them after a 429 until its Retry-After.
+// limiter keeps requests within the quota as the receiver counts it: at
+// most Requests in any window of Per (a sliding window, with a little to
+// spare), so a burst up to the quota goes at once and the rest follow as
+// the window moves; and it pauses every request after a 429 until its
+// Retry-After.
 type limiter struct {
-	interval time.Duration
-	maxWait  time.Duration
+	n       int
+	window  time.Duration
+	maxWait time.Duration
 
 	mu    sync.Mutex
-	next  time.Time // the earliest the next request may go
-	pause time.Time // no request before this: a 429's Retry-After
+	sent  []time.Time // the last n requests' turns, oldest first
+	pause time.Time   // no request before this: a 429's Retry-After
 
 	// coalescing: the requests waiting for room, by coalesce key.
 	waiting map[string]*queued
@@ -52,10 +55,11 @@ type queued struct {
 	joined int // requests that joined it (under the limiter's lock)
 }
 
-// jitterMargin widens the spacing of requests a little, so that the
-// network's jitter does not bring one more than the quota into a window at
-// the receiver.
-const jitterMargin = 1.02
+// margin widens the window a little — a fiftieth, and at least 100ms —
+// so that the time between a request's turn and its arrival, which varies
+// (scheduling, the network), does not bring one more than the quota into
+// a window at the receiver.
+func margin(per time.Duration) time.Duration { return max(per/50, 100*time.Millisecond) }
 
 func newLimiter(r RateLimit) *limiter {
 	if r.Requests <= 0 {
@@ -66,10 +70,11 @@ func newLimiter(r RateLimit) *limiter {
 		per = time.Minute
 	}
 	return &limiter{
-		interval: time.Duration(float64(per) / float64(r.Requests) * jitterMargin),
-		maxWait:  r.MaxWait,
-		waiting:  map[string]*queued{},
-		sleep:    wait,
+		n:       r.Requests,
+		window:  per + margin(per),
+		maxWait: r.MaxWait,
+		waiting: map[string]*queued{},
+		sleep:   wait,
 	}
 }
 
@@ -81,21 +86,32 @@ func (l *limiter) reserve(ctx context.Context, started time.Time) error {
 	now := time.Now()
 	l.mu.Lock()
 	at := now
-	for _, t := range []time.Time{l.next, l.pause} {
+	later := func(t time.Time) {
 		if t.After(at) {
 			at = t
 		}
+	}
+	later(l.pause)
+	if len(l.sent) > 0 {
+		later(l.sent[len(l.sent)-1]) // turns never go backwards
+	}
+	if len(l.sent) == l.n {
+		later(l.sent[0].Add(l.window))
 	}
 	if l.maxWait > 0 && at.Sub(started) > l.maxWait {
 		l.mu.Unlock()
 		return errLimitWait
 	}
-	l.next = at.Add(l.interval)
+	if deadline, ok := ctx.Deadline(); ok && deadline.Before(at) {
+		l.mu.Unlock()
+		return context.DeadlineExceeded
+	}
+	if len(l.sent) == l.n {
+		l.sent = append(l.sent[:0], l.sent[1:]...)
+	}
+	l.sent = append(l.sent, at)
 	l.mu.Unlock()
 	if d := at.Sub(now); d > 0 {
-		if deadline, ok := ctx.Deadline(); ok && deadline.Before(at) {
-			return context.DeadlineExceeded
-		}
 		return l.sleep(ctx, d)
 	}
 	return nil
