@@ -62,6 +62,9 @@ func demoRecipe(cfg *config.Config) (*demoReceivers, error) {
 	}
 	p := rc.Pipelines[0]
 	p.Name, p.Subject = demoRecipeName, "triggers."+demoRecipeName
+	// The demo's alerts first seen resolved wait this long for a firing
+	// that will not come, rather than the recipe's minute.
+	p.Key.ResolveWait = 2 * time.Second
 	pd := p.Effects["pagerduty"]
 	pd.URL, pd.RoutingKeyEnv = pdSrv.URL+"/v2/enqueue", "DEMO_PAGERDUTY_ROUTING_KEY"
 	p.Effects["pagerduty"] = pd

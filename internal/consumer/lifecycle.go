@@ -20,8 +20,9 @@ import (
 //
 //   - A resolve, before it is claimed (the order stage), reads its
 //     firing's record. While the firing is at work (pending: its effects
-//     failing and retried, its model step running), the resolve waits, up
-//     to key.resolve_wait after it reached the stream. Then it records
+//     failing and retried, its model step running) or not seen yet (it may
+//     come after the resolve: a redelivery reorders them), the resolve
+//     waits, up to key.resolve_wait after it reached the stream. Then it records
 //     that it goes (resolvingKey, committed once and for good), and reads
 //     the firing's record again: a firing that holds a live lease now may
 //     be sending, and the resolve waits for that holder to finish.
@@ -101,14 +102,15 @@ func (g *gate) orderStage(next Handler) Handler {
 			identity := t.lm.identity
 			rec, err := g.ledger.Get(ctx, identity)
 			switch {
-			case errors.Is(err, ledger.ErrNotFound):
-			case err != nil:
+			case err != nil && !errors.Is(err, ledger.ErrNotFound):
 				t.decide(g.unavailable(t, fmt.Errorf("reading the firing's record: %w", err)))
 				return
-			case rec.State == ledger.StatePending:
+			case err != nil || rec.State == ledger.StatePending:
+				// Its firing is at work, or not seen yet (it may be
+				// behind the resolve, redelivered out of order).
 				if left := g.resolveWait - g.age(t); left > 0 {
 					g.c.log.Debug("the resolve waits for its firing", "pipeline", g.pipeline, "identity", identity.String(), "left", left)
-					t.decide(wait(t.keyRef(), min(left, g.set.retryDelay(int(t.deliveries()))), errors.New("its firing is at work")))
+					t.decide(wait(t.keyRef(), min(left, g.set.retryDelay(int(t.deliveries()))), errors.New("its firing is at work, or not seen yet")))
 					return
 				}
 			}

@@ -78,7 +78,7 @@ func TestFiringAfterItsResolveIsDropped(t *testing.T) {
 // from the firing's recorded route, and nowhere else. A resolve whose
 // alert never fired here (its firing left no route) sends nothing.
 func TestResolveGoesWhereItsFiringWent(t *testing.T) {
-	r := startRecipe(t, standin.Options{}, nil)
+	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) { p.Key.ResolveWait = time.Second })
 	const n = 12
 	for i := range n {
 		r.publish("triggers.alerts", amAlert(fmt.Sprintf("rt%02d", i), "page", "firing", 0))

@@ -98,7 +98,7 @@ func (r *recipe) identity(t *testing.T, fp string) string {
 // alert first seen resolved: its firing went nowhere); every incident a
 // firing opened in PagerDuty closed by its resolve.
 func TestAlertmanagerRecipe(t *testing.T) {
-	r := startRecipe(t, standin.Options{}, nil)
+	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) { p.Key.ResolveWait = time.Second })
 	const firing, resolving, info = 12, 8, 3
 	for i := range firing {
 		fp := fmt.Sprintf("fp%02d", i)
@@ -270,7 +270,7 @@ func TestFilteredIsNotPaid(t *testing.T) {
 // its own work, not a duplicate of the firing it resolves, and is not
 // triaged; an alert first seen resolved is not triaged either.
 func TestBuiltinAlertsResolve(t *testing.T) {
-	f := start(t, nil, standin.Options{})
+	f := start(t, func(c *config.Config) { c.Pipelines[0].Key.ResolveWait = time.Second }, standin.Options{})
 	firing := alert("r1", 1, 0)
 	resolved := []byte(strings.Replace(string(alert("r1", 1, 1)), `"status":"firing"`, `"status":"resolved"`, 1))
 	firstResolved := []byte(strings.Replace(string(alert("r2", 1, 0)), `"status":"firing"`, `"status":"resolved"`, 1))
