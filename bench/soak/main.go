@@ -36,10 +36,17 @@
 // triages firings with the model and skips the step for resolves
 // (skip_when), and routes: critical firings to PagerDuty (the pagerduty
 // preset, replayable), other firings to Slack (the slack preset,
-// one-shot through the outbox), resolves to Slack and, for critical
-// alerts, to PagerDuty with event_action resolve. PagerDuty and Slack are
-// the schema-checking receivers of package internal/receiver, served from
-// this process.
+// one-shot through the outbox); each resolve goes where its firing went
+// (PagerDuty's event_action resolve, or a Slack note), nothing for an
+// alert first seen resolved. PagerDuty and Slack are the schema-checking
+// receivers of package internal/receiver, served from this process. For
+// a share of the critical alerts that resolve (-alerts-race), PagerDuty
+// refuses the page until it has the resolve: the forced race of a firing
+// retried past its resolve, which must be dropped, never paged after it.
+// A storm (-storm, 2,000 by default) of critical alerts within a minute to
+// the one routing key, with PagerDuty's quota (120 a minute; the minute
+// time scaled by -storm-scale) enforced by its receiver: every alert paged
+// once, none dropped by a 429, the drain time reported.
 //
 // The redrive phase (-redrive, on by default): the payment sink refuses
 // every new charge (400) from 25% to 45% of the fault window, so that
@@ -126,7 +133,10 @@
 // everything settled, or an alerts message reached a receiver its route
 // does not name, a PagerDuty event named no alert's identity, a resolve
 // routed to PagerDuty did not reach it with its firing's dedup_key, a
-// resolve caused a model call, or a receiver refused a request; or, in the
+// resolve caused a model call, or a receiver refused a request, a firing
+// reached a receiver after its resolve, a raced firing was not dropped, an
+// alert's last state at PagerDuty is not what its firing and resolve make
+// it, or an event refused with a 429 never got through; or, in the
 // redrive phase, nothing was redriven, a dead letter was republished by
 // two runs, the last run (every dead letter again, after everything
 // settled) republished anything or found a dead letter neither redriven

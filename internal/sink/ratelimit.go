@@ -44,6 +44,7 @@ type limiter struct {
 	waiting map[string]*queued
 
 	sleep func(ctx context.Context, d time.Duration) error
+	now   func() time.Time
 }
 
 // queued is a request waiting for room, which others with its coalesce key
@@ -75,6 +76,7 @@ func newLimiter(r RateLimit) *limiter {
 		maxWait: r.MaxWait,
 		waiting: map[string]*queued{},
 		sleep:   wait,
+		now:     time.Now,
 	}
 }
 
@@ -83,7 +85,7 @@ var errLimitWait = errors.New("waited past the rate limit's max_wait for room in
 // reserve waits for the request's turn. It returns an error only when ctx
 // is done or the wait would pass MaxWait (from started).
 func (l *limiter) reserve(ctx context.Context, started time.Time) error {
-	now := time.Now()
+	now := l.now()
 	l.mu.Lock()
 	at := now
 	later := func(t time.Time) {
@@ -123,8 +125,8 @@ func (l *limiter) throttled(d time.Duration) {
 	if d <= 0 {
 		d = time.Second
 	}
-	until := time.Now().Add(d)
 	l.mu.Lock()
+	until := l.now().Add(d)
 	if until.After(l.pause) {
 		l.pause = until
 	}
