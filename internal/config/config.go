@@ -769,6 +769,28 @@ type Effect struct {
 	// RateLimit holds an http effect's requests within its receiver's
 	// quota: they wait for room instead of being refused.
 	RateLimit EffectRateLimit `yaml:"rate_limit"`
+	// Digest sends the one-shot messages of one group that go out within
+	// a short window as one message (the slack preset's: their texts, one
+	// a line). Off unless Window is set.
+	Digest EffectDigest `yaml:"digest"`
+}
+
+// EffectDigest gathers a one-shot effect's messages: the first of a group
+// waits Window for others of its group, and they go out as one message
+// (one request, under the first's key), each entry recorded sent with it.
+// The dispatcher then sends several entries at once, so a dispatcher that
+// dies while a digest goes out leaves each of its entries of unknown
+// outcome (dead-lettered unknown_outcome, never resent). Only for the
+// slack preset.
+type EffectDigest struct {
+	// Window is how long the first message of a group waits for others.
+	// 0 (the default) sends each message alone.
+	Window time.Duration `yaml:"window"`
+	// Group is a template over the effect's data whose output names the
+	// group: messages with the same output go out together. The default is
+	// the trigger's groupKey (an Alertmanager notification's, which each
+	// of its alerts' triggers keeps), else the pipeline.
+	Group string `yaml:"group"`
 }
 
 // EffectRetry is an effect's retry schedule. A failed request is tried

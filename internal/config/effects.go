@@ -38,6 +38,10 @@ var PresetQuotas = map[string]EffectRateLimit{
 	PresetSlack:     {Requests: 20, Per: 20 * time.Second},
 }
 
+// DefaultDigestGroup is Effect.Digest.Group's default: an Alertmanager
+// notification's group, else the pipeline.
+const DefaultDigestGroup = `{{get .trigger "groupKey" | default .pipeline}}`
+
 // DefaultAnswerAttempts is Step.AnswerAttempts's default.
 const DefaultAnswerAttempts = 3
 
@@ -112,6 +116,9 @@ func (c *Config) effectDefaults(path string, e *Effect) {
 	setDefault(c, joinPath(path, "delay"), &e.Delay, 0)
 	setDefault(c, joinPath(path, "retry.backoff"), &e.Retry.Backoff, DefaultEffectBackoff)
 	setDefault(c, joinPath(path, "retry.max_backoff"), &e.Retry.MaxBackoff, max(DefaultEffectMaxBackoff, e.Retry.Backoff))
+	if e.Digest.Window > 0 {
+		setDefault(c, joinPath(path, "digest.group"), &e.Digest.Group, DefaultDigestGroup)
+	}
 	if q, ok := PresetQuotas[e.Preset]; ok && e.RateLimit.Requests == 0 {
 		setDefault(c, joinPath(path, "rate_limit.requests"), &e.RateLimit.Requests, q.Requests)
 		setDefault(c, joinPath(path, "rate_limit.per"), &e.RateLimit.Per, q.Per)
@@ -388,6 +395,17 @@ func (v *validator) effect(path string, e *Effect, p *Pipeline, subjectOK, singl
 	case e.Retry.MaxBackoff > 0 && e.Retry.Backoff > e.Retry.MaxBackoff:
 		v.add(at("retry.backoff"), invalid("%s is over max_backoff %s", formatDuration(e.Retry.Backoff), formatDuration(e.Retry.MaxBackoff)))
 	}
+	switch {
+	case e.Digest.Window < 0:
+		v.add(at("digest.window"), invalid("must be 0 or positive, got %s", formatDuration(e.Digest.Window)))
+	case e.Digest.Window > 0 && e.Preset != PresetSlack:
+		v.add(at("digest"), invalid("a digest is for the slack preset's messages"))
+	case e.Digest.Window > 0 && e.Class != ClassOneShot:
+		v.add(at("digest"), invalid("a digest gathers one-shot messages; this effect is %s", e.Class))
+	case e.Digest.Window == 0 && e.Digest.Group != "":
+		v.add(at("digest.group"), invalid("a digest group needs digest.window"))
+	}
+	v.template(at("digest.group"), e.Digest.Group)
 	switch {
 	case e.RateLimit.Requests < 0:
 		v.add(at("rate_limit.requests"), invalid("must be 0 (no limit) or positive, got %d", e.RateLimit.Requests))

@@ -250,3 +250,37 @@ func TestStormWithinQuota(t *testing.T) {
 		t.Errorf("stats %+v; want no dead letter", s)
 	}
 }
+
+// TestSlackDigest: with a digest on the Slack effect, the alerts of one
+// group sent within its window go out as one Slack message, one line
+// each; each intent is recorded sent. Without it, one message each.
+func TestSlackDigest(t *testing.T) {
+	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) {
+		p.Routes = []config.Route{{Name: "rest", Effects: []string{"slack"}}}
+		e := p.Effects["slack"]
+		e.Digest = config.EffectDigest{Window: time.Second, Group: "{{.trigger.alert.labels.alertname}}"}
+		p.Effects["slack"] = e
+	})
+	const n = 6
+	for i := range n {
+		r.publish("triggers.alerts", amAlert(fmt.Sprintf("dg%02d", i), "page", "firing", 0))
+	}
+	waitFor(t, 20*time.Second, "the digest out", func() bool {
+		return r.stats("alerts").Effects == n && r.allAcked("alerts") && r.outboxDone("alerts")
+	}, r.fixture)
+	msgs := r.slack.Messages()
+	if len(msgs) != 1 {
+		t.Fatalf("%d Slack messages; want 1, the digest of the %d alerts of one group", len(msgs), n)
+	}
+	for i := range n {
+		if !strings.Contains(msgs[0].Text, fmt.Sprintf("db-dg%02d", i)) {
+			t.Errorf("the digest lacks alert dg%02d:\n%s", i, msgs[0].Text)
+		}
+	}
+	if got := strings.Count(msgs[0].Text, "\n") + 1; got != n {
+		t.Errorf("the digest has %d lines; want %d, one per alert", got, n)
+	}
+	if d := r.dispatchStats(); d.Sent != n || d.Unknown != 0 {
+		t.Errorf("dispatch stats %+v; want each of the %d entries sent", d, n)
+	}
+}

@@ -1,12 +1,15 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"text/template"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -87,6 +90,7 @@ type mile struct {
 	byName  map[string]*target
 	named   bool // the targets are named effects (each key derived from its name)
 	ordered bool // key.status with a ledger: firings and resolves are ordered (lifecycle.go)
+	digests bool // a one-shot effect gathers its messages in digests
 }
 
 type route struct {
@@ -104,6 +108,7 @@ type target struct {
 	oneShot bool
 	kind    string                    // for metrics: the preset, else the sink
 	retry   func(n int) time.Duration // its retry schedule (config.EffectRetry)
+	digest  *template.Template        // its digest's group (config.EffectDigest); nil without one
 }
 
 // mileState is what the last mile knows of one trigger.
@@ -128,6 +133,7 @@ type outEffect struct {
 	key    dedupe.Key
 	body   []byte
 	suffix string
+	group  string // its digest's group, or ""
 }
 
 // usesMile reports whether a pipeline needs the last mile's stages.
@@ -216,6 +222,12 @@ func newMile(p *pipeline, single sink.Sink) (*mile, sink.Sink, error) {
 		}
 		if t.tmpl, err = effectTemplate(path, ne.Effect); err != nil {
 			return nil, nil, err
+		}
+		if ne.Digest.Window > 0 && t.oneShot {
+			if t.digest, err = tmpl.Parse(path+".digest.group", cmp.Or(ne.Digest.Group, config.DefaultDigestGroup)); err != nil {
+				return nil, nil, err
+			}
+			m.digests = true
 		}
 		t.sink = t.direct
 		if t.oneShot {
@@ -450,7 +462,16 @@ func (g *gate) decide(next Handler) Handler {
 				if g.mile.named {
 					key = EffectKey(t.intent, tg.name)
 				}
-				s.out = append(s.out, outEffect{t: tg, key: key, body: body, suffix: suffix})
+				group := ""
+				if tg.digest != nil {
+					b, err := tmpl.Execute(tg.digest, "", g.input(t, s.route, tg.name).Data(), tmpl.Text)
+					if err != nil {
+						t.decide(dead(t.keyRef(), outcome.ReasonTemplate, err))
+						return
+					}
+					group = cmp.Or(strings.TrimSpace(string(b)), g.pipeline)
+				}
+				s.out = append(s.out, outEffect{t: tg, key: key, body: body, suffix: suffix, group: group})
 			}
 			if len(s.out) == 1 {
 				t.body = s.out[0].body // kept as the result for replies
@@ -580,6 +601,12 @@ func (g *gate) mileEffects(ctx context.Context, ts []*Trigger) {
 			e := sink.Effect{Key: o.key.String(), Pipeline: g.pipeline, Step: g.stepName, Body: o.body, SubjectSuffix: o.suffix}
 			if o.t.oneShot && o.t.name != "" {
 				e.Header = map[string]string{HeaderEffect: o.t.name}
+			}
+			if o.group != "" {
+				if e.Header == nil {
+					e.Header = map[string]string{}
+				}
+				e.Header[sink.DigestHeader] = o.group
 			}
 			if o.t.oneShot && g.ordered() {
 				// The dispatcher orders the entries again (lifecycle.go).

@@ -111,8 +111,10 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 	d.src = &source{
 		c: c, name: cfg.Name + "/dispatch", stream: OutboxStream(c.cfg.Stream.Name), durable: Durable(cfg.Name) + "-dispatch",
 		// One send at a time: a crash leaves at most one dispatch claimed
-		// and unrecorded, that is one unknown outcome for a person to check.
-		batch: 1, workers: 1, pull: min(64, cfg.MaxAckPending),
+		// and unrecorded, that is one unknown outcome for a person to
+		// check. A digest gathers the entries sent at once (each of them
+		// of unknown outcome if the dispatcher dies while it goes out).
+		batch: 1, workers: dispatchWorkers(pg, cfg.MaxAckPending), pull: min(64, cfg.MaxAckPending),
 		handle: g.run, config: d.consumerConfig,
 	}
 	if cfg.Effect.ApprovalSubject != "" {
@@ -123,6 +125,16 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 		}
 	}
 	return d
+}
+
+// dispatchWorkers is how many entries the dispatcher of the pipeline
+// whose gate is pg sends at once: one, or with a digest as many as may
+// gather in it.
+func dispatchWorkers(pg *gate, maxAckPending int) int {
+	if pg.mile != nil && pg.mile.digests {
+		return max(1, min(32, maxAckPending))
+	}
+	return 1
 }
 
 func (d *dispatcher) ackWait() time.Duration { return max(d.p.cfg.AckWait, 5*time.Second) }

@@ -48,6 +48,10 @@ func NewSink(js jetstream.Publisher, path string, e *config.Effect) (sink.Sink, 
 		case config.PresetPagerDuty:
 			opts.BodyFields = map[string]string{"routing_key": sec.RoutingKey}
 			opts.Coalesce = sink.CoalescePagerDuty
+		case config.PresetSlack:
+			if e.Digest.Window > 0 {
+				opts.Digest = &sink.Digest{Window: e.Digest.Window, Merge: sink.MergeSlack}
+			}
 		case config.PresetJira:
 			h["Authorization"] = "Basic " + base64.StdEncoding.EncodeToString([]byte(sec.User+":"+sec.Token))
 			if u, err := url.Parse(opts.URL); err == nil && strings.Trim(u.Path, "/") == "" {

@@ -115,6 +115,10 @@ type HTTPOptions struct {
 	// dedup_key ([CoalescePagerDuty]). "" never coalesces. The default is
 	// nil: none.
 	Coalesce func(body []byte) string
+
+	// Digest gathers the effects of one group (named by their
+	// DigestHeader) into one request. The default is nil: none.
+	Digest *Digest
 }
 
 // maxThrottled bounds the 429s one Deliver of a rate-limited sink waits
@@ -161,6 +165,7 @@ type HTTP struct {
 	secrets    []string // values errors must not show
 	limit      *limiter // nil without a RateLimit
 	coalesce   func([]byte) string
+	digest     *digests // nil without a Digest
 
 	// wait blocks for d or until ctx is done; tests replace it.
 	wait func(ctx context.Context, d time.Duration) error
@@ -211,6 +216,11 @@ func NewHTTP(opts HTTPOptions) (*HTTP, error) {
 		return nil, optionsError("http", "Backoff %v is over MaxBackoff %v", s.backoff, s.maxBackoff)
 	case opts.RateLimit.Requests < 0, opts.RateLimit.Per < 0, opts.RateLimit.MaxWait < 0:
 		return nil, optionsError("http", "negative RateLimit")
+	case opts.Digest != nil && (opts.Digest.Window <= 0 || opts.Digest.Merge == nil):
+		return nil, optionsError("http", "a Digest needs a positive Window and Merge")
+	}
+	if opts.Digest != nil {
+		s.digest = &digests{Digest: *opts.Digest, open: map[string]*digestBatch{}}
 	}
 	for k, v := range opts.Header {
 		if err := checkHeader(k, v); err != nil {
@@ -248,7 +258,12 @@ func (s *HTTP) Deliver(ctx context.Context, e Effect) (Result, error) {
 		return Result{}, err
 	}
 	h := make(http.Header, len(e.Header)+len(s.header)+4)
+	group := ""
 	for k, v := range e.Header {
+		if strings.EqualFold(k, DigestHeader) {
+			group = v
+			continue
+		}
 		if err := checkHeader(k, v); err != nil {
 			return Result{}, &Error{Sink: "http", Key: e.Key, Err: err}
 		}
@@ -272,21 +287,31 @@ func (s *HTTP) Deliver(ctx context.Context, e Effect) (Result, error) {
 		}
 	}
 
+	if s.digest != nil && group != "" {
+		return s.deliverDigest(ctx, e, group, func(ctx context.Context, body []byte) (Result, error) {
+			return s.deliverBody(ctx, e.Key, h, body)
+		})
+	}
+	return s.deliverBody(ctx, e.Key, h, body)
+}
+
+// deliverBody sends body, through the rate limit if the sink has one.
+func (s *HTTP) deliverBody(ctx context.Context, key string, h http.Header, body []byte) (Result, error) {
 	if s.limit == nil {
-		return s.send(ctx, e.Key, h, body, nil)
+		return s.send(ctx, key, h, body, nil)
 	}
 	q := &queued{done: make(chan struct{})}
-	key := ""
+	ckey := ""
 	if s.coalesce != nil {
-		key = s.coalesce(body)
+		ckey = s.coalesce(body)
 	}
-	if w := s.limit.join(key, q); w != nil {
+	if w := s.limit.join(ckey, q); w != nil {
 		// Another request with the key waits for room: the receiver would
 		// collapse this one into it.
 		select {
 		case <-w.done:
 		case <-ctx.Done():
-			return Result{}, &Error{Sink: "http", Key: e.Key, Retryable: true, Err: fmt.Errorf("waiting for a request it coalesced with: %w", ctx.Err())}
+			return Result{}, &Error{Sink: "http", Key: key, Retryable: true, Err: fmt.Errorf("waiting for a request it coalesced with: %w", ctx.Err())}
 		}
 		if w.err != nil {
 			return w.res, w.err
@@ -296,7 +321,7 @@ func (s *HTTP) Deliver(ctx context.Context, e Effect) (Result, error) {
 		return res, nil
 	}
 	defer close(q.done)
-	q.res, q.err = s.send(ctx, e.Key, h, body, func() { s.limit.leave(key, q) })
+	q.res, q.err = s.send(ctx, key, h, body, func() { s.limit.leave(ckey, q) })
 	return q.res, q.err
 }
 
