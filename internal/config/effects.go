@@ -119,11 +119,14 @@ func (c *Config) effectDefaults(path string, e *Effect) {
 	if e.Digest.Window > 0 {
 		setDefault(c, joinPath(path, "digest.group"), &e.Digest.Group, DefaultDigestGroup)
 	}
-	if q, ok := PresetQuotas[e.Preset]; ok && e.RateLimit.Requests == 0 {
+	q, preset := PresetQuotas[e.Preset]
+	if preset {
 		setDefault(c, joinPath(path, "rate_limit.requests"), &e.RateLimit.Requests, q.Requests)
+	} else {
+		q.Per = time.Minute
+	}
+	if e.RateLimit.Requests > 0 {
 		setDefault(c, joinPath(path, "rate_limit.per"), &e.RateLimit.Per, q.Per)
-	} else if e.RateLimit.Requests > 0 {
-		setDefault(c, joinPath(path, "rate_limit.per"), &e.RateLimit.Per, time.Minute)
 	}
 	if e.ApprovalSubject != "" {
 		setDefault(c, joinPath(path, "approval_timeout"), &e.ApprovalTimeout, DefaultApprovalTimeout)
