@@ -77,10 +77,14 @@ func runConsumer() (series, error) {
 	cfg.NATS.URL = ""
 	cfg.NATS.Embedded.Listen = "127.0.0.1:0"
 	cfg.NATS.Embedded.StoreDir = filepath.Join(dir, "nats")
-	cfg.LLM.BaseURL = ""
+	cfg.LLM.BaseURL, cfg.LLM.Standin = "", true
 	// The webhook ingress and the model rate limit on, so that their
-	// series are exposed.
+	// series are exposed; its sources' secrets left unset (optional:
+	// they answer 503), so that those series are too.
 	cfg.Ingress.Listen = "127.0.0.1:0"
+	for i := range cfg.Ingress.Sources {
+		cfg.Ingress.Sources[i].Optional = true
+	}
 	cfg.LLM.RateLimit.RequestsPerMinute = 6000
 	// And the proxy, with a client key under a spend limit, which makes
 	// a call.

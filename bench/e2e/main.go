@@ -577,6 +577,7 @@ func (b *bench) oncegateConfig(prefix, dir, mode string) (*config.Config, error)
 		p.MaxAckPending = max(p.MaxAckPending, c)
 	}
 	cfg.Pipelines = []config.Pipeline{p}
+	cfg.LLM.Standin = mode == modeFull // the full cell's step, on the stand-in model, asked for by name
 	if err := cfg.LoadEnv(nil); err != nil {
 		return nil, err
 	}

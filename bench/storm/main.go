@@ -251,7 +251,7 @@ func (o options) config(dir, name string) (*config.Config, float64, error) {
 	cfg.NATS.Embedded.Listen = "127.0.0.1:0"
 	cfg.NATS.Embedded.StoreDir = filepath.Join(dir, "nats")
 	cfg.Metrics.Listen = ""
-	cfg.LLM.BaseURL = ""
+	cfg.LLM.BaseURL, cfg.LLM.Standin = "", true // the step on the stand-in model, asked for by name
 	cfg.Ingress.Listen = ""
 	var pipes []config.Pipeline
 	for _, p := range cfg.Pipelines {

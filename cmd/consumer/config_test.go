@@ -12,6 +12,7 @@ import (
 )
 
 func TestConfigCheck(t *testing.T) {
+	t.Setenv("ONCEGATE_LLM_STANDIN", "true") // the built-in configuration's triage, offline
 	out, _, err := runCmd(t, "", "config", "check", "../../examples/oncegate.yaml")
 	if err != nil {
 		t.Fatalf("config check examples/oncegate.yaml: %v", err)
@@ -40,6 +41,7 @@ func TestConfigCheckKeyFilePermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("ONCEGATE_ENCRYPTION_KEY_FILE", key)
+	t.Setenv("ONCEGATE_LLM_STANDIN", "true")
 	_, _, err := runCmd(t, "", "config", "check")
 	if err == nil || !strings.Contains(err.Error(), "chmod 600 "+key) {
 		t.Errorf("config check with a key file of mode 0644: %v; want a refusal naming chmod 600 %s", err, key)
@@ -52,9 +54,9 @@ func TestConfigCheckKeyFilePermissions(t *testing.T) {
 	}
 }
 
-// TestConfigCheckUnsetWebhookSecret: config check reports a webhook source
-// whose secret is not set, naming its variable, before any request finds
-// it out.
+// TestConfigCheckUnsetWebhookSecret: config check refuses a webhook
+// source whose secret is not set, naming its variable, as run does,
+// before any request finds it out; marked optional, it is a warning.
 func TestConfigCheckUnsetWebhookSecret(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "oncegate.yaml")
 	if err := os.WriteFile(file, []byte(`
@@ -69,12 +71,17 @@ ingress:
 		t.Fatal(err)
 	}
 	t.Setenv("CHECK_SET_WEBHOOK_SECRET", "set")
+	_, _, err := runCmd(t, "", "config", "check", file)
+	if err == nil || !strings.Contains(err.Error(), "ingress.sources[gh]: environment variable CHECK_UNSET_WEBHOOK_SECRET is not set") || strings.Contains(err.Error(), "sources[lab]") {
+		t.Errorf("config check = %v; want the unset secret of gh alone refused", err)
+	}
+	t.Setenv("ONCEGATE_INGRESS_SOURCES_GH_OPTIONAL", "true")
 	_, stderr, err := runCmd(t, "", "config", "check", file)
 	if err != nil {
-		t.Fatalf("config check: %v", err)
+		t.Fatalf("config check with gh optional: %v", err)
 	}
-	if !strings.Contains(stderr, "warning: ingress source gh: environment variable CHECK_UNSET_WEBHOOK_SECRET is not set") || strings.Contains(stderr, "source lab") {
-		t.Errorf("config check does not report the unset secret of gh alone:\n%s", stderr)
+	if !strings.Contains(stderr, "warning: ingress.sources[gh]: environment variable CHECK_UNSET_WEBHOOK_SECRET is not set") || strings.Contains(stderr, "lab") {
+		t.Errorf("config check does not warn of the unset secret of gh alone:\n%s", stderr)
 	}
 }
 

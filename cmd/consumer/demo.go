@@ -99,7 +99,8 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	cfg.NATS.Embedded.Listen = "127.0.0.1:0"
 	cfg.NATS.Embedded.StoreDir = dir + "/nats"
 	cfg.Metrics.Listen = ""
-	cfg.LLM.BaseURL = ""
+	// The demo asks for the stand-in model by name: it runs offline.
+	cfg.LLM.BaseURL, cfg.LLM.Standin = "", true
 	cfg.LLM.Timeout = 2 * time.Second
 	cfg.Ledger.Lease = 5 * time.Second
 	demoIngress(cfg)

@@ -1,36 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/logbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestDemoProgress: after a quiet spell the demo prints where it is; a
 // line of its own restarts the spell; nothing is printed after Stop.
 func TestDemoProgress(t *testing.T) {
-	var out syncBuffer
+	var out logbuf.Buffer
 	const quiet = 60 * time.Millisecond
 	p := startDemoProgress(&out, quiet)
 	p.total.Store(10)

@@ -22,7 +22,7 @@ import (
 func TestNATSURLEnv(t *testing.T) {
 	srv := natstest.RunServer(t)
 	_, js := natstest.Connect(t, srv)
-	c := startChild(t, []string{"NATS_URL=" + srv.ClientURL()}, "run", "-data", filepath.Join(t.TempDir(), "data"), "-metrics", "off")
+	c := startChild(t, append([]string{"NATS_URL=" + srv.ClientURL()}, standinEnv...), "run", "-data", filepath.Join(t.TempDir(), "data"), "-metrics", "off")
 	waitFor(t, 30*time.Second, "the pipelines' durable consumers on the NATS_URL server", func() bool {
 		_, err := js.Consumer(context.Background(), "ONCEGATE", consumer.Durable("alerts"))
 		return err == nil
@@ -33,7 +33,7 @@ func TestNATSURLEnv(t *testing.T) {
 // TestLogFormatJSON: with -log-format json every line the process writes,
 // on standard output and standard error, is a JSON object.
 func TestLogFormatJSON(t *testing.T) {
-	c := startChild(t, nil, "run", "-data", filepath.Join(t.TempDir(), "data"), "-listen", "127.0.0.1:0", "-metrics", "off", "-log-format", "json")
+	c := startChild(t, standinEnv, "run", "-data", filepath.Join(t.TempDir(), "data"), "-listen", "127.0.0.1:0", "-metrics", "off", "-log-format", "json")
 	waitFor(t, 30*time.Second, "the consumer consuming", func() bool { return strings.Contains(c.stderr.String(), `"msg":"consuming"`) })
 	c.stop(t)
 	for name, out := range map[string]string{"stdout": c.stdout.String(), "stderr": c.stderr.String()} {
@@ -68,7 +68,7 @@ func freePort(t *testing.T) int {
 // once exited with "no servers available".
 func TestNATSDownAtStart(t *testing.T) {
 	natsPort, opsPort := freePort(t), freePort(t)
-	c := startChild(t, nil, "run", "-data", filepath.Join(t.TempDir(), "data"),
+	c := startChild(t, standinEnv, "run", "-data", filepath.Join(t.TempDir(), "data"),
 		"-nats-url", fmt.Sprintf("nats://127.0.0.1:%d", natsPort), "-metrics", fmt.Sprintf("127.0.0.1:%d", opsPort))
 	get := func(path string) int {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", opsPort, path))

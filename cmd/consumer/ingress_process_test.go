@@ -41,7 +41,7 @@ func TestIngressSurvivesKill(t *testing.T) {
 	const secret = "kill-test-secret"
 	// The trigger stream keeps acked triggers (limits, not the default work
 	// queue), so that the test can read back every delivery stored.
-	env := []string{"GITHUB_WEBHOOK_SECRET=" + secret, "ONCEGATE_STREAM_RETENTION=limits", "ONCEGATE_STREAM_MAX_AGE=1h"}
+	env := append([]string{"GITHUB_WEBHOOK_SECRET=" + secret, "ALERTMANAGER_WEBHOOK_TOKEN=kill-test-token", "ONCEGATE_STREAM_RETENTION=limits", "ONCEGATE_STREAM_MAX_AGE=1h"}, standinEnv...)
 	args := []string{"run", "-data", filepath.Join(dir, "data"), "-listen", "127.0.0.1:0", "-metrics", "off", "-ingress", "127.0.0.1:0"}
 	payload, err := os.ReadFile("../../examples/github-push.json")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 func TestConfigCheckSecrets(t *testing.T) {
 	t.Setenv("ALERTMANAGER_WEBHOOK_TOKEN", "t0ken")
 	t.Setenv("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T0/B0/s3cr3tpath0123456789")
+	t.Setenv("ONCEGATE_LLM_STANDIN", "true")
 	const want = "pipelines[alerts].effects[pagerduty].routing_key_env: environment variable PAGERDUTY_ROUTING_KEY is not set"
 	_, _, err := runCmd(t, "", "config", "check", "../../examples/recipes/alertmanager.yaml")
 	if err == nil || !strings.Contains(err.Error(), want) {
@@ -31,6 +32,7 @@ func TestConfigCheckSample(t *testing.T) {
 	t.Setenv("PAGERDUTY_ROUTING_KEY", routingKey)
 	t.Setenv("SLACK_WEBHOOK_URL", slackURL)
 	t.Setenv("ALERTMANAGER_WEBHOOK_TOKEN", "t0ken")
+	t.Setenv("ONCEGATE_LLM_STANDIN", "true")
 	firing, _, err := runCmd(t, "", "config", "check", "../../examples/recipes/alertmanager.yaml",
 		"-sample", "../../examples/recipes/alertmanager-firing.json", "-answer", "../../examples/recipes/alertmanager-answer.json")
 	if err != nil {

@@ -157,6 +157,7 @@ const crashConfig = `
 data_dir: %s
 metrics: {listen: ""}
 log: {level: debug, format: text}
+llm: {standin: true}        # the triage, offline
 ledger: {lease: 2s}
 stream: {duplicates: 30m}  # covers the redelivery horizon of max_deliver 50
 pipelines:
@@ -395,7 +396,7 @@ func streamSubject(t *testing.T, js jetstream.JetStream, stream, subject string)
 // and a plain subscription to the effects.
 func TestPlainNATSPublish(t *testing.T) {
 	dir := t.TempDir()
-	c := startChild(t, nil, "run", "-data", filepath.Join(dir, "data"), "-listen", "127.0.0.1:0", "-metrics", "off")
+	c := startChild(t, standinEnv, "run", "-data", filepath.Join(dir, "data"), "-listen", "127.0.0.1:0", "-metrics", "off")
 	var url string
 	waitFor(t, 20*time.Second, "the embedded server's URL", func() bool {
 		m := regexp.MustCompile(`embedded NATS at (nats://\S+);`).FindStringSubmatch(c.stdout.String())
@@ -442,9 +443,9 @@ func TestPlainNATSPublish(t *testing.T) {
 func TestSecondProcessOnOneDataDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	args := []string{"run", "-data", dir, "-listen", "127.0.0.1:0", "-metrics", "off"}
-	first := startChild(t, nil, args...)
+	first := startChild(t, standinEnv, args...)
 	waitFor(t, 20*time.Second, "the first consumer", func() bool { return strings.Contains(first.stderr.String(), "msg=consuming") })
-	second := startChild(t, nil, args...)
+	second := startChild(t, standinEnv, args...)
 	select {
 	case err := <-second.done:
 		if err == nil || !strings.Contains(second.stderr.String(), "ledger.store: kv") {

@@ -12,13 +12,18 @@ import (
 // no bound for calls without max_tokens, and explains the proxy's models
 // and reservation.
 func TestConfigCheckProxyWarnings(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "oncegate.yaml")
+	dir := t.TempDir()
+	file, keys := filepath.Join(dir, "oncegate.yaml"), filepath.Join(dir, "proxy-keys")
+	if err := os.WriteFile(keys, []byte("team-a sk-team-a-0123456789abcdefghij\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(file, []byte(`
 llm:
+  standin: true
   prices: {gpt-4o-mini: {prompt_per_mtok: 0.15, completion_per_mtok: 0.60}}
 proxy:
   listen: 127.0.0.1:8081
-  keys_file: /run/secrets/proxy-keys
+  keys_file: `+keys+`
   max_budget: 5
   models: [gpt-4o-mini, gpt-4o]
 pipelines:

@@ -42,6 +42,19 @@ func (c *common) register(fs *flag.FlagSet) {
 // load reads the configuration and applies the flags; it validates the
 // result again, so a flag cannot bring in a bad value.
 func (c *common) load() (*config.Config, error) {
+	cfg, err := c.loadFlags()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// loadFlags reads the configuration and applies the flags, leaving the
+// validation of the result to the caller.
+func (c *common) loadFlags() (*config.Config, error) {
 	cfg, err := config.Load(c.file)
 	if err != nil {
 		return nil, err
@@ -73,9 +86,6 @@ func (c *common) load() (*config.Config, error) {
 	}
 	set("-log-format", "log.format", &cfg.Log.Format, c.logFormat)
 	set("-log-level", "log.level", &cfg.Log.Level, c.logLevel)
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	return cfg, nil
 }
 
@@ -109,27 +119,27 @@ func (r *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&r.requireURL, "require-nats-url", false, "fail unless a NATS URL is set (nats.url, ONCEGATE_NATS_URL or -nats-url) rather than start an embedded server; the container image's default command sets it")
 }
 
-// load is common.load with the run command's own flags applied.
+// load is common.load with the run command's own flags applied too,
+// before the one validation (a configuration of the proxy alone is valid
+// with -proxy).
 func (r *runFlags) load() (*config.Config, error) {
-	cfg, err := r.common.load()
+	cfg, err := r.common.loadFlags()
 	if err != nil {
 		return nil, err
 	}
-	if r.requireURL && cfg.NATS.URL == "" {
-		return nil, errNoNATSURL
+	if r.ingress != "" {
+		cfg.Ingress.Listen = r.ingress
+		cfg.SetByFlag("ingress.listen", "-ingress")
 	}
-	if r.ingress != "" || r.proxy != "" {
-		if r.ingress != "" {
-			cfg.Ingress.Listen = r.ingress
-			cfg.SetByFlag("ingress.listen", "-ingress")
-		}
-		if r.proxy != "" {
-			cfg.Proxy.Listen = r.proxy
-			cfg.SetByFlag("proxy.listen", "-proxy")
-		}
-		if err := cfg.Validate(); err != nil {
-			return nil, err
-		}
+	if r.proxy != "" {
+		cfg.Proxy.Listen = r.proxy
+		cfg.SetByFlag("proxy.listen", "-proxy")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if r.requireURL && cfg.NATS.URL == "" && app.NeedsNATS(cfg) {
+		return nil, errNoNATSURL
 	}
 	return cfg, nil
 }
@@ -196,8 +206,9 @@ func runConfig(_ context.Context, args []string, _ io.Reader, stdout, stderr io.
 	const usage = `usage: consumer config check [FILE] [-sample TRIGGER.json [-header K=V ...] [-answer ANSWER] [-pipeline NAME]]
 
 Validates FILE (or the built-in configuration) with the ONCEGATE_* environment applied,
-reads the secrets its effects need from the environment and files as run does (an unset
-variable is the error run would give), and explains it. With -sample, it shows what a
+checks what run checks before it starts anything (a model for the model steps, every
+secret, variable and file, read as run reads them: the same error, every problem at once),
+and explains it. With -sample, it shows what a
 pipeline would do with that trigger: its key, the filter's and the route's decisions, the
 rendered prompt, and each effect's rendered request (secrets redacted), calling nothing.
 A sample that is an Alertmanager notification (its webhook's body, several alerts) is
@@ -239,39 +250,40 @@ split as the ingress splits it, and each alert's trigger is shown.`
 	if err != nil {
 		return err
 	}
-	// The key file is the one file whose reading is part of the check: a
-	// missing, short or world-readable key would refuse the start.
-	key, err := app.EncryptionKey(cfg)
-	clear(key)
-	if err != nil {
-		return err
-	}
-	for _, w := range append(ingressWarnings(cfg), cfg.ProxyWarnings()...) {
+	// What run checks before it starts anything (app.Preflight: the
+	// model, every secret, variable and file), the same error.
+	warnings, preflightErr := app.Preflight(cfg, app.Options{})
+	for _, w := range append(warnings, ingressWarnings(cfg)...) {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
 	if err := cfg.Explain(stdout); err != nil {
 		return err
 	}
-	secretsErr := cfg.CheckSecrets(nil)
 	if *sample != "" {
 		if err := previewSample(stdout, cfg, *sample, *answerFile, *pipeline, headers); err != nil {
-			return errors.Join(err, secretsErr)
+			return errors.Join(err, preflightErr)
 		}
 	}
-	if secretsErr != nil {
-		return secretsErr
+	if preflightErr != nil {
+		return preflightErr
 	}
 	fmt.Fprintln(stdout, "\nconfiguration is valid")
 	return nil
 }
 
-// ingressWarnings are the ingress sources whose secret is not set (or
+// ingressWarnings are, with the ingress off in the configuration (it is
+// turned on with run -ingress), the sources whose secret is not set (or
 // does not decode), read as the ingress reads them at start (a tenant's
-// too): run starts, and answers their requests 503 until it is.
+// too): run -ingress would refuse to start without them (an optional
+// source's, it would answer 503 until it is set). With the ingress on,
+// Preflight reports them.
 func ingressWarnings(cfg *config.Config) []string {
+	if cfg.IngressOn() {
+		return nil
+	}
 	var out []string
 	for _, p := range ingress.CheckSecrets(app.IngressOptions(&cfg.Ingress)) {
-		out = append(out, "ingress "+p)
+		out = append(out, "ingress "+p+" (needed once the ingress is served: run -ingress ADDR, or ingress.listen)")
 	}
 	return out
 }

@@ -45,6 +45,9 @@ func TestRunbookCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("GITHUB_WEBHOOK_SECRET", "runbook-secret")
+	// The built-in configuration stands for the operator's, whose model
+	// steps have a model: here the stand-in, asked for by name.
+	t.Setenv("ONCEGATE_LLM_STANDIN", "true")
 	payload, err := os.ReadFile(filepath.Join(repoRoot, "examples", "github-push.json"))
 	if err != nil {
 		t.Fatal(err)

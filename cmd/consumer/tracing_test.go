@@ -46,7 +46,7 @@ func TestTracingExportsOTLP(t *testing.T) {
 
 	srv := natstest.RunServer(t)
 	_, js := natstest.Connect(t, srv)
-	c := startChild(t, []string{"NATS_URL=" + srv.ClientURL(), "ONCEGATE_TRACING_OTLP_ENDPOINT=" + collector.URL},
+	c := startChild(t, append([]string{"NATS_URL=" + srv.ClientURL(), "ONCEGATE_TRACING_OTLP_ENDPOINT=" + collector.URL}, standinEnv...),
 		"run", "-data", filepath.Join(t.TempDir(), "data"), "-metrics", "off")
 	m := nats.NewMsg("triggers.webhooks")
 	m.Header.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")

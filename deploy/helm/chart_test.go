@@ -3,6 +3,7 @@ package helm_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,11 +15,16 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/cli/values"
 	"helm.sh/helm/v3/pkg/getter"
+	kubefake "helm.sh/helm/v3/pkg/kube/fake"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
+	releasepkg "helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
+	"helm.sh/helm/v3/pkg/storage"
+	"helm.sh/helm/v3/pkg/storage/driver"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -35,13 +41,9 @@ const (
 	namespace = "oncegate"
 )
 
-// valuesFiles are the documented values files; each must render and lint.
-var valuesFiles = []string{"values-kv.yaml", "values-badger.yaml"}
-
-// missingDependency is the one lint finding allowed: the NATS chart is an
-// optional dependency that is not vendored (helm dependency build fetches
-// it), so the charts/ directory does not hold it.
-const missingDependency = "chart directory is missing these dependencies: nats"
+// valuesFiles are the documented values files; each must install, render
+// and lint, and its pod start.
+var valuesFiles = []string{"values-kv.yaml", "values-badger.yaml", "values-proxy.yaml"}
 
 func loadChart(t *testing.T) *chart.Chart {
 	t.Helper()
@@ -168,18 +170,13 @@ func mustRender(t *testing.T, files []string, set ...string) *objects {
 }
 
 // TestLint: helm lint passes on every documented values file, with the
-// values schema applied, and finds nothing but the NATS chart left out of
-// charts/.
+// values schema applied, and finds nothing at all.
 func TestLint(t *testing.T) {
-	for _, f := range append([]string{""}, valuesFiles...) {
-		t.Run(cmpName(f), func(t *testing.T) {
-			var files []string
-			if f != "" {
-				files = []string{f}
-			}
-			l := lint.All(chartDir, mergeValues(t, files), namespace, false)
+	for _, f := range valuesFiles {
+		t.Run(f, func(t *testing.T) {
+			l := lint.All(chartDir, mergeValues(t, []string{f}), namespace, false)
 			for _, m := range l.Messages {
-				if m.Severity >= support.WarningSev && !strings.Contains(m.Err.Error(), missingDependency) {
+				if m.Severity >= support.WarningSev {
 					t.Errorf("lint: %s", m)
 				}
 			}
@@ -187,11 +184,86 @@ func TestLint(t *testing.T) {
 	}
 }
 
-func cmpName(f string) string {
-	if f == "" {
-		return "values.yaml"
+// installLikeHelm installs the chart in dir as `helm install RELEASE DIR
+// -f FILE --set ...` does (cmd/helm's runInstall): it loads the chart,
+// refuses a chart that is not installable or whose dependencies are not
+// in charts/ (action.CheckDependencies, Helm's error), merges the values,
+// and runs the install (the values schema, the templates, the manifests
+// sent to a cluster, the release recorded), against a fake cluster that
+// takes every object.
+func installLikeHelm(t *testing.T, dir string, files []string, set ...string) (*releasepkg.Release, error) {
+	t.Helper()
+	c, err := loader.Load(dir)
+	if err != nil {
+		return nil, err
 	}
-	return f
+	if typ := c.Metadata.Type; typ != "" && typ != "application" {
+		return nil, fmt.Errorf("%s charts are not installable", typ)
+	}
+	if req := c.Metadata.Dependencies; req != nil {
+		if err := action.CheckDependencies(c, req); err != nil {
+			return nil, fmt.Errorf("An error occurred while checking for chart dependencies. You may need to run `helm dependency build` to fetch missing dependencies: %w", err)
+		}
+	}
+	o := values.Options{Values: set}
+	for _, f := range files {
+		o.ValueFiles = append(o.ValueFiles, filepath.Join(chartDir, f))
+	}
+	vals, err := o.MergeValues(getter.Providers{})
+	if err != nil {
+		return nil, err
+	}
+	cfg := &action.Configuration{
+		Releases:     storage.Init(driver.NewMemory()),
+		KubeClient:   &kubefake.PrintingKubeClient{Out: io.Discard},
+		Capabilities: chartutil.DefaultCapabilities,
+		Log:          func(string, ...any) {},
+	}
+	inst := action.NewInstall(cfg)
+	inst.ReleaseName, inst.Namespace = release, namespace
+	return inst.Run(c, vals)
+}
+
+// TestInstall: `helm install` of the chart as it is in the repository,
+// with each documented values file, succeeds: no dependency is missing
+// (the NATS chart is installed beside it, not as its dependency), the
+// values pass the schema, the release is deployed. The chart once
+// declared the NATS chart as an optional dependency without vendoring it,
+// and helm install stopped at its dependency check.
+func TestInstall(t *testing.T) {
+	for _, f := range valuesFiles {
+		t.Run(f, func(t *testing.T) {
+			rel, err := installLikeHelm(t, chartDir, []string{f})
+			if err != nil {
+				t.Fatalf("helm install -f %s: %v", f, err)
+			}
+			if rel.Info.Status != releasepkg.StatusDeployed || !strings.Contains(rel.Manifest, "kind: ConfigMap") {
+				t.Errorf("release %s: status %s; want deployed, with its manifests", rel.Name, rel.Info.Status)
+			}
+		})
+	}
+}
+
+// TestInstallChecksDependencies: the install path is Helm's, dependency
+// check included: the chart with a dependency that charts/ does not hold
+// is refused, as helm install refuses it.
+func TestInstallChecksDependencies(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "oncegate")
+	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := os.ReadFile(filepath.Join(dir, "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta = append(meta, "dependencies:\n  - {name: nats, version: \"1.x.x\", repository: \"https://nats-io.github.io/k8s/helm/charts/\", condition: nats.enabled}\n"...)
+	if err := os.WriteFile(filepath.Join(dir, "Chart.yaml"), meta, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = installLikeHelm(t, dir, []string{"values-kv.yaml"})
+	if err == nil || !strings.Contains(err.Error(), "helm dependency build") || !strings.Contains(err.Error(), "nats") {
+		t.Errorf("install with a dependency missing from charts/ = %v; want Helm's refusal", err)
+	}
 }
 
 // TestRenderStrict: each documented values file renders, every manifest
@@ -491,6 +563,11 @@ func TestRefused(t *testing.T) {
 		{"badger with two replicas", []string{"values-badger.yaml"}, []string{"replicas=2"}, "replicas"},
 		{"badger with three replicas, from the kv file", []string{"values-kv.yaml"}, []string{"ledger.store=badger"}, "replicas"},
 		{"no NATS", []string{"values-badger.yaml"}, []string{"nats.url="}, "nats.url is required"},
+		{"no model", []string{"values-badger.yaml"}, []string{"config.llm.base_url="}, "pipeline alerts needs a model"},
+		{"the proxy, no model", []string{"values-proxy.yaml"}, []string{"config.llm.base_url="}, "the proxy needs a model"},
+		{"the proxy, no keys", []string{"values-proxy.yaml"}, []string{"proxy.keysSecret="}, "proxy.keysSecret is required"},
+		{"webhook sources, no secret", []string{"values-badger.yaml"}, []string{"secrets.webhooks="}, "secrets.webhooks is required: ingress source github"},
+		{"a secretEnv without its key", []string{"values-kv.yaml"}, []string{"secretEnv.SLACK_WEBHOOK_URL.secret=s"}, "key"},
 		{"grace period within the drain", []string{"values-kv.yaml"}, []string{"terminationGracePeriodSeconds=35"}, "terminationGracePeriodSeconds"},
 		{"an unknown value", []string{"values-kv.yaml"}, []string{"replica=3"}, "replica"},
 		{"an unknown ledger", []string{"values-kv.yaml"}, []string{"ledger.store=redis"}, "store"},
@@ -504,33 +581,49 @@ func TestRefused(t *testing.T) {
 	}
 }
 
-// TestBundledNATS: the official NATS chart is an optional dependency,
-// with JetStream and three replicas by default; with it on and no
-// nats.url the consumers join its service. (The chart itself is not
-// vendored: this renders without it.)
-func TestBundledNATS(t *testing.T) {
-	c := loadChart(t)
-	i := slices.IndexFunc(c.Metadata.Dependencies, func(d *chart.Dependency) bool { return d.Name == "nats" })
-	if i < 0 {
-		t.Fatalf("Chart.yaml: no nats dependency")
+// TestNATSChart: the chart has no dependency; the NATS chart's values
+// file it documents (nats-values.yaml) asks for what Oncegate needs of
+// NATS: JetStream on a file store on a volume, and at least as many
+// servers as the replicas the KV values file gives its streams and
+// buckets.
+func TestNATSChart(t *testing.T) {
+	if deps := loadChart(t).Metadata.Dependencies; len(deps) != 0 {
+		t.Errorf("Chart.yaml: dependencies %v; want none (install the NATS chart beside it)", deps)
 	}
-	if d := c.Metadata.Dependencies[i]; d.Condition != "nats.enabled" || !strings.Contains(d.Repository, "nats-io") {
-		t.Errorf("nats dependency %+v; want the official chart, condition nats.enabled", d)
+	data, err := os.ReadFile("nats-values.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	nats, _ := c.Values["nats"].(map[string]any)
-	if nats == nil {
-		t.Fatalf("values.yaml: no nats section")
+	var nv struct {
+		Config struct {
+			Cluster struct {
+				Enabled  bool `json:"enabled"`
+				Replicas int  `json:"replicas"`
+			} `json:"cluster"`
+			JetStream struct {
+				Enabled   bool `json:"enabled"`
+				FileStore struct {
+					Enabled bool   `json:"enabled"`
+					Dir     string `json:"dir"`
+					PVC     struct {
+						Enabled bool   `json:"enabled"`
+						Size    string `json:"size"`
+					} `json:"pvc"`
+				} `json:"fileStore"`
+			} `json:"jetstream"`
+		} `json:"config"`
 	}
-	cfg := nats["config"].(map[string]any)
-	js := cfg["jetstream"].(map[string]any)
-	cl := cfg["cluster"].(map[string]any)
-	if nats["enabled"] != false || js["enabled"] != true || cl["enabled"] != true || fmt.Sprint(cl["replicas"]) != "3" {
-		t.Errorf("nats values %v; want enabled false, jetstream on, a cluster of 3", nats)
+	if err := yaml.UnmarshalStrict(data, &nv); err != nil {
+		t.Fatalf("nats-values.yaml: %v", err)
 	}
-
-	o := mustRender(t, []string{"values-badger.yaml"}, "nats.url=", "nats.enabled=true")
-	if got := checkConfig(t, o.configMaps[0]).NATS.URL; got != "nats://"+release+"-nats:4222" {
-		t.Errorf("nats.url %q with the bundled chart; want nats://%s-nats:4222", got, release)
+	js, cl := nv.Config.JetStream, nv.Config.Cluster
+	if !js.Enabled || !js.FileStore.Enabled || !js.FileStore.PVC.Enabled || js.FileStore.PVC.Size == "" || !cl.Enabled || cl.Replicas < 3 {
+		t.Errorf("nats-values.yaml %+v; want JetStream on a file store on a volume, a cluster of 3", nv.Config)
+	}
+	o := mustRender(t, []string{"values-kv.yaml"})
+	cfg := checkConfig(t, o.configMaps[0])
+	if cfg.Ledger.KV.Replicas > cl.Replicas || cfg.Stream.Replicas > cl.Replicas {
+		t.Errorf("values-kv.yaml: ledger.kv.replicas %d, stream.replicas %d; the NATS chart runs %d servers", cfg.Ledger.KV.Replicas, cfg.Stream.Replicas, cl.Replicas)
 	}
 }
 
@@ -540,4 +633,95 @@ func show[T any](p *T) string {
 		return "unset"
 	}
 	return fmt.Sprint(*p)
+}
+
+// TestDoorsAndSecrets: the values a platform engineer needs beyond the
+// pipelines. Effect secrets reach the pod from existing Secrets, one
+// variable each (secretEnv: secretKeyRef) or whole (envFrom); the console
+// and the proxy, off by default, are container ports behind a Service
+// each, with their secrets mounted as files; each HTTP door may have its
+// own Ingress, on its own paths only; and the pod keeps its guards (a PDB,
+// topology spread, non-root, read-only root, no capabilities, resources).
+func TestDoorsAndSecrets(t *testing.T) {
+	off := mustRender(t, []string{"values-kv.yaml"})
+	for _, s := range off.services {
+		if strings.HasSuffix(s.Name, "-console") || strings.HasSuffix(s.Name, "-proxy") {
+			t.Errorf("Service %s with the console and the proxy off", s.Name)
+		}
+	}
+	o := mustRender(t, []string{"values-kv.yaml"},
+		"secretEnv.SLACK_WEBHOOK_URL.secret=oncegate-effects", "secretEnv.SLACK_WEBHOOK_URL.key=slack-webhook-url",
+		"secretEnv.PAGERDUTY_ROUTING_KEY.secret=oncegate-effects", "secretEnv.PAGERDUTY_ROUTING_KEY.key=pagerduty-routing-key",
+		"envFrom[0].secretRef.name=oncegate-jira",
+		"console.enabled=true", "console.tokensSecret=oncegate-console", "console.kubernetesIngress.enabled=true",
+		"proxy.enabled=true", "proxy.keysSecret=oncegate-proxy-keys", "proxy.kubernetesIngress.enabled=true",
+		"resources.limits.cpu=2")
+	p, _ := pod(t, o)
+	c := checkPod(t, p)
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	for name, key := range map[string]string{"SLACK_WEBHOOK_URL": "slack-webhook-url", "PAGERDUTY_ROUTING_KEY": "pagerduty-routing-key", "OPENAI_API_KEY": "api-key"} {
+		e, ok := env[name]
+		if !ok || e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Key != key {
+			t.Errorf("env %s = %+v; want it from the key %s of a Secret", name, e, key)
+		}
+	}
+	if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef == nil || c.EnvFrom[0].SecretRef.Name != "oncegate-jira" {
+		t.Errorf("envFrom %+v; want the Secret oncegate-jira", c.EnvFrom)
+	}
+	ports := map[string]int32{}
+	for _, cp := range c.Ports {
+		ports[cp.Name] = cp.ContainerPort
+	}
+	if ports["console"] != 9465 || ports["proxy"] != 8081 || ports["webhooks"] != 8080 || ports["metrics"] != 9464 {
+		t.Errorf("container ports %v; want webhooks 8080, console 9465, proxy 8081, metrics 9464", ports)
+	}
+	cfg := checkConfig(t, o.configMaps[0])
+	if cfg.Console.Listen != "0.0.0.0:9465" || cfg.Console.TokenFile != "/etc/oncegate/secrets/console/tokens" ||
+		cfg.Proxy.Listen != "0.0.0.0:8081" || cfg.Proxy.KeysFile != "/etc/oncegate/secrets/proxy/keys" {
+		t.Errorf("console %+v, proxy listen %q keys %q; want both on every interface, their secrets the mounted files", cfg.Console, cfg.Proxy.Listen, cfg.Proxy.KeysFile)
+	}
+	mounted := map[string]bool{}
+	for _, m := range c.VolumeMounts {
+		mounted[m.MountPath] = m.ReadOnly
+	}
+	if !mounted["/etc/oncegate/secrets/console"] || !mounted["/etc/oncegate/secrets/proxy"] {
+		t.Errorf("mounts %v; want the console's tokens and the proxy's keys, read-only", c.VolumeMounts)
+	}
+	services := map[string]string{}
+	for _, s := range o.services {
+		if len(s.Spec.Ports) == 1 {
+			services[s.Name] = s.Spec.Ports[0].TargetPort.String()
+		}
+	}
+	for name, target := range map[string]string{release + "-oncegate": "webhooks", release + "-oncegate-console": "console", release + "-oncegate-proxy": "proxy", release + "-oncegate-metrics": "metrics"} {
+		if services[name] != target {
+			t.Errorf("Service %s targets %q; want %q (services %v)", name, services[name], target, services)
+		}
+	}
+	paths := map[string]string{}
+	for _, in := range o.ingresses {
+		r := in.Spec.Rules[0].HTTP.Paths
+		if len(r) != 1 {
+			t.Errorf("Ingress %s: %d paths; want 1", in.Name, len(r))
+			continue
+		}
+		paths[in.Name] = r[0].Path + " → " + r[0].Backend.Service.Name + ":" + r[0].Backend.Service.Port.Name
+	}
+	want := map[string]string{
+		release + "-oncegate":         "/hooks/ → " + release + "-oncegate:webhooks",
+		release + "-oncegate-console": "/ → " + release + "-oncegate-console:console",
+		release + "-oncegate-proxy":   "/v1/ → " + release + "-oncegate-proxy:proxy",
+	}
+	if fmt.Sprint(paths) != fmt.Sprint(want) {
+		t.Errorf("Ingresses %v; want %v", paths, want)
+	}
+	if len(o.pdbs) != 1 || len(p.Spec.TopologySpreadConstraints) != 1 {
+		t.Errorf("%d PodDisruptionBudgets, topology spread %v; want one PDB and the values file's spread", len(o.pdbs), p.Spec.TopologySpreadConstraints)
+	}
+	if c.Resources.Limits.Cpu().String() != "2" || c.Resources.Requests.Memory().String() != "256Mi" {
+		t.Errorf("resources %+v; want the values' limits and requests", c.Resources)
+	}
 }

@@ -1,15 +1,14 @@
 package admin_test
 
 import (
-	"bytes"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/logbuf"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -30,24 +29,6 @@ func (f *fixture) failUnknown(payload string) dedupe.Key {
 	return k
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestForgetUnknownOutcome: forget holds the guard redrive holds. A
 // failed record of reason unknown_outcome (its effect may have happened)
 // is refused unless the caller states that the effect did not happen,
@@ -57,7 +38,7 @@ func (s *syncBuffer) String() string {
 func TestForgetUnknownOutcome(t *testing.T) {
 	f := start(t)
 	f.recv.fix()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	logged, err := admin.New(admin.Options{Config: f.app.Config, Conn: f.nc, Ledger: f.app.Ledger, Logger: slogTo(&logs)})
 	if err != nil {
 		t.Fatal(err)

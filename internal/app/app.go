@@ -46,13 +46,19 @@ type Options struct {
 	// Logger receives the process's logs. The default discards.
 	Logger *slog.Logger
 
-	// Standin configures the stand-in model used when llm.base_url is
-	// empty (the demo injects faults with it).
+	// Standin configures the stand-in model, used when llm.standin asks
+	// for it (the demo injects faults with it).
 	Standin standin.Options
 
-	// Getenv reads the environment (the LLM API key). The default is
-	// os.Getenv.
+	// Getenv reads the environment (the LLM API key, the ingress's
+	// secrets, the NATS and console tokens). The default is os.Getenv.
 	Getenv func(string) string
+
+	// LookupEnv reads the environment where an unset variable and an
+	// empty one differ (the effects' secrets, the API key's variable).
+	// The default is os.LookupEnv, or, when Getenv is set, Getenv with an
+	// empty value taken as unset.
+	LookupEnv func(string) (string, bool)
 
 	// NoOps skips the metrics and health server even if configured.
 	NoOps bool
@@ -84,7 +90,9 @@ type App struct {
 	JS       jetstream.JetStream
 	Ledger   ledger.Ledger // nil when no pipeline needs one
 	Cache    *llmcache.Cache
-	Standin  *standin.Server // nil when a model endpoint is configured
+	Standin  *standin.Server // nil unless llm.standin asks for it
+	// Consumer runs the pipelines; nil with none (the proxy alone), as
+	// Conn and JS are when nothing needs NATS.
 	Consumer *consumer.Consumer
 	Metrics  *ops.Metrics
 	Ops      *ops.Server
@@ -120,12 +128,16 @@ type App struct {
 	// the consumer and the cache exist, and serves while they are replaced.
 	live      atomic.Pointer[consumer.Consumer]
 	liveCache atomic.Pointer[llmcache.Cache]
+	started   atomic.Bool // Start has returned the App
 }
 
 // RestartConsumer replaces the consumer with a new one on the same
 // connection, ledger and cache, as a restarted process would have: its
 // windows start empty. Call it after Run has returned.
 func (a *App) RestartConsumer() error {
+	if a.Consumer == nil {
+		return errors.New("app: no pipelines: no consumer to restart")
+	}
 	c, err := consumer.New(a.consumerOpts)
 	if err != nil {
 		return err
@@ -135,15 +147,23 @@ func (a *App) RestartConsumer() error {
 	return nil
 }
 
-// Start brings everything up, in order, and undoes what it did if a step
-// fails. The caller runs the consumer with Run and releases it all with
-// Close.
+// Start checks everything the configuration needs from outside its file
+// with Preflight, and returns its *PreflightError (wrapping ErrNotStarted)
+// having started nothing if anything is missing; then it brings
+// everything up, in order, and undoes what it did if a step fails. The
+// caller runs the consumer with Run and releases it all with Close.
+//
+// NATS (the embedded server, or a connection to nats.url) is started only
+// when something uses it: the pipelines, the ingress, the console, a cache
+// in JetStream KV. The proxy alone runs without it.
 func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err error) {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+	o.defaults()
+	warnings, err := Preflight(cfg, o)
+	if err != nil {
+		return nil, err
 	}
-	if o.Getenv == nil {
-		o.Getenv = os.Getenv
+	for _, w := range warnings {
+		o.Logger.Warn(w)
 	}
 	a := &App{Config: cfg, log: o.Logger}
 	defer func() {
@@ -190,36 +210,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 	}
 
 	// NATS.
-	url := cfg.NATS.URL
-	if url == "" {
-		// The embedded server requires what the consumer authenticates
-		// with (nats.token_file or ONCEGATE_NATS_TOKEN, an nkey seed, a
-		// user), if anything: see natsrun.StartEmbeddedAuth.
-		e, err := natsrun.StartEmbeddedAuth(cfg.DataDir, NATSOptions(cfg.NATS, "", o.Logger.With("component", "nats-server")))
-		if errors.Is(err, natsrun.ErrStoreInUse) {
-			return nil, fmt.Errorf("%w: data directory %s is used by another Oncegate process. One process owns a data directory "+
-				"(its embedded NATS store and its Badger ledger); to run several replicas, join one NATS deployment (nats.url) "+
-				"with ledger.store: kv: %w", ErrLedgerInUse, cfg.DataDir, err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		a.Embedded = e
-		a.closers = append(a.closers, func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			return e.Shutdown(ctx)
-		})
-		url = e.ClientURL()
-		o.Logger.Info("embedded NATS server", "url", url, "store", e.StoreDir(), "auth", e.Auth())
-	}
-	nc, err := connect(ctx, cfg, url, a.Embedded == nil, o.Logger.With("component", "nats"))
-	if err != nil {
-		return nil, err
-	}
-	a.Conn = nc
-	a.closers = append(a.closers, func() error { natsrun.Close(nc); return nil })
-	if a.JS, err = jetstream.New(nc); err != nil {
+	if err := a.startNATS(ctx, o); err != nil {
 		return nil, err
 	}
 
@@ -244,12 +235,75 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 		}
 	}
 
+	if len(cfg.Pipelines) > 0 {
+		if err := a.startConsumer(cfg, client, o); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.startIngress(o); err != nil {
+		return nil, fmt.Errorf("app: webhook ingress: %w", err)
+	}
+	if err := a.startProxy(o); err != nil {
+		return nil, fmt.Errorf("app: proxy: %w", err)
+	}
+	if len(cfg.Pipelines) > 0 {
+		if err := a.startRecovery(o); err != nil {
+			return nil, fmt.Errorf("app: admin service: %w", err)
+		}
+	}
+	a.started.Store(true)
+	return a, nil
+}
+
+// startNATS starts the embedded server (without nats.url) and connects to
+// it or to the deployment, if anything needs NATS.
+func (a *App) startNATS(ctx context.Context, o Options) error {
+	cfg := a.Config
+	if !NeedsNATS(cfg) {
+		return nil
+	}
+	url := cfg.NATS.URL
+	if url == "" {
+		// The embedded server requires what the consumer authenticates
+		// with (nats.token_file or ONCEGATE_NATS_TOKEN, an nkey seed, a
+		// user), if anything: see natsrun.StartEmbeddedAuth.
+		e, err := natsrun.StartEmbeddedAuth(cfg.DataDir, NATSOptions(cfg.NATS, "", o.Logger.With("component", "nats-server")))
+		if errors.Is(err, natsrun.ErrStoreInUse) {
+			return fmt.Errorf("%w: data directory %s is used by another Oncegate process. One process owns a data directory "+
+				"(its embedded NATS store and its Badger ledger); to run several replicas, join one NATS deployment (nats.url) "+
+				"with ledger.store: kv: %w", ErrLedgerInUse, cfg.DataDir, err)
+		}
+		if err != nil {
+			return err
+		}
+		a.Embedded = e
+		a.closers = append(a.closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return e.Shutdown(ctx)
+		})
+		url = e.ClientURL()
+		o.Logger.Info("embedded NATS server", "url", url, "store", e.StoreDir(), "auth", e.Auth())
+	}
+	nc, err := connect(ctx, cfg, url, a.Embedded == nil, o.Logger.With("component", "nats"))
+	if err != nil {
+		return err
+	}
+	a.Conn = nc
+	a.closers = append(a.closers, func() error { natsrun.Close(nc); return nil })
+	a.JS, err = jetstream.New(nc)
+	return err
+}
+
+// startConsumer makes the consumer of the pipelines, and watches their
+// stream.
+func (a *App) startConsumer(cfg *config.Config, client *openai.Client, o Options) error {
 	tp, err := a.tracerProvider(cfg, o)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.consumerOpts = consumer.Options{
-		Config: cfg, Conn: nc, Ledger: a.Ledger, Model: client,
+		Config: cfg, Conn: a.Conn, Ledger: a.Ledger, Model: client,
 		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"),
 		Tracer: tp,
 	}
@@ -264,36 +318,27 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 				}
 				s, err := consumer.NewSink(a.JS, path, e.Effect)
 				if err != nil {
-					return nil, fmt.Errorf("app: pipeline %s: %w", p.Name, err)
+					return fmt.Errorf("app: pipeline %s: %w", p.Name, err)
 				}
 				a.consumerOpts.Sinks[name] = o.WrapSink(name, s)
 			}
 		}
 	}
 	if a.Consumer, err = consumer.New(a.consumerOpts); err != nil {
-		return nil, err
+		return err
 	}
 	a.live.Store(a.Consumer)
-	if err := a.startStreamWatch(); err != nil {
-		return nil, err
-	}
-
-	if err := a.startIngress(o); err != nil {
-		return nil, fmt.Errorf("app: webhook ingress: %w", err)
-	}
-	if err := a.startProxy(o); err != nil {
-		return nil, fmt.Errorf("app: proxy: %w", err)
-	}
-	if err := a.startRecovery(o); err != nil {
-		return nil, fmt.Errorf("app: admin service: %w", err)
-	}
-	return a, nil
+	return a.startStreamWatch()
 }
 
-// ready is the ops server's readiness: the consumer's, once there is one.
+// ready is the ops server's readiness: the consumer's, once there is one;
+// with no pipelines (the proxy alone), ready once started.
 func (a *App) ready() error {
 	if c := a.live.Load(); c != nil {
 		return c.Ready()
+	}
+	if a.started.Load() && len(a.Config.Pipelines) == 0 {
+		return nil
 	}
 	return errors.New("app: starting: not connected to NATS yet")
 }
@@ -435,8 +480,11 @@ func (a *App) openModel(ctx context.Context, cfg *config.Config, o Options) (*op
 	a.liveCache.Store(cache)
 	a.closers = append(a.closers, cache.Close)
 
-	base, key := cfg.LLM.BaseURL, o.Getenv(cfg.LLM.APIKeyEnv)
-	if base == "" {
+	base, key := cfg.LLM.BaseURL, ""
+	if cfg.LLM.APIKeyEnv != "" {
+		key = o.Getenv(cfg.LLM.APIKeyEnv)
+	}
+	if cfg.LLM.Standin {
 		s, err := standin.New(o.Standin)
 		if err != nil {
 			return nil, err
@@ -448,7 +496,7 @@ func (a *App) openModel(ctx context.Context, cfg *config.Config, o Options) (*op
 		a.Standin = s
 		a.closers = append(a.closers, stop)
 		base, key = url, "standin"
-		o.Logger.Info("no llm.base_url: answering model steps with the offline stand-in model", "url", url)
+		o.Logger.Warn("llm.standin: the offline stand-in model answers the model steps; its answers are made up", "url", url)
 	}
 	a.ModelURL = base
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -494,13 +542,14 @@ func (a *App) windowStats() []ops.WindowStats {
 	return out
 }
 
-// WaitReady waits until the consumer is consuming (its Ready reports nil),
-// or ctx is done; it is for a caller that started Run in a goroutine.
+// WaitReady waits until the process is ready (the consumer consuming:
+// its Ready reports nil), or ctx is done; it is for a caller that started
+// Run in a goroutine.
 func (a *App) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	for {
-		err := a.Consumer.Ready()
+		err := a.ready()
 		if err == nil {
 			return nil
 		}
@@ -533,8 +582,15 @@ func (a *App) Outstanding(ctx context.Context) (uint64, error) {
 	return n, nil
 }
 
-// Run runs the consumer until ctx is done, then drains it.
-func (a *App) Run(ctx context.Context) error { return a.Consumer.Run(ctx) }
+// Run runs the consumer until ctx is done, then drains it; with no
+// pipelines (the proxy alone), it waits for ctx and returns its error.
+func (a *App) Run(ctx context.Context) error {
+	if a.Consumer == nil {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return a.Consumer.Run(ctx)
+}
 
 // Close releases everything Start acquired, in reverse order.
 func (a *App) Close() error {

@@ -23,7 +23,7 @@ func cacheEndpoint(cfg *config.Config) string {
 	if e := cfg.LLM.Cache.Endpoint; e != "" {
 		return e
 	}
-	if cfg.LLM.BaseURL == "" {
+	if cfg.LLM.Standin {
 		return standinEndpoint
 	}
 	return ""

@@ -3,12 +3,11 @@ package app
 import (
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
 
 	badger "github.com/dgraph-io/badger/v4"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/secretfile"
 )
 
 // ErrEncryptionKey is wrapped by the error Start returns when a Badger
@@ -18,29 +17,28 @@ import (
 var ErrEncryptionKey = errors.New("app: the data directory's encryption key does not match")
 
 // ErrKeyFilePermissions is wrapped by the error EncryptionKey returns for
-// a key file that its group or others may read or write: the key opens the
+// a key file that package secretfile's rule refuses (it wraps
+// secretfile.ErrMode too): one others may read, its group or others may
+// write, or its group may read while it is not root's. The key opens the
 // whole data directory, so, as ssh does with a private key, Oncegate
 // refuses it (at start and in config check) rather than use a key others
-// may have copied. The error says the command that fixes it.
+// may have copied. A Kubernetes secret volume's file (root's, of mode
+// 0440 under the pod's fsGroup) passes. The error says the command that
+// fixes it.
 var ErrKeyFilePermissions = errors.New("app: encryption key file is open to others")
 
 // EncryptionKey reads the key of encryption.key_file: nil when none is
-// set. The file must hold exactly 16, 24 or 32 bytes, and be neither
-// readable nor writable by its group or others (ErrKeyFilePermissions).
+// set. The file must hold exactly 16, 24 or 32 bytes, and pass package
+// secretfile's rule (ErrKeyFilePermissions).
 func EncryptionKey(cfg *config.Config) ([]byte, error) {
 	path := cfg.Encryption.KeyFile
 	if path == "" {
 		return nil, nil
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("app: encryption.key_file: %w", err)
+	key, err := secretfile.ReadFile(path)
+	if errors.Is(err, secretfile.ErrMode) {
+		return nil, fmt.Errorf("%w: encryption.key_file: it holds the key to the data directory: %w", ErrKeyFilePermissions, err)
 	}
-	if perm := fi.Mode().Perm(); runtime.GOOS != "windows" && perm&0o077 != 0 {
-		return nil, fmt.Errorf("%w: encryption.key_file %s has mode %04o, open to its group or others; "+
-			"it holds the key to the data directory: chmod 600 %s (for a Kubernetes secret volume, defaultMode: 0400)", ErrKeyFilePermissions, path, perm, path)
-	}
-	key, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("app: encryption.key_file: %w", err)
 	}

@@ -29,6 +29,7 @@ func encConfig(t *testing.T, dir, keyFile string) *config.Config {
 	cfg.DataDir = dir
 	cfg.NATS.Embedded.Listen = "127.0.0.1:0"
 	cfg.NATS.Embedded.StoreDir = filepath.Join(dir, "nats")
+	cfg.LLM.Standin = true // the alerts pipeline's triage, offline
 	cfg.Encryption.KeyFile = keyFile
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -234,6 +235,7 @@ func TestEncryptedKVCache(t *testing.T) {
 	cfg.DataDir = dir
 	cfg.NATS.Embedded.Listen = "127.0.0.1:0"
 	cfg.NATS.Embedded.StoreDir = filepath.Join(dir, "nats")
+	cfg.LLM.Standin = true // the alerts pipeline's triage, offline
 	cfg.Encryption.KeyFile = keyFile
 	cfg.LLM.Cache.Store = config.StoreKV
 	if err := cfg.Validate(); err != nil {

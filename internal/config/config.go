@@ -183,11 +183,20 @@ type KV struct {
 // LLM configures the model endpoint and the response cache.
 type LLM struct {
 	// BaseURL is an OpenAI-compatible endpoint (OpenAI, Azure, vLLM,
-	// Ollama, llama.cpp server). Empty (the default) uses the built-in
-	// offline stand-in model, labelled as such in every output.
+	// Ollama, llama.cpp server). Empty (the default) is no endpoint: a
+	// configuration with a model step, or the proxy, then needs Standin,
+	// or it is refused at start and by config check.
 	BaseURL string `yaml:"base_url"`
+	// Standin answers the model steps (and the proxy) with the built-in
+	// offline stand-in model, which makes its answers up and labels them
+	// as such, instead of an endpoint: for trying a configuration out,
+	// never for real work. It must be asked for by name (true), and it
+	// excludes BaseURL. The default is false; the demo sets it.
+	Standin bool `yaml:"standin"`
 	// APIKeyEnv names the environment variable holding the API key; the
-	// key itself is never in the file. The default is "OPENAI_API_KEY".
+	// key itself is never in the file. The variable must be set when
+	// BaseURL is not on loopback (set it empty, or APIKeyEnv to "", for an
+	// endpoint that takes no key). The default is "OPENAI_API_KEY".
 	APIKeyEnv string `yaml:"api_key_env"`
 	// Model is the model steps use unless they name one. The default is
 	// "gpt-4o-mini".

@@ -13,6 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/oncegate/oncegate/internal/cond"
+	"github.com/oncegate/oncegate/internal/secretfile"
 	"github.com/oncegate/oncegate/internal/tmpl"
 )
 
@@ -486,7 +487,7 @@ type EffectSecrets struct {
 type LookupFunc func(string) (string, bool)
 
 // Secrets reads the effect's secrets with lookup (os.LookupEnv when nil)
-// and os.ReadFile. path is the effect's path for the error, which is a
+// and secretfile.ReadFile (a file open to others is refused). path is the effect's path for the error, which is a
 // *FieldError naming the field and the variable or file: the one error
 // run, which refuses to start without them, and config check give.
 func (e *Effect) Secrets(path string, lookup LookupFunc) (EffectSecrets, error) {
@@ -503,7 +504,7 @@ func (e *Effect) Secrets(path string, lookup LookupFunc) (EffectSecrets, error) 
 			}
 			return v
 		case file != "":
-			b, err := os.ReadFile(file)
+			b, err := secretfile.ReadFile(file)
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
 					err = fs.ErrNotExist

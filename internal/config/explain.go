@@ -142,11 +142,11 @@ func (x *explainer) process() {
 		"clocks apart by up to "+x.d("ledger.max_clock_skew", l.MaxClockSkew, formatDuration(l.MaxClockSkew)))
 
 	m := &c.LLM
-	endpoint := "the built-in stand-in model (offline; set llm.base_url for a real endpoint)"
-	if m.BaseURL != "" {
-		endpoint = "OpenAI-compatible endpoint " + redactURL(m.BaseURL)
+	endpoint := x.d("llm.base_url", m.BaseURL, c.ModelEndpoint())
+	if m.Standin {
+		endpoint = x.d("llm.standin", m.Standin, c.ModelEndpoint())
 	}
-	x.row("llm", x.d("llm.base_url", m.BaseURL, endpoint),
+	x.row("llm", endpoint,
 		"model "+x.d("llm.model", m.Model, m.Model),
 		"timeout "+x.d("llm.timeout", m.Timeout, formatDuration(m.Timeout)))
 	key := "no API key"
@@ -301,8 +301,11 @@ func (x *explainer) pipeline(i int) {
 		if s.SkipWhen != "" {
 			parts = append(parts, "skipped when "+s.SkipWhen)
 		}
-		if c.LLM.BaseURL == "" {
-			parts = append(parts, "served by the stand-in model")
+		switch {
+		case c.LLM.Standin:
+			parts = append(parts, "served by the stand-in model (llm.standin)")
+		case c.LLM.BaseURL == "":
+			parts = append(parts, "no model to serve it: set llm.base_url, or llm.standin: true")
 		}
 		row("5 step", parts...)
 	}

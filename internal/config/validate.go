@@ -177,6 +177,9 @@ func (v *validator) llm() {
 		if err := checkURL(m.BaseURL, "http", "https"); err != nil {
 			v.add("llm.base_url", err)
 		}
+		if m.Standin {
+			v.add("llm.standin", invalid("the stand-in model answers instead of llm.base_url's endpoint: set one, not both"))
+		}
 	}
 	if m.APIKeyEnv != "" {
 		if err := checkEnvName(m.APIKeyEnv); err != nil {
@@ -340,7 +343,14 @@ func checkName(s string) error {
 
 func (v *validator) pipelines() {
 	if len(v.c.Pipelines) == 0 {
-		v.add("pipelines", missing("at least one pipeline is required"))
+		switch {
+		case !v.c.ProxyOn():
+			v.add("pipelines", missing("at least one pipeline is required (or none, with the proxy alone: proxy.listen)"))
+		case v.c.IngressOn():
+			v.add("ingress.listen", invalid("the ingress feeds the pipelines, and there are none: add a pipeline, or leave the ingress off"))
+		case v.c.Console.Listen != "":
+			v.add("console.listen", invalid("the console shows the pipelines' dead letters and records, and there are none: add a pipeline, or leave the console off"))
+		}
 	}
 	first := make(map[string]int, len(v.c.Pipelines))
 	for i := range v.c.Pipelines {

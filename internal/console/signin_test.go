@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,26 +19,9 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/console"
+	"github.com/oncegate/oncegate/internal/logbuf"
 	"github.com/oncegate/oncegate/internal/secretfile"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // noFollow is an HTTP client that returns redirects rather than
 // following them.
@@ -156,7 +138,7 @@ func signInAt(s *console.Server, from string, form url.Values) *httptest.Respons
 // the address.
 func TestSignInBackOff(t *testing.T) {
 	f := start(t)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	clk := &clock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
 	s := consoleOn(t, f.app, token+"\n", &logs, clk)
 	const mallory, alice = "203.0.113.7:40000", "198.51.100.1:50000"

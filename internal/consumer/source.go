@@ -116,9 +116,15 @@ func (s *source) consume(ctx, work context.Context) (stopped, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %s: consume: %w", s.name, err)
 	}
+	// The watcher ends before consume returns: run may set the durable
+	// consumer up again (s.cons) as soon as it does.
 	watching, stopWatching := context.WithCancel(ctx)
-	defer stopWatching()
-	go s.watch(watching, cc, check, &lastErr)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		s.watch(watching, s.cons, cc, check, &lastErr)
+	}()
+	defer func() { stopWatching(); <-watched }()
 	var g errgroup.Group
 	for range s.workers {
 		g.Go(func() error {
@@ -171,7 +177,7 @@ const watchEvery = 2 * time.Second
 // while no request was waiting (one in flight, or between two) leaves the
 // subscription pulling from nothing, with no error that ends it: so watch
 // asks on every consume error and every watchEvery.
-func (s *source) watch(ctx context.Context, cc jetstream.ConsumeContext, check <-chan struct{}, lastErr *atomic.Pointer[error]) {
+func (s *source) watch(ctx context.Context, cons jetstream.Consumer, cc jetstream.ConsumeContext, check <-chan struct{}, lastErr *atomic.Pointer[error]) {
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
 	for {
@@ -182,7 +188,7 @@ func (s *source) watch(ctx context.Context, cc jetstream.ConsumeContext, check <
 		case <-check:
 		}
 		ictx, cancel := context.WithTimeout(ctx, watchEvery)
-		_, err := s.cons.Info(ictx)
+		_, err := cons.Info(ictx)
 		cancel()
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			lastErr.Store(&err)

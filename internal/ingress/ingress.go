@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncegate/oncegate/internal/ingress/spec"
+	"github.com/oncegate/oncegate/internal/secretfile"
 	"github.com/oncegate/oncegate/internal/serve"
 	"github.com/oncegate/oncegate/pkg/canon"
 )
@@ -120,7 +121,7 @@ type Options struct {
 	// default is os.Getenv.
 	Getenv func(string) string
 	// ReadFile reads the files that hold secrets. The default is
-	// os.ReadFile.
+	// secretfile.ReadFile, which refuses a file open to others.
 	ReadFile func(string) ([]byte, error)
 	// Now is the clock signed timestamps are checked against. The
 	// default is time.Now.
@@ -231,7 +232,7 @@ func (o *Options) setDefaults() {
 		o.Getenv = os.Getenv
 	}
 	if o.ReadFile == nil {
-		o.ReadFile = os.ReadFile
+		o.ReadFile = secretfile.ReadFile
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -314,7 +315,8 @@ func (src *source) unset() []string {
 // CheckSecrets reads the secrets of every source of o, through o.Getenv
 // and o.ReadFile, as New would, and lists the sources whose secret is not
 // set or does not decode, saying why (naming the variable or file, never a
-// value): what `consumer config check` reports. o.JetStream is not needed.
+// value), one line each ("source NAME: why"): what the start and
+// `consumer config check` check first. o.JetStream is not needed.
 func CheckSecrets(o Options) []string {
 	o.setDefaults()
 	var out []string
@@ -325,7 +327,7 @@ func CheckSecrets(o Options) []string {
 			continue
 		}
 		for _, why := range src.unset() {
-			out = append(out, fmt.Sprintf("source %s: %s: it answers 503 until the secret is set", c.Name, why))
+			out = append(out, fmt.Sprintf("source %s: %s", c.Name, why))
 		}
 	}
 	return out
@@ -423,7 +425,7 @@ func SourceSecret(c spec.Source, tenant string, getenv func(string) string) ([]b
 		}
 		env, file = e, ""
 	}
-	v, why := readSecret(env, file, getenv, os.ReadFile)
+	v, why := readSecret(env, file, getenv, secretfile.ReadFile)
 	if why != "" {
 		return nil, fmt.Errorf("ingress: source %s: %s", c.Name, why)
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/oncegate/oncegate/internal/secretfile"
 )
 
 // Environment variables Connect reads secrets from when no file names
@@ -300,24 +302,27 @@ func authOptions(o Options) ([]nats.Option, []string, error) {
 var errEmptyFile = errors.New("file is empty")
 
 // readSecret reads a one-line secret from path, trimmed of surrounding
-// white space. Its errors never hold the content.
+// white space, under package secretfile's rules (secretfile.ReadFile: a
+// file open to others is refused, wrapping secretfile.ErrMode). Its errors
+// never hold the content.
 func readSecret(what, path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := secretfile.ReadFile(path)
 	if err != nil {
 		return "", &FileError{What: what, Path: path, Err: err}
 	}
 	s := strings.TrimSpace(string(b))
+	clear(b)
 	if s == "" {
 		return "", &FileError{What: what, Path: path, Err: errEmptyFile}
 	}
 	return s, nil
 }
 
-// checkReadable checks that the secret file at path can be read and is not
-// empty, without keeping its content; nats.go reads it itself when
-// connecting.
+// checkReadable checks that the secret file at path can be read under
+// package secretfile's rules and is not empty, without keeping its
+// content; nats.go reads it itself when connecting.
 func checkReadable(what, path string) error {
-	b, err := os.ReadFile(path)
+	b, err := secretfile.ReadFile(path)
 	if err != nil {
 		return &FileError{What: what, Path: path, Err: err}
 	}
@@ -355,7 +360,7 @@ func tlsConfig(t TLS) (*tls.Config, error) {
 		if err != nil {
 			return nil, &FileError{What: "TLS certificate file", Path: t.CertFile, Err: err}
 		}
-		keyPEM, err := os.ReadFile(t.KeyFile)
+		keyPEM, err := secretfile.ReadFile(t.KeyFile)
 		if err != nil {
 			return nil, &FileError{What: "TLS key file", Path: t.KeyFile, Err: err}
 		}
@@ -425,4 +430,25 @@ func Close(nc *nats.Conn) {
 	case <-done:
 	case <-time.After(closeWait):
 	}
+}
+
+// CheckSecrets reads the secrets o names (files and environment
+// variables) as Connect reads them, or, with embedded, as
+// StartEmbeddedAuth does, and checks the TLS files, without connecting or
+// starting anything: the start checks them with it before anything runs.
+// Its error is the one Connect or StartEmbeddedAuth would return (a
+// *FileError for a file), and never holds a secret.
+func CheckSecrets(o Options, embedded bool) error {
+	if o.Getenv == nil {
+		o.Getenv = os.Getenv
+	}
+	if embedded {
+		_, err := embeddedAuth(o, o.Getenv)
+		return err
+	}
+	if _, _, err := authOptions(o); err != nil {
+		return err
+	}
+	_, err := tlsConfig(o.TLS)
+	return err
 }

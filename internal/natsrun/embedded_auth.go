@@ -7,6 +7,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/oncegate/oncegate/internal/secretfile"
 )
 
 // serverAuth is the authentication the embedded server requires of every
@@ -77,7 +79,7 @@ func embeddedAuth(n Options, getenv func(string) string) (*serverAuth, error) {
 	case n.CredsFile != "":
 		return nil, errors.New("natsrun: the embedded server cannot use nats.creds_file (JWT accounts need a NATS deployment): set nats.url, or use nats.token_file or nats.nkey_seed_file")
 	case n.NKeySeedFile != "":
-		b, err := os.ReadFile(n.NKeySeedFile)
+		b, err := secretfile.ReadFile(n.NKeySeedFile)
 		if err != nil {
 			return nil, &FileError{What: "nkey seed file", Path: n.NKeySeedFile, Err: err}
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
 )
 
@@ -34,7 +35,9 @@ func (e *NotReadyError) Error() string {
 
 // FileError is returned by Connect when a file the configuration names (a
 // credentials, nkey seed, password, token or TLS file) is missing,
-// unreadable, empty or malformed. Its text names the file and never holds
+// unreadable, empty or malformed, or when a secret one of them (all but
+// the TLS CA and certificate files) is open to others, as package
+// secretfile's rule says (errors.Is(err, secretfile.ErrMode)). Its text names the file and never holds
 // the file's content. Err is the cause: errors.Is(err, fs.ErrNotExist)
 // reports a missing file.
 type FileError struct {
@@ -49,8 +52,12 @@ type FileError struct {
 func (e *FileError) Error() string {
 	cause := e.Err
 	var pe *fs.PathError
-	if errors.As(cause, &pe) {
+	switch {
+	case errors.As(cause, &pe):
 		cause = pe.Err // the path is already in the message
+	case strings.Contains(cause.Error(), e.Path):
+		// secretfile's refusals name the file and the fix.
+		return fmt.Sprintf("natsrun: %s: %v", e.What, cause)
 	}
 	return fmt.Sprintf("natsrun: %s %s: %v", e.What, e.Path, cause)
 }

@@ -24,11 +24,14 @@ const clusterTimeout = 30 * time.Second
 // down, and waited for, in t.Cleanup; shutting one down earlier (to lose a
 // leader) is fine.
 //
+// Each opt, applied in order after the cluster's settings, may change a
+// server's options (accounts, say).
+//
 // The route ports are picked by listening on port 0 and closing the
 // listener, since every server must know the others' addresses before it
 // starts; another process could take such a port in between, which fails
 // the test rather than hanging it.
-func RunCluster(t testing.TB, n int) []*server.Server {
+func RunCluster(t testing.TB, n int, opts ...func(*server.Options)) []*server.Server {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("natstest: RunCluster(%d): need at least one server", n)
@@ -40,11 +43,11 @@ func RunCluster(t testing.TB, n int) []*server.Server {
 	}
 	servers := make([]*server.Server, n)
 	for i := range n {
-		servers[i] = RunServer(t, func(o *server.Options) {
+		servers[i] = RunServer(t, append([]func(*server.Options){func(o *server.Options) {
 			o.ServerName = fmt.Sprintf("n%d", i)
 			o.Cluster = server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: ports[i]}
 			o.Routes = routes // a server skips the route to itself
-		})
+		}}, opts...)...)
 	}
 	waitFor(t, clusterTimeout, "JetStream meta leader with all servers", func() bool {
 		var leader *server.Server

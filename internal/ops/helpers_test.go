@@ -1,14 +1,12 @@
 package ops_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -139,24 +137,6 @@ func (f families) count(name, k, v string) int {
 		}
 	}
 	return n
-}
-
-// syncBuffer is a bytes.Buffer that a logger and a test may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

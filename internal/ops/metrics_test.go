@@ -12,6 +12,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/oncegate/oncegate/internal/logbuf"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/pkg/llmcache"
@@ -404,7 +405,7 @@ func TestLLMCollectorBadRowKeepsScrape(t *testing.T) {
 		llmcache.StepStats{Namespace: "ok", Step: "s", Hits: 1},
 		llmcache.StepStats{Namespace: "bad\xff", Step: "s", Hits: 1},
 	)
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: src.stats})
 	m.AddPipeline("p")
 	f := scrape(t, startServer(t, m, nil, slogTo(&logs)))

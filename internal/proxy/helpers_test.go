@@ -6,7 +6,6 @@ package proxy_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -104,22 +103,4 @@ func errorOf(b []byte) (typ, code, msg string) {
 	}
 	json.Unmarshal(b, &e)
 	return e.Error.Type, e.Error.Code, e.Error.Message
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes, for logs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

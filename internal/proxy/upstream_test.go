@@ -13,6 +13,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/logbuf"
 	"github.com/oncegate/oncegate/internal/proxy"
 )
 
@@ -35,7 +36,7 @@ func TestUpstreamAuthFailure(t *testing.T) {
 	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			p := serveProvider(t, refusing(status))
-			var logs syncBuffer
+			var logs logbuf.Buffer
 			cfg := config.Proxy{}
 			url, metrics := startWith(t, proxy.Options{Config: &cfg, Cache: badgerCache(t), BaseURL: p.url, Prices: prices,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})

@@ -2,6 +2,7 @@ package secretfile_test
 
 import (
 	"errors"
+	"io/fs"
 	"strings"
 	"testing"
 
@@ -104,4 +105,55 @@ func plainReading(in, lone string) (map[string]string, bool) {
 		out[secret], names[name] = name, true
 	}
 	return out, len(out) > 0
+}
+
+// FuzzCheckMode: the mode rule never lets in a secret file that someone
+// other than its owner could change, nor one every user could read, nor
+// one of a third user; it lets in a group-readable file only when root
+// gives it to a process that is not root (kubelet's secret volumes); it
+// always lets a process read its own 0400 and 0600 files and, as any user
+// but root, kubelet's root-owned 0440; and taking a permission away from
+// a file it accepts never makes it refuse the file. Every refusal wraps
+// ErrMode and says the command that fixes it.
+func FuzzCheckMode(f *testing.F) {
+	for _, s := range []struct {
+		mode        uint32
+		owner, self int
+	}{{0o600, 1000, 1000}, {0o440, 0, 10001}, {0o640, 0, 10001}, {0o644, 0, 10001}, {0o440, 0, 0}, {0o400, 7, 1000}, {0o660, 0, 10001}, {0o4750, 0, 1}} {
+		f.Add(s.mode, s.owner, s.self)
+	}
+	f.Fuzz(func(t *testing.T, mode uint32, owner, self int) {
+		m := fs.FileMode(mode)
+		perm := m.Perm()
+		err := secretfile.CheckMode("/s", m, owner, self)
+		if err != nil {
+			if !errors.Is(err, secretfile.ErrMode) || !strings.Contains(err.Error(), "/s") ||
+				!strings.Contains(err.Error(), "chmod") && !strings.Contains(err.Error(), "chown") {
+				t.Fatalf("CheckMode(%04o, %d, %d) = %v; want ErrMode naming the file and its fix", perm, owner, self, err)
+			}
+		} else {
+			switch {
+			case perm&0o022 != 0:
+				t.Fatalf("CheckMode(%04o, %d, %d) accepts a file its group or others may write", perm, owner, self)
+			case perm&0o007 != 0:
+				t.Fatalf("CheckMode(%04o, %d, %d) accepts a file every user may read", perm, owner, self)
+			case owner != self && owner != 0:
+				t.Fatalf("CheckMode(%04o, %d, %d) accepts another user's file", perm, owner, self)
+			case perm&0o070 != 0 && (owner != 0 || self == 0):
+				t.Fatalf("CheckMode(%04o, %d, %d) accepts a group-readable file that root did not give to another user", perm, owner, self)
+			}
+			for bit := fs.FileMode(1); bit <= 0o400; bit <<= 1 {
+				if perm&bit != 0 {
+					if err := secretfile.CheckMode("/s", m&^bit, owner, self); err != nil {
+						t.Fatalf("CheckMode accepts %04o but refuses %04o, which grants less: %v", perm, (m &^ bit).Perm(), err)
+					}
+				}
+			}
+		}
+		if (owner == self && (perm == 0o400 || perm == 0o600)) || (owner == 0 && self != 0 && perm == 0o440) {
+			if err != nil {
+				t.Fatalf("CheckMode(%04o, %d, %d) = %v; want it accepted", perm, owner, self, err)
+			}
+		}
+	})
 }

@@ -1,12 +1,23 @@
 // Package secretfile reads the secrets Oncegate is given in files (the
-// console's operator tokens and the proxy's client keys) and
-// holds them to one set of rules.
+// console's operator tokens, the proxy's client keys, the encryption key,
+// NATS credentials, webhook and effect secrets) and holds them to one set
+// of rules.
 //
 // # The rules
 //
-//   - A secret file may be read by its owner alone: [CheckMode] is the one
-//     place that says which modes pass, and [ReadFile] applies it to the
-//     open file, before reading it.
+//   - A secret file may be written by its owner alone, and read by its
+//     owner alone, or by its owner and its group when the owner is root and
+//     the process is not: [CheckMode] is the one place that says which
+//     files pass, and [ReadFile] applies it to the open file, before
+//     reading it. The second case is what kubelet makes of a Kubernetes
+//     secret volume under the pod's fsGroup (a root-owned file of mode
+//     0440, the group the pod's), and what PostgreSQL accepts for its key
+//     (a root-owned 0640). A file others may read, or that its group or
+//     others may write, is refused; so is one owned by another user.
+//   - A secret file is read through its path as given, symbolic links
+//     followed, as kubelet lays a secret volume out (each key a link
+//     through ..data to a directory of the current version): the file
+//     checked is the file read.
 //   - Every secret is at least [MinBytes] bytes: a bearer secret that is
 //     short can be guessed.
 //   - A file of several secrets names each one, one a line: a name, blanks,
@@ -36,15 +47,17 @@ import (
 // Sentinel errors; every error this package returns wraps one of them, or
 // is the file system's error (a file that does not exist, say) wrapped.
 var (
-	// ErrMode reports a secret file that others than its owner may read
-	// or write (see CheckMode).
-	ErrMode = errors.New("secretfile: file readable by others than its owner")
+	// ErrMode reports a secret file that CheckMode refuses: others may
+	// read it, its group or others may write it, its group may read it
+	// although it is not root's, or it belongs to another user.
+	ErrMode = errors.New("secretfile: file open to others")
 	// ErrTooShort reports a secret shorter than MinBytes.
 	ErrTooShort = errors.New("secretfile: secret too short")
 	// ErrFormat reports content that is not in the `name secret` format:
 	// a line of more than two fields, a name that is not a ValidName, a
 	// name or a secret given twice, a secret with no name where names are
-	// needed, no secret at all, or a file larger than MaxFileBytes.
+	// needed, no secret at all, a file larger than MaxFileBytes, or a
+	// directory where a file was expected.
 	ErrFormat = errors.New("secretfile: malformed")
 )
 
@@ -54,25 +67,65 @@ const MinBytes = 20
 // MaxFileBytes is the size of the largest secret file read.
 const MaxFileBytes = 1 << 20
 
-// CheckMode returns nil if a secret file of mode m may be used, and an
+// CheckMode returns nil if a secret file of mode m, owned by the user id
+// owner, may be used by a process whose effective user id is self, and an
 // error wrapping ErrMode that says how to fix it if not. It is the one
-// rule for the modes of secret files, and it is, for now: the file's
-// group and others may neither read nor write it nor search it (m's
-// permission bits & 0o077 are zero; 0600 and 0400 pass). Path is for the
-// message.
+// rule for secret files:
 //
-// (A later change relaxes it to accept what kubelet makes of a mounted
-// secret volume; that change belongs here, and nowhere else.)
-func CheckMode(path string, m fs.FileMode) error {
-	if perm := m.Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("%w: %s (mode %#o): it holds secrets; chmod 600 %s", ErrMode, path, perm, path)
+//   - no one but the owner may write it (m & 0o022 is zero), and others
+//     may not read it (m & 0o007 is zero);
+//   - a file owned by self may be read by its owner alone: 0600 and 0400
+//     pass, 0640 does not;
+//   - a file owned by root, read by a process that is not root, may be
+//     read by its group as well: 0640 and 0440 pass, as kubelet makes a
+//     secret volume's files under fsGroup (root-owned, mode defaultMode
+//     with the group's read bit, the group the pod's);
+//   - a file owned by another user is refused.
+//
+// A process running as root gets the first two rules: the files it owns
+// are root's. Path is for the message.
+func CheckMode(path string, m fs.FileMode, owner, self int) error {
+	perm := m.Perm()
+	const kube = "(in a Kubernetes secret volume: defaultMode: 0440 with the pod's fsGroup, or 0400)"
+	switch {
+	case perm&0o022 != 0:
+		return fmt.Errorf("%w: %s (mode %04o) may be written by its group or others; it holds secrets: chmod 600 %s %s", ErrMode, path, perm, path, kube)
+	case perm&0o007 != 0:
+		return fmt.Errorf("%w: %s (mode %04o) may be read by every user; it holds secrets: chmod 600 %s %s", ErrMode, path, perm, path, kube)
+	case owner == self:
+		if perm&0o070 != 0 {
+			return fmt.Errorf("%w: %s (mode %04o) may be read by its group; a secret file of this process's own user is for it alone: chmod 600 %s "+
+				"(a group may read a secret file only when root owns it, as kubelet's secret volumes are)", ErrMode, path, perm, path)
+		}
+	case owner == 0:
+		if perm&0o010 != 0 {
+			return fmt.Errorf("%w: %s (mode %04o, owned by root): its group may read it and nothing more: chmod 640 %s", ErrMode, path, perm, path)
+		}
+	default:
+		return fmt.Errorf("%w: %s is owned by uid %d, neither this process's user (uid %d) nor root: chown %d %s", ErrMode, path, owner, self, self, path)
 	}
 	return nil
 }
 
-// ReadFile opens the file at path, checks its mode with CheckMode and
-// returns its contents, up to MaxFileBytes (more is ErrFormat). The mode
-// checked is the open file's, so that the file read is the file checked.
+// Check applies CheckMode to a file described by fi (from os.Stat or
+// File.Stat; a symbolic link's target, not the link), owned as fi says,
+// for this process's effective user. Where files have no owner (not
+// Unix), it accepts every file.
+func Check(path string, fi fs.FileInfo) error {
+	owner, ok := fileOwner(fi)
+	if !ok {
+		return nil
+	}
+	return CheckMode(path, fi.Mode(), owner, geteuid())
+}
+
+// geteuid is os.Geteuid; a test may play another user with it.
+var geteuid = os.Geteuid
+
+// ReadFile opens the file at path, checks it with Check and returns its
+// contents, up to MaxFileBytes (more is ErrFormat). The file checked is
+// the open file (symbolic links followed), so that the file read is the
+// file checked.
 func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -83,7 +136,10 @@ func ReadFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("secretfile: %w", err)
 	}
-	if err := CheckMode(path, st.Mode()); err != nil {
+	if st.IsDir() {
+		return nil, fmt.Errorf("%w: %s is a directory, not a file", ErrFormat, path)
+	}
+	if err := Check(path, st); err != nil {
 		return nil, err
 	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))

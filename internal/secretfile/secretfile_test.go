@@ -16,20 +16,57 @@ const (
 	tokB = "bob-token-0123456789ab"
 )
 
-// TestCheckMode: a secret file that its group or others may read, write
-// or search is refused with the command that fixes it; 0600 and 0400 are
-// accepted.
+// TestCheckMode: the one rule for secret files. A file others may read,
+// or its group or others may write, is refused; so is one of another
+// user. A file of this process's own user may be read by it alone (0600,
+// 0400); a root-owned one read by a process that is not root may be read
+// by its group too (0640, 0440: kubelet's secret volume under fsGroup).
+// Every refusal names the fix.
 func TestCheckMode(t *testing.T) {
+	const me, other = 10001, 10002
 	for _, tt := range []struct {
-		mode os.FileMode
-		ok   bool
-	}{{0o600, true}, {0o400, true}, {0o700, true}, {0o640, false}, {0o604, false}, {0o660, false}, {0o644, false}, {0o601, false}, {0o610, false}, {0o666, false}} {
-		err := secretfile.CheckMode("/run/secrets/tokens", tt.mode)
+		mode        os.FileMode
+		owner, self int
+		ok          bool
+		fix         string
+	}{
+		{0o600, me, me, true, ""},
+		{0o400, me, me, true, ""},
+		{0o700, me, me, true, ""},
+		{0o640, me, me, false, "chmod 600"},
+		{0o440, me, me, false, "chmod 600"},
+		{0o604, me, me, false, "chmod 600"},
+		{0o660, me, me, false, "chmod 600"},
+		{0o644, me, me, false, "chmod 600"},
+		{0o601, me, me, false, "chmod 600"},
+		{0o610, me, me, false, "chmod 600"},
+		{0o666, me, me, false, "chmod 600"},
+		{0o620, me, me, false, "chmod 600"},
+		// kubelet: root's file, the pod's group.
+		{0o440, 0, me, true, ""},
+		{0o640, 0, me, true, ""},
+		{0o400, 0, me, true, ""},
+		{0o600, 0, me, true, ""},
+		{0o444, 0, me, false, "defaultMode: 0440"},
+		{0o644, 0, me, false, "defaultMode: 0440"},
+		{0o660, 0, me, false, "chmod 600"},
+		{0o642, 0, me, false, "chmod 600"},
+		{0o450, 0, me, false, "chmod 640"},
+		// Running as root: root's files are its own.
+		{0o600, 0, 0, true, ""},
+		{0o400, 0, 0, true, ""},
+		{0o440, 0, 0, false, "chmod 600"},
+		{0o640, 0, 0, false, "chmod 600"},
+		// Another user's file, whatever its mode.
+		{0o400, other, me, false, "chown 10001"},
+		{0o600, other, 0, false, "chown 0"},
+	} {
+		err := secretfile.CheckMode("/run/secrets/tokens", tt.mode, tt.owner, tt.self)
 		switch {
 		case tt.ok && err != nil:
-			t.Errorf("CheckMode(%04o) = %v; want nil", tt.mode, err)
-		case !tt.ok && (!errors.Is(err, secretfile.ErrMode) || !strings.Contains(err.Error(), "chmod 600 /run/secrets/tokens")):
-			t.Errorf("CheckMode(%04o) = %v; want ErrMode with chmod 600", tt.mode, err)
+			t.Errorf("CheckMode(%04o, owner %d, self %d) = %v; want nil", tt.mode, tt.owner, tt.self, err)
+		case !tt.ok && (!errors.Is(err, secretfile.ErrMode) || !strings.Contains(err.Error(), tt.fix)):
+			t.Errorf("CheckMode(%04o, owner %d, self %d) = %v; want ErrMode with %q", tt.mode, tt.owner, tt.self, err, tt.fix)
 		}
 	}
 }

@@ -1,11 +1,9 @@
 package streamwatch_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
+	"github.com/oncegate/oncegate/internal/logbuf"
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/streamwatch"
@@ -26,24 +25,7 @@ type fixture struct {
 	js      jetstream.JetStream
 	st      jetstream.Stream
 	metrics *ops.Metrics
-	logs    *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs    *logbuf.Buffer
 }
 
 var pipelines = []streamwatch.Pipeline{
@@ -71,7 +53,7 @@ func newFixture(t *testing.T) *fixture {
 	for _, p := range pipelines {
 		m.AddPipeline(p.Name)
 	}
-	return &fixture{js: js, st: st, metrics: m, logs: &syncBuffer{}}
+	return &fixture{js: js, st: st, metrics: m, logs: &logbuf.Buffer{}}
 }
 
 func (f *fixture) watcher(t *testing.T, o streamwatch.Options) *streamwatch.Watcher {

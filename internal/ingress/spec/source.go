@@ -44,6 +44,12 @@ type Source struct {
 	// Auth is AuthNone or the source has per-tenant secrets.
 	SecretEnv  string `yaml:"secret_env"`
 	SecretFile string `yaml:"secret_file"`
+	// Optional lets the process start without the source's secret: until
+	// it is set, the source answers 503 with Retry-After, and the start
+	// and config check warn. The default, false, makes a source whose
+	// secret is not set (or does not decode) an error at start and in
+	// config check, as every other missing secret is.
+	Optional bool `yaml:"optional"`
 	// PreviousSecretEnv and PreviousSecretFile name a second secret,
 	// accepted as well while a rotation is under way.
 	PreviousSecretEnv  string `yaml:"previous_secret_env"`

@@ -38,13 +38,20 @@ app.kubernetes.io/component: consumer
 {{- end }}
 {{- end }}
 
-{{/* The NATS URL the consumers join: nats.url, or the bundled NATS chart's service. */}}
+{{/* The NATS URL the consumers join. */}}
 {{- define "oncegate.natsURL" -}}
-{{- if .Values.nats.url }}
 {{- .Values.nats.url }}
-{{- else if .Values.nats.enabled }}
-{{- printf "nats://%s-nats:4222" .Release.Name }}
 {{- end }}
+
+{{/*
+Whether the consumers use NATS: for pipelines, the webhook ingress, the
+console, or a cache in JetStream KV (llm.cache.store, which follows
+ledger.store unless set). The proxy alone on Badger needs none.
+*/}}
+{{- define "oncegate.needsNATS" -}}
+{{- $c := .Values.config | default dict }}
+{{- $cache := dig "llm" "cache" "store" "" $c }}
+{{- if or (gt (len ($c.pipelines | default list)) 0) .Values.ingress.enabled .Values.console.enabled (eq $cache "kv") (and (eq $cache "") (eq .Values.ledger.store "kv")) }}true{{ end }}
 {{- end }}
 
 {{/* Where the pod mounts what. */}}
@@ -60,8 +67,30 @@ render with the reason.
 {{- if and (eq .Values.ledger.store "badger") (ne (int .Values.replicas) 1) }}
 {{- fail (printf "ledger.store badger takes replicas: 1, not %d: one process owns a Badger ledger's directory. To run several consumers, set ledger.store: kv (the JetStream KV ledger; see values-kv.yaml)" (int .Values.replicas)) }}
 {{- end }}
-{{- if not (include "oncegate.natsURL" .) }}
-{{- fail "nats.url is required (the NATS deployment the consumers join), unless nats.enabled installs the NATS chart" }}
+{{- if and (not (include "oncegate.natsURL" .)) (include "oncegate.needsNATS" .) }}
+{{- fail "nats.url is required: the NATS deployment with JetStream the consumers join, e.g. nats://nats.nats.svc.cluster.local:4222 (the official NATS chart, installed with deploy/helm/nats-values.yaml: see docs/operations.md)" }}
+{{- end }}
+{{- $c := .Values.config | default dict }}
+{{- $llm := $c.llm | default dict }}
+{{- if not (or $llm.base_url $llm.standin) }}
+{{- $users := list }}
+{{- range $p := ($c.pipelines | default list) }}
+{{- if $p.step }}{{ $users = append $users (printf "pipeline %s" $p.name) }}{{ end }}
+{{- end }}
+{{- if .Values.proxy.enabled }}{{ $users = append $users "the proxy" }}{{ end }}
+{{- if $users }}
+{{- fail (printf "%s %s a model: set config.llm.base_url to an OpenAI-compatible endpoint (and secrets.llmAPIKey for its key), or config.llm.standin: true for the offline stand-in model, which makes its answers up" (join " and " $users) (ternary "needs" "need" (eq (len $users) 1))) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.proxy.enabled (not .Values.proxy.keysSecret) }}
+{{- fail "proxy.keysSecret is required with proxy.enabled: a Secret whose key \"keys\" holds the clients' keys, one \"name key\" line each (the proxy serves only clients with a key)" }}
+{{- end }}
+{{- if and .Values.ingress.enabled (not .Values.secrets.webhooks) }}
+{{- range $s := (dig "ingress" "sources" list $c) }}
+{{- if and (not $s.secret_env) (not $s.secret_file) (not $s.tenant_secret_dir) (not $s.tenant_secret_env) (ne ($s.auth | toString) "none") (not $s.optional) }}
+{{- fail (printf "secrets.webhooks is required: ingress source %s reads its secret from the key %s of that Secret (or give the source secret_env, secret_file, auth: none or optional: true)" $s.name $s.name) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (add (int .Values.drainTimeoutSeconds) 10 | int) }}
 {{- fail (printf "terminationGracePeriodSeconds %d must exceed drainTimeoutSeconds %d by more than 10s, or the kubelet kills a draining consumer" (int .Values.terminationGracePeriodSeconds) (int .Values.drainTimeoutSeconds)) }}
@@ -76,7 +105,9 @@ set over it.
 {{- $c := deepCopy (.Values.config | default dict) }}
 {{- $_ := set $c "data_dir" (include "oncegate.dataDir" .) }}
 {{- $nats := deepCopy (get $c "nats" | default dict) }}
+{{- if include "oncegate.natsURL" . }}
 {{- $_ := set $nats "url" (include "oncegate.natsURL" .) }}
+{{- end }}
 {{- if .Values.nats.credsSecret }}
 {{- $_ := set $nats "creds_file" (printf "%s/nats/nats.creds" (include "oncegate.secretsDir" .)) }}
 {{- end }}
@@ -102,6 +133,20 @@ set over it.
 {{- $_ := set $in "sources" $sources }}
 {{- end }}
 {{- $_ := set $c "ingress" $in }}
+{{- end }}
+{{- if .Values.console.enabled }}
+{{- $con := deepCopy (get $c "console" | default dict) }}
+{{- $_ := set $con "listen" (printf "0.0.0.0:%d" (int .Values.console.port)) }}
+{{- if .Values.console.tokensSecret }}
+{{- $_ := set $con "token_file" (printf "%s/console/tokens" (include "oncegate.secretsDir" .)) }}
+{{- end }}
+{{- $_ := set $c "console" $con }}
+{{- end }}
+{{- if .Values.proxy.enabled }}
+{{- $px := deepCopy (get $c "proxy" | default dict) }}
+{{- $_ := set $px "listen" (printf "0.0.0.0:%d" (int .Values.proxy.port)) }}
+{{- $_ := set $px "keys_file" (printf "%s/proxy/keys" (include "oncegate.secretsDir" .)) }}
+{{- $_ := set $c "proxy" $px }}
 {{- end }}
 {{- if .Values.secrets.encryptionKey }}
 {{- $enc := deepCopy (get $c "encryption" | default dict) }}
@@ -160,6 +205,16 @@ spec:
           containerPort: {{ int .Values.ingress.port }}
           protocol: TCP
         {{- end }}
+        {{- if .Values.console.enabled }}
+        - name: console
+          containerPort: {{ int .Values.console.port }}
+          protocol: TCP
+        {{- end }}
+        {{- if .Values.proxy.enabled }}
+        - name: proxy
+          containerPort: {{ int .Values.proxy.port }}
+          protocol: TCP
+        {{- end }}
       env:
         {{- if .Values.secrets.llmAPIKey.secret }}
         - name: {{ dig "llm" "api_key_env" "OPENAI_API_KEY" (.Values.config | default dict) }}
@@ -168,9 +223,20 @@ spec:
               name: {{ .Values.secrets.llmAPIKey.secret }}
               key: {{ .Values.secrets.llmAPIKey.key }}
         {{- end }}
+        {{- range $name, $ref := .Values.secretEnv }}
+        - name: {{ $name }}
+          valueFrom:
+            secretKeyRef:
+              name: {{ required (printf "secretEnv.%s.secret is required" $name) $ref.secret }}
+              key: {{ required (printf "secretEnv.%s.key is required" $name) $ref.key }}
+        {{- end }}
         {{- with .Values.extraEnv }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      {{- with .Values.envFrom }}
+      envFrom:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       startupProbe:
         httpGet:
           path: /healthz
@@ -217,6 +283,16 @@ spec:
           mountPath: {{ include "oncegate.secretsDir" . }}/encryption
           readOnly: true
         {{- end }}
+        {{- if and .Values.console.enabled .Values.console.tokensSecret }}
+        - name: console-tokens
+          mountPath: {{ include "oncegate.secretsDir" . }}/console
+          readOnly: true
+        {{- end }}
+        {{- if .Values.proxy.enabled }}
+        - name: proxy-keys
+          mountPath: {{ include "oncegate.secretsDir" . }}/proxy
+          readOnly: true
+        {{- end }}
   volumes:
     - name: config
       configMap:
@@ -230,6 +306,8 @@ spec:
       emptyDir: {}
     {{- end }}
     {{- if .Values.nats.credsSecret }}
+    # Secret files are root's, of mode 0440 under the pod's fsGroup: what
+    # the consumer's secret-file rule accepts (and nothing looser).
     - name: nats-creds
       secret:
         secretName: {{ .Values.nats.credsSecret }}
@@ -252,6 +330,24 @@ spec:
         items:
           - key: key
             path: key
+    {{- end }}
+    {{- if and .Values.console.enabled .Values.console.tokensSecret }}
+    - name: console-tokens
+      secret:
+        secretName: {{ .Values.console.tokensSecret }}
+        defaultMode: 0440
+        items:
+          - key: tokens
+            path: tokens
+    {{- end }}
+    {{- if .Values.proxy.enabled }}
+    - name: proxy-keys
+      secret:
+        secretName: {{ .Values.proxy.keysSecret }}
+        defaultMode: 0440
+        items:
+          - key: keys
+            path: keys
     {{- end }}
   {{- with .Values.nodeSelector }}
   nodeSelector:
