@@ -79,6 +79,7 @@ func TestConfigCheckAlertmanagerNotification(t *testing.T) {
 	t.Setenv("PAGERDUTY_ROUTING_KEY", "R0123456789abcdef0123456789abcde")
 	t.Setenv("SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T0/B0/s3cr3tpath0123456789")
 	t.Setenv("ALERTMANAGER_WEBHOOK_TOKEN", "t0ken")
+	t.Setenv("ONCEGATE_LLM_STANDIN", "true")
 	out, _, err := runCmd(t, "", "config", "check", "../../examples/recipes/alertmanager.yaml",
 		"-sample", "../../examples/recipes/alertmanager-notification.json", "-answer", "../../examples/recipes/alertmanager-answer.json")
 	if err != nil {
