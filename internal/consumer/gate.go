@@ -46,17 +46,26 @@ type gate struct {
 	maxDeliver int                            // 0: no limit
 	keepEvery  func(t *Trigger) time.Duration // how often to renew a held trigger
 
-	mile     *mile  // the last mile (mile.go); nil when the pipeline does not use it
-	step     *step  // nil without a model step
-	stepName string // for the effect's headers
-	sink     sink.Sink
-	js       *sink.JetStream // the sink, when it publishes asynchronously
-	sinkName string
+	mile *mile // the last mile (mile.go); nil when the pipeline does not use it
+	// resolveWait is how long a resolve waits for its firing's outcome
+	// (lifecycle.go).
+	resolveWait time.Duration
+	// dispatchOrder is a dispatcher's ordering of an ordered pipeline's
+	// entries, after the claim; nil otherwise.
+	dispatchOrder Middleware
+	step          *step  // nil without a model step
+	stepName      string // for the effect's headers
+	sink          sink.Sink
+	js            *sink.JetStream // the sink, when it publishes asynchronously
+	sinkName      string
 	// dedupeWindow is how long the effect's target drops a repeat of its
 	// key (the duplicate window of the stream a JetStream effect lands
 	// in); 0 when unknown or unlimited.
 	dedupeWindow time.Duration
 	maxResult    int
+	// retry is the effect's retry schedule (config.EffectRetry), for the
+	// effect the gate sends itself; nil: the pipeline's.
+	retry func(n int) time.Duration
 
 	set     *settler
 	h       Handler
@@ -82,15 +91,21 @@ func (g *gate) build(wait Middleware) {
 		afterClaim = faultAt(g.pol.afterClaim, g.set)
 	}
 	filter, recall, decide := g.mileStages() // mile.go; nil without the last mile
+	var order Middleware
+	if g.ordered() {
+		order = g.orderStage // lifecycle.go
+	}
 	g.h = chain(g.effect,
 		g.keys,
 		faultAt(BeforeAck, g.set),
 		wait,
 		filter,
 		window,
+		order,
 		faultAt(AfterCommit, g.set),
 		claim,
 		afterClaim,
+		g.dispatchOrder,
 		recall,
 		model,
 		answer,
@@ -250,7 +265,9 @@ func (g *gate) windowStage(next Handler) Handler {
 // done counts an effect performed and settled.
 func (g *gate) done(t *Trigger) {
 	if g.n == nil {
-		g.pol.counted(func(s *DispatchStats) { s.Sent++ })
+		if !t.dropped {
+			g.pol.counted(func(s *DispatchStats) { s.Sent++ })
+		}
 		return
 	}
 	g.n.effects.Add(1)
