@@ -617,7 +617,10 @@ type Step struct {
 	BudgetTokens int64 `yaml:"budget_tokens"`
 	// MaxBudget is the most the step's model calls may spend per
 	// BudgetDuration, in US dollars at llm.prices, across every replica
-	// with a shared cache; 0 (the default) means no limit. See spend.go.
+	// with a shared cache; 0 (the default) means no limit. The model
+	// needs a price, and a call's answer is reserved before it goes out:
+	// MaxTokens, or else the price's max_output_tokens, one of which must
+	// be set. See spend.go.
 	MaxBudget float64 `yaml:"max_budget"`
 	// BudgetDuration is the period of MaxBudget, such as "1d" or "30d";
 	// 0 (the default) is one period that never ends.
