@@ -211,6 +211,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in", Error: fmt.Sprintf("Too many failed sign-ins: try again in %d seconds.", secs)})
 		return
 	}
+	if err := r.ParseForm(); err != nil {
+		// Nothing was presented, so nothing was guessed: not a failure.
+		status, msg := http.StatusBadRequest, "The sign-in form could not be read."
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			status, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("The sign-in form is larger than %d bytes.", maxSignIn)
+		}
+		s.render(w, r, status, "login", page{Title: "Sign in", Error: msg})
+		return
+	}
 	operator, ok := s.opts.Operators.Lookup(r.PostFormValue("token"))
 	if !ok {
 		if s.opts.Operators.Len() == 0 {
