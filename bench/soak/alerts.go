@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,8 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/receiver"
+	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // The alerts pipeline is the last mile under faults: Alertmanager-shaped
@@ -22,13 +27,24 @@ import (
 // fingerprint, and a few alerts first seen resolved. The pipeline keys a
 // trigger by the alert's identity and its status (key.status), triages
 // firings with the model and skips the step for resolves (skip_when), and
-// routes: a critical firing to PagerDuty, any other firing to Slack, a
-// resolve of a critical alert to PagerDuty (event_action resolve, with
-// the firing's dedup_key) and Slack, any other resolve to Slack. PagerDuty
-// and Slack are the schema-checking receivers of package receiver, served
-// from this process; the pagerduty preset's effect is replayable (PagerDuty
+// routes a critical firing to PagerDuty, any other firing to Slack; a
+// resolve goes where its firing went (PagerDuty's event_action resolve
+// with the firing's dedup_key, or a Slack note), and a resolve whose
+// alert never fired here sends nothing. PagerDuty and Slack are the
+// schema-checking receivers of package receiver, served from this
+// process; the pagerduty preset's effect is replayable (PagerDuty
 // collapses events by dedup_key), the slack preset's is one-shot, through
 // the outbox.
+//
+// The lifecycle under a forced race: for a share of the critical alerts
+// that resolve (-alerts-race), PagerDuty refuses the firing's page (500)
+// until it has the resolve, so the firing is retried past its resolve; it
+// must be dropped, never paged after its resolve (the resolve, after
+// waiting for it up to key.resolve_wait, reaches PagerDuty first, which
+// drops it: nothing was open). And a storm (-storm): that many critical
+// alerts within a minute to the one routing key, past PagerDuty's quota
+// (120 a minute; both time scaled by -storm-scale): every alert must be
+// paged once, none refused with a 429.
 
 const (
 	severityCritical = "critical"
@@ -46,22 +62,37 @@ type alertInfo struct {
 	status      string
 	firing      *intent // a resolve's firing, nil for an alert first seen resolved
 	resolve     *intent // a firing's resolve, if it gets one
+	raced       bool    // its page is refused until its resolve (the firing and its resolve)
+	storm       bool    // an alert of the storm
 }
 
-// toPagerDuty and toSlack say where the pipeline's routes send an alerts
-// intent.
-func (a *alertInfo) toPagerDuty() bool { return a.severity == severityCritical }
+// toPagerDuty and toSlack say where an alerts intent's messages go: a
+// firing by its route (a raced firing nowhere: it is dropped after its
+// resolve), a resolve where its firing went, one first seen resolved
+// nowhere.
+func (a *alertInfo) toPagerDuty() bool {
+	return a.severity == severityCritical && a.reaches()
+}
+
 func (a *alertInfo) toSlack() bool {
-	return a.status == statusResolved || a.severity != severityCritical
+	return a.severity != severityCritical && a.reaches()
 }
 
-// routeName is the route the intent should take.
+func (a *alertInfo) reaches() bool {
+	if a.status == statusResolved {
+		return a.firing != nil
+	}
+	return !a.raced
+}
+
+// routeName is the route the intent should take (a resolve: its
+// firing's).
 func (a *alertInfo) routeName() string {
 	switch {
-	case a.status == statusResolved && a.severity == severityCritical:
-		return "resolved-page"
-	case a.status == statusResolved:
-		return "resolved"
+	case a.status == statusResolved && a.firing == nil:
+		return "none (first seen resolved)"
+	case a.raced && a.status == statusFiring:
+		return "page, dropped after its resolve"
 	case a.severity == severityCritical:
 		return "page"
 	}
@@ -82,9 +113,10 @@ func needsModel(in *intent) bool {
 
 // addAlerts draws n alerts with ids from next: each a firing, 70% of them
 // resolved 2 to 6s after their last firing copy, and one in 25 an alert
-// first seen resolved (never firing). The firings are spread over 85% of
-// pubWindow, so that the resolves go out within end.
-func addAlerts(rng *rand.Rand, w *workload, n, next int, pubWindow, end time.Duration) {
+// first seen resolved (never firing); a share race of the critical ones
+// that resolve are raced. The firings are spread over 85% of pubWindow,
+// so that the resolves go out within end.
+func addAlerts(rng *rand.Rand, w *workload, n, next int, pubWindow, end time.Duration, race float64) {
 	for j := range n {
 		sev := severityWarning
 		if rng.IntN(10) < 4 {
@@ -105,8 +137,25 @@ func addAlerts(rng *rand.Rand, w *workload, n, next int, pubWindow, end time.Dur
 			res := &intent{id: next, pipeline: pAlerts, alert: &alertInfo{fingerprint: fp, severity: sev, status: statusResolved, firing: firing}}
 			next++
 			firing.alert.resolve = res
+			if sev == severityCritical && rng.Float64() < race {
+				firing.alert.raced, res.alert.raced = true, true
+			}
 			addAlertCopies(rng, w, res, min(end, last+2*time.Second+time.Duration(rng.Int64N(int64(4*time.Second)))), 1+rng.IntN(2), end)
 		}
+	}
+}
+
+// addStorm adds n critical alerts with ids from next, one trigger each,
+// published evenly over over from at: a storm to one routing key.
+func addStorm(w *workload, n, next int, at, over time.Duration) {
+	for j := range n {
+		in := &intent{id: next + j, pipeline: pAlerts, alert: &alertInfo{fingerprint: fmt.Sprintf("st-%06d", j), severity: severityCritical, status: statusFiring, storm: true}}
+		p := &publication{at: at + time.Duration(float64(over)*float64(j)/float64(n)), intent: in, kind: "original",
+			subject: "triggers." + pAlerts, msgID: fmt.Sprintf("soak-%06d-0", in.id)}
+		p.data = alertPayload(in, 0)
+		in.copies = []*publication{p}
+		w.pubs = append(w.pubs, p)
+		w.intents = append(w.intents, in)
 	}
 }
 
@@ -144,7 +193,7 @@ func addAlertCopies(rng *rand.Rand, w *workload, in *intent, at time.Duration, c
 // Slack text repeat.
 func alertPayload(in *intent, delivery int) []byte {
 	a := in.alert
-	n := strings.TrimPrefix(a.fingerprint, "am-")
+	n := strings.TrimPrefix(strings.TrimPrefix(a.fingerprint, "am-"), "st-")
 	b, err := json.Marshal(map[string]any{
 		"receiver": "oncegate", "status": a.status, "delivery": delivery,
 		"alert": map[string]any{
@@ -184,10 +233,11 @@ type received struct {
 type receiverLog struct {
 	h http.Handler
 
-	inFlight atomic.Int64
-	mu       sync.Mutex
-	accepted []received
-	refused  int
+	inFlight  atomic.Int64
+	mu        sync.Mutex
+	accepted  []received
+	refused   int
+	throttled map[string]int // Idempotency-Key → 429s answered
 }
 
 func (l *receiverLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -204,6 +254,12 @@ func (l *receiverLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer l.mu.Unlock()
 	if cw.status/100 != 2 {
 		l.refused++
+		if cw.status == http.StatusTooManyRequests {
+			if l.throttled == nil {
+				l.throttled = map[string]int{}
+			}
+			l.throttled[c.key]++
+		}
 		return
 	}
 	rec := received{at: time.Now(), key: c.key, body: c.body}
@@ -247,6 +303,18 @@ type alertEffects struct {
 	unmatched []string                // PagerDuty events whose dedup_key is no alert's identity, or has no intent of that action
 	misrouted []string                // a message at a receiver the intent's route does not name, or of the other status
 	stray     int                     // Slack messages naming no alerts intent
+
+	afterResolve []string  // firings that reached a receiver after their resolve had
+	wrongState   []string  // alerts whose incident PagerDuty holds open when it should not, or not when it should
+	stormLast    time.Time // when the storm's last page was accepted
+
+	// What the ledger says the consumer decided, by intent: a firing
+	// dropped because its resolve went out first, a resolve whose firing
+	// left no route (nothing sent), a Slack message the dispatcher did not
+	// send to keep the lifecycle in order.
+	dropped, none, slackDropped map[int]bool
+	dropped429                  int // events refused with a 429 and never accepted after
+	throttled                   int // 429s answered
 }
 
 func (a *alertEffects) wrong(list *[]string, format string, args ...any) {
@@ -264,11 +332,27 @@ func (a *alertEffects) wrong(list *[]string, format string, args ...any) {
 // (a resolve) of that alert; a Slack message by the intent's marker in
 // its text.
 func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
-	ae := &alertEffects{pdKeys: map[int]map[string]bool{}, pdEvents: map[int]int{}, slack: map[int]int{}}
+	ae := &alertEffects{pdKeys: map[int]map[string]bool{}, pdEvents: map[int]int{}, slack: map[int]int{},
+		dropped: map[int]bool{}, none: map[int]bool{}, slackDropped: map[int]bool{}}
 	keyer, err := h.keyer(pAlerts)
 	if err != nil {
 		return nil, err
 	}
+	if err := h.alertDecisions(ae, keyer); err != nil {
+		return nil, err
+	}
+	h.alerts.pdLog.mu.Lock()
+	accepted := map[string]bool{}
+	for _, e := range h.alerts.pdLog.accepted {
+		accepted[e.key] = true
+	}
+	for key, n := range h.alerts.pdLog.throttled {
+		ae.throttled += n
+		if !accepted[key] {
+			ae.dropped429++
+		}
+	}
+	h.alerts.pdLog.mu.Unlock()
 	type pair struct{ firing, resolve *intent }
 	byIdentity := map[string]*pair{}
 	for _, in := range h.w.intents {
@@ -290,6 +374,16 @@ func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 			p.resolve = in
 		}
 	}
+	// When each intent's first and last message reached its receiver.
+	first, last := map[int]time.Time{}, map[int]time.Time{}
+	seen := func(id int, at time.Time) {
+		if f, ok := first[id]; !ok || at.Before(f) {
+			first[id] = at
+		}
+		if at.After(last[id]) {
+			last[id] = at
+		}
+	}
 	for _, e := range h.alerts.pdLog.snapshot() {
 		rep.effectsAt = append(rep.effectsAt, timed{e.at, pAlerts})
 		p := byIdentity[e.dedup]
@@ -301,7 +395,11 @@ func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 			ae.wrong(&ae.unmatched, "%s with dedup_key %q", e.action, e.dedup)
 			continue
 		}
-		if !in.alert.toPagerDuty() {
+		seen(in.id, e.at)
+		if in.alert.storm && e.at.After(ae.stormLast) {
+			ae.stormLast = e.at
+		}
+		if !in.alert.toPagerDuty() && !(in.alert.raced && in.alert.status == statusFiring) { // a raced firing paged: counted below
 			ae.wrong(&ae.misrouted, "intent %d (%s %s) at PagerDuty", in.id, in.alert.severity, in.alert.status)
 		}
 		if ae.pdKeys[in.id] == nil {
@@ -318,6 +416,7 @@ func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 			continue
 		}
 		in := h.w.intents[id]
+		seen(in.id, m.at)
 		var msg struct{ Text string }
 		json.Unmarshal(m.body, &msg)
 		resolvedNote := strings.HasPrefix(msg.Text, "Resolved: ")
@@ -328,6 +427,26 @@ func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 			ae.wrong(&ae.misrouted, "intent %d (%s) at Slack as %q", in.id, in.alert.status, clipText(msg.Text, 60))
 		}
 		ae.slack[in.id]++
+	}
+	// No firing after its resolve, at either receiver; and PagerDuty's
+	// last state of each alert: open for a page never resolved, closed
+	// otherwise.
+	for id, p := range byIdentity {
+		f, r := p.firing, p.resolve
+		if f != nil && r != nil {
+			if fl, ok := last[f.id]; ok {
+				if rf, ok := first[r.id]; ok && fl.After(rf) {
+					ae.wrong(&ae.afterResolve, "intent %d (%s) reached its receiver %v after its resolve (intent %d) did", f.id, f.alert.severity, fl.Sub(rf).Round(time.Millisecond), r.id)
+				}
+			}
+		}
+		if f == nil || f.alert.severity != severityCritical {
+			continue
+		}
+		open := f.alert.resolve == nil && !f.alert.raced
+		if got := h.alerts.pd.IsOpen(id); got != open {
+			ae.wrong(&ae.wrongState, "alert %s (firing intent %d): PagerDuty has it open %v; want %v", f.alert.fingerprint, f.id, got, open)
+		}
 	}
 	return ae, nil
 }
@@ -349,6 +468,21 @@ type alertsReport struct {
 	stray                               int
 	pdAccepted, pdLogged, slackAccepted int
 	slackLogged                         int
+
+	raced, racedDropped int   // raced firings, and those the consumer dropped (never paged)
+	droppedDelayed      int   // other firings dropped: behind their resolve past resolve_wait (a backlog)
+	droppedAstray       []int // firings dropped that have no resolve
+	sentAfterDrop       []int // firings dropped whose page went out all the same
+	dropped429          int   // events refused with a 429 and never accepted after
+	throttled           int   // 429s answered
+	stormQuotaN         int
+	stormPer            time.Duration
+	afterResolve        []string
+	wrongState          []string
+	storm               int           // storm alerts
+	stormPaged          int           // of them, paged once
+	stormDrain          time.Duration // from the storm's first trigger to its last page
+	stormQuota          string        // PagerDuty's quota in the run
 }
 
 // classifyAlert classifies one alerts intent by the receivers its route
@@ -361,10 +495,26 @@ func (h *harness) classifyAlert(rep *report, r *row, in *intent, dead []deadLett
 	ar, a := rep.alerts, in.alert
 	ar.routes[a.routeName()]++
 	switch {
+	case a.storm:
+		ar.storm++
+		ar.firings++
+		ar.openExpected++
+		if len(ae.pdKeys[in.id]) == 1 {
+			ar.stormPaged++
+		}
 	case a.status == statusFiring:
 		ar.firings++
 		if a.resolve == nil && a.toPagerDuty() {
 			ar.openExpected++
+		}
+		if a.raced {
+			ar.raced++
+			if ae.dropped[in.id] && len(ae.pdKeys[in.id]) == 0 {
+				ar.racedDropped++
+			}
+		}
+		if ae.dropped[in.id] && a.resolve == nil {
+			ar.openExpected-- // counted above; nothing was paged
 		}
 	case a.firing != nil:
 		ar.resolves++
@@ -387,6 +537,40 @@ func (h *harness) classifyAlert(rep *report, r *row, in *intent, dead []deadLett
 	}
 	pd, slack := len(ae.pdKeys[in.id]), ae.slack[in.id]
 	dup, missing, pdOK := false, false, true
+	if a.status == statusFiring && ae.dropped[in.id] {
+		if a.resolve == nil {
+			ar.droppedAstray = append(ar.droppedAstray, in.id) // dropped, with no resolve to go first
+		} else if !a.raced {
+			ar.droppedDelayed++
+		}
+	}
+	if ae.dropped[in.id] || ae.none[in.id] || ae.slackDropped[in.id] && a.toSlack() {
+		// The consumer decided to send nothing to keep the lifecycle in
+		// order: a firing whose resolve went first (the forced race, or a
+		// firing behind its resolve past resolve_wait), a resolve whose
+		// firing left no route, a message whose firing's was not sent.
+		// Anything sent all the same is counted against it.
+		if ae.dropped[in.id] && pd > 0 {
+			ar.sentAfterDrop = append(ar.sentAfterDrop, in.id)
+		}
+		if slack > 0 && (ae.dropped[in.id] || ae.slackDropped[in.id] || ae.none[in.id]) {
+			r.add(cDuplicated, in.id)
+		} else {
+			r.add(cCommitted, in.id)
+		}
+		return
+	}
+	if !a.toPagerDuty() && !a.toSlack() {
+		// A raced firing (dropped after its resolve) or an alert first
+		// seen resolved: nothing is sent. A raced firing paged all the
+		// same is a firing after its resolve, reported as such.
+		if slack > 0 || pd > 0 && !a.raced {
+			r.add(cDuplicated, in.id)
+		} else {
+			r.add(cCommitted, in.id)
+		}
+		return
+	}
 	if a.toPagerDuty() {
 		ar.toPD++
 		ar.pdEffects += pd
@@ -431,15 +615,43 @@ func (h *harness) classifyAlert(rep *report, r *row, in *intent, dead []deadLett
 
 func (ar *alertsReport) ok() bool {
 	return ar == nil || len(ar.resolvePaid) == 0 && len(ar.unmatched) == 0 && len(ar.misrouted) == 0 && ar.stray == 0 &&
-		ar.resolvesMatched == ar.resolvesToPD && ar.pd.Refused == 0 && len(ar.slackRefused) == 0
+		ar.resolvesMatched == ar.resolvesToPD && ar.pd.Refused == 0 && len(ar.slackRefused) == 0 &&
+		len(ar.afterResolve) == 0 && ar.pd.AfterResolve == 0 && ar.dropped429 == 0 && len(ar.wrongState) == 0 &&
+		ar.racedDropped == ar.raced && ar.stormPaged == ar.storm && len(ar.droppedAstray) == 0 && len(ar.sentAfterDrop) == 0
+}
+
+// firingsAfterResolve counts the firings that reached a receiver after
+// their resolve: by the receivers' logs, and PagerDuty's own count.
+func (ar *alertsReport) firingsAfterResolve() int {
+	if ar == nil {
+		return 0
+	}
+	return max(len(ar.afterResolve), ar.pd.AfterResolve)
+}
+
+// droppedBy429 counts the events PagerDuty refused with a 429 (past its
+// quota) that never got through after.
+func (ar *alertsReport) droppedBy429() int {
+	if ar == nil {
+		return 0
+	}
+	return ar.dropped429
 }
 
 func (ar *alertsReport) print(w io.Writer) {
 	fmt.Fprintf(w, "alerts\t%d firings, %d resolves of them, %d alerts first seen resolved; routes taken: %s\n",
 		ar.firings, ar.resolves, ar.firstResolved, formatCounts(ar.routes))
 	fmt.Fprintf(w, "\tPagerDuty: %d intents routed there, %d effects (distinct effect keys; %d events accepted, %d of them sent again under a key PagerDuty had, collapsed by dedup_key); "+
-		"alerts opened %d, resolved by their firing's dedup_key %d, resolves of alerts never opened dropped %d, open %d (critical firings never resolved %d; %d firings that reached PagerDuty after their resolve, which no order between two intents prevents); refused %d\n",
-		ar.toPD, ar.pdEffects, ar.pdEvents, ar.pdSentAgain, ar.pd.Opened, ar.pd.Resolved, ar.pd.Dropped, ar.pd.Open, ar.openExpected, ar.pd.Open-ar.openExpected, ar.pd.Refused)
+		"alerts opened %d, resolved by their firing's dedup_key %d, resolves of alerts never opened dropped %d, open %d (want %d: critical firings never resolved, the storm's included; alerts in another state %d %v); refused %d; "+
+		"429s (past the quota, %s: after a replica restarts, its limiter does not know what its previous life sent) %d, events dropped by them (never accepted after) %d\n",
+		ar.toPD, ar.pdEffects, ar.pdEvents, ar.pdSentAgain, ar.pd.Opened, ar.pd.Resolved, ar.pd.Dropped, ar.pd.Open, ar.openExpected, len(ar.wrongState), ar.wrongState[:min(4, len(ar.wrongState))], ar.pd.Refused,
+		ar.stormQuota, ar.throttled, ar.dropped429)
+	fmt.Fprintf(w, "\tlifecycle: %d raced firings (PagerDuty refused the page until it had the resolve), %d dropped after their resolve, never paged; %d other firings dropped behind their resolve (a backlog past resolve_wait); dropped with no resolve %v, dropped yet paged %v; firings that reached a receiver after their resolve %d (PagerDuty counts %d) %v\n",
+		ar.raced, ar.racedDropped, ar.droppedDelayed, ar.droppedAstray, ar.sentAfterDrop, len(ar.afterResolve), ar.pd.AfterResolve, ar.afterResolve[:min(4, len(ar.afterResolve))])
+	if ar.storm > 0 {
+		fmt.Fprintf(w, "\tstorm: %d critical alerts to one routing key within a (scaled) minute; %d paged once; drained %v after its first trigger (the quota, %s, allows %v at best)\n",
+			ar.storm, ar.stormPaged, ar.stormDrain.Round(10*time.Millisecond), ar.stormQuota, ar.stormBest())
+	}
 	fmt.Fprintf(w, "\tSlack: %d intents routed there, %d messages (one-shot, through the outbox; %d sent of unknown outcome); refused %v\n",
 		ar.toSlack, ar.slackEffects, ar.unknownSent, ar.slackRefused)
 	fmt.Fprintf(w, "\tresolves: %d routed to PagerDuty, %d of them matched to their firing's dedup_key; model calls for a resolve %d %v; "+
@@ -452,4 +664,55 @@ func (ar *alertsReport) print(w io.Writer) {
 // their firing's dedup_key.
 func (ar *alertsReport) matched() string {
 	return fmt.Sprintf("%d/%d", ar.resolvesMatched, ar.resolvesToPD)
+}
+
+// stormBest is the least time the quota lets the storm's pages take: a
+// quota's worth per window, the first at once.
+func (ar *alertsReport) stormBest() time.Duration {
+	if ar.stormQuotaN <= 0 || ar.storm == 0 {
+		return 0
+	}
+	return time.Duration((ar.storm-1)/ar.stormQuotaN) * ar.stormPer
+}
+
+// alertDecisions reads, from the ledger, what the consumer decided for
+// each alerts intent beyond its route: a firing dropped after its resolve,
+// a resolve with no route to take, a Slack message not sent.
+func (h *harness) alertDecisions(ae *alertEffects, keyer *dedupe.Keyer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l, err := jskvstore.New(ctx, h.js, jskvstore.Options{})
+	if err != nil {
+		return fmt.Errorf("the ledger: %w", err)
+	}
+	defer l.Close()
+	said := func(k dedupe.Key) string {
+		rec, err := l.Get(ctx, k)
+		if err != nil || rec.State != ledger.StateCommitted {
+			return ""
+		}
+		return rec.Result.DownstreamID
+	}
+	const dropped, none = `{"dropped":"its resolve went out first"}`, `{"route":null}`
+	for _, in := range h.w.intents {
+		a := in.alert
+		if a == nil || a.storm {
+			continue
+		}
+		ik, err := keyer.Intent(in.copies[0].data)
+		if err != nil {
+			return fmt.Errorf("the identity of alerts intent %d: %w", in.id, err)
+		}
+		k := consumer.StatusKey(ik.Key, a.status)
+		switch said(k) {
+		case dropped:
+			ae.dropped[in.id] = true
+		case none:
+			ae.none[in.id] = true
+		}
+		if a.severity != severityCritical && said(consumer.DispatchKey(consumer.EffectKey(k, "slack"))) == dropped {
+			ae.slackDropped[in.id] = true
+		}
+	}
+	return nil
 }

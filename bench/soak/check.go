@@ -288,7 +288,17 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 		return nil, err
 	}
 	rep.alerts = &alertsReport{routes: map[string]int{}, unmatched: ae.unmatched, misrouted: ae.misrouted, stray: ae.stray,
-		pd: h.alerts.pd.Stats(), slackRefused: h.alerts.slack.Refused()}
+		pd: h.alerts.pd.Stats(), slackRefused: h.alerts.slack.Refused(), afterResolve: ae.afterResolve, wrongState: ae.wrongState}
+	quota, per := pdQuota(h.o)
+	rep.alerts.stormQuota = fmt.Sprintf("%d per %v", quota, per)
+	rep.alerts.stormQuotaN, rep.alerts.stormPer = quota, per
+	rep.alerts.dropped429, rep.alerts.throttled = ae.dropped429, ae.throttled
+	for _, in := range h.w.intents {
+		if in.alert != nil && in.alert.storm && !ae.stormLast.IsZero() {
+			rep.alerts.stormDrain = ae.stormLast.Sub(h.t0.Add(in.copies[0].at))
+			break
+		}
+	}
 	for id, n := range ae.pdEvents {
 		rep.alerts.pdEvents += n
 		rep.alerts.pdSentAgain += n - len(ae.pdKeys[id])
@@ -769,10 +779,10 @@ func (r *report) print(w io.Writer, h *harness) {
 	}
 	fmt.Fprintf(w, "verdict: %s — lost %d, duplicated %d, hostile with an effect %d, stray effects %d, settled %v, model answers ≤ bound %v, tokens ≤ bound %v, "+
 		"poison astray %d, restarts %d ≤ %d, cancelled yet sent %d, sent unapproved %d, committed and dead-lettered %d, claims left pending %d, ledger linearizable %s, "+
-		"alerts: resolves matched %s, resolves paid %d, misrouted %d; redrive: %s\n",
+		"alerts: resolves matched %s, resolves paid %d, misrouted %d, firings after their resolve %d, dropped by 429 %d; redrive: %s\n",
 		verdict, t[cLost], t[cDuplicated], r.passed, r.stray, r.settled, r.modelBounded(), r.tokensBounded(),
 		len(r.poisonBad), r.restarts, r.restartBound, len(r.cancelSent), len(r.unapproved), len(r.committedDead), r.ledgerPending, lin,
-		r.alerts.matched(), len(r.alerts.resolvePaid), len(r.alerts.misrouted)+len(r.alerts.unmatched), r.redrive.verdict())
+		r.alerts.matched(), len(r.alerts.resolvePaid), len(r.alerts.misrouted)+len(r.alerts.unmatched), r.alerts.firingsAfterResolve(), r.alerts.droppedBy429(), r.redrive.verdict())
 	if !r.settled {
 		fmt.Fprintf(w, "not settled: %s\n", r.settleWhy)
 	}

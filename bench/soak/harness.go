@@ -212,6 +212,9 @@ func (h *harness) runCtx(ctx context.Context) error {
 	if err := h.writeConfig(); err != nil {
 		return err
 	}
+	if err := h.holdRaced(); err != nil {
+		return err
+	}
 	if o.approvals {
 		keyer, err := h.keyer(pNotify)
 		if err != nil {
@@ -513,6 +516,8 @@ func (h *harness) startServices() error {
 	}
 	h.stops = append(h.stops, stopShot)
 	h.alerts = newAlertReceivers()
+	quota, per := pdQuota(h.o)
+	h.alerts.pd.Limit(quota, per) // PagerDuty's quota, time scaled: a 429 is an event it dropped
 	pdURL, stopPD, err := serveHTTP(h.alerts.pdLog)
 	if err != nil {
 		return err
@@ -654,10 +659,15 @@ pipelines:
     # (key.status); the resolve skips the model step and closes, by the
     # identity (the pagerduty preset's dedup_key), the incident its firing
     # opened.
+    #
+    # The lifecycle is ordered: a resolve waits for its firing's page up
+    # to resolve_wait (the forced race: PagerDuty refuses some pages until
+    # their resolve), and a firing whose resolve went out is dropped.
     key:
       fields: [/alert/fingerprint]
       version: /alert/startsAt
       status: /status
+      resolve_wait: 3s
     step:
       name: alert-triage
       skip_when: 'status == "resolved"'
@@ -667,17 +677,18 @@ pipelines:
         preset: pagerduty
         url: "%[16]s"
         routing_key_env: SOAK_PAGERDUTY_ROUTING_KEY
+        # PagerDuty's quota (120 events a minute per routing key), time
+        # scaled by -storm-scale, shared by the replicas: each keeps
+        # within its share.
+        rate_limit: {requests: %[17]d, per: %[18]s}
       slack:
         preset: slack
         url_env: SOAK_SLACK_WEBHOOK_URL
+        rate_limit: {requests: 20, per: 2s}
         text: '{{if eq .status "resolved"}}Resolved: {{end}}{{.trigger.alert.labels.alertname}} on {{.trigger.alert.labels.instance}} ({{.trigger.alert.annotations.ref}}){{if .answer_text}}: {{truncate 200 .answer_text}}{{end}}'
+    # A resolve takes its firing's route: PagerDuty's resolve for a page,
+    # a Slack note for a message; nothing for an alert first seen resolved.
     routes:
-      - name: resolved-page
-        when: 'status == "resolved" && trigger.alert.labels.severity == "critical"'
-        effects: [pagerduty, slack]
-      - name: resolved
-        when: 'status == "resolved"'
-        effects: [slack]
       - name: page
         when: 'trigger.alert.labels.severity == "critical"'
         effects: [pagerduty]
@@ -696,8 +707,9 @@ func renderConfig(o options, dataDir, natsURL, modelURL, payURL, shotURL, pdURL 
 			approval += fmt.Sprintf(", approval_timeout: %s", o.approvalWait)
 		}
 	}
+	quota, per := pdQuota(o)
 	return fmt.Sprintf(consumerConfig, dataDir, natsURL, o.lease, modelURL, o.ackWait, o.maxDeliver, payURL, shotURL, max(1, o.cluster), o.hooksMaxDel, duplicateWindow(o), o.logLevel, 2*o.lease,
-		approval, poisonMaxDeliver, pdURL)
+		approval, poisonMaxDeliver, pdURL, max(1, quota/o.replicas), per)
 }
 
 // keyer returns the keyer of pipeline as the configuration under test
@@ -854,4 +866,23 @@ func (h *harness) settledOnce(ctx context.Context) (bool, string) {
 		busy = append(busy, fmt.Sprintf("(%d model calls in flight upstream)", n))
 	}
 	return len(busy) == 0, strings.Join(busy, "; ")
+}
+
+// holdRaced makes PagerDuty refuse the pages of the raced alerts until it
+// has their resolve: the forced race of a firing retried past its resolve.
+func (h *harness) holdRaced() error {
+	keyer, err := h.keyer(pAlerts)
+	if err != nil {
+		return err
+	}
+	for _, in := range h.w.intents {
+		if a := in.alert; a != nil && a.raced && a.status == statusFiring {
+			ik, err := keyer.Intent(in.copies[0].data)
+			if err != nil {
+				return fmt.Errorf("the identity of alerts intent %d: %w", in.id, err)
+			}
+			h.alerts.pd.HoldTriggers(ik.Key.String())
+		}
+	}
+	return nil
 }

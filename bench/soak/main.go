@@ -36,10 +36,17 @@
 // triages firings with the model and skips the step for resolves
 // (skip_when), and routes: critical firings to PagerDuty (the pagerduty
 // preset, replayable), other firings to Slack (the slack preset,
-// one-shot through the outbox), resolves to Slack and, for critical
-// alerts, to PagerDuty with event_action resolve. PagerDuty and Slack are
-// the schema-checking receivers of package internal/receiver, served from
-// this process.
+// one-shot through the outbox); each resolve goes where its firing went
+// (PagerDuty's event_action resolve, or a Slack note), nothing for an
+// alert first seen resolved. PagerDuty and Slack are the schema-checking
+// receivers of package internal/receiver, served from this process. For
+// a share of the critical alerts that resolve (-alerts-race), PagerDuty
+// refuses the page until it has the resolve: the forced race of a firing
+// retried past its resolve, which must be dropped, never paged after it.
+// A storm (-storm, 2,000 by default) of critical alerts within a minute to
+// the one routing key, with PagerDuty's quota (120 a minute; the minute
+// time scaled by -storm-scale) enforced by its receiver: every alert paged
+// once, none dropped by a 429, the drain time reported.
 //
 // The redrive phase (-redrive, on by default): the payment sink refuses
 // every new charge (400) from 25% to 45% of the fault window, so that
@@ -129,7 +136,10 @@
 // everything settled, or an alerts message reached a receiver its route
 // does not name, a PagerDuty event named no alert's identity, a resolve
 // routed to PagerDuty did not reach it with its firing's dedup_key, a
-// resolve caused a model call, or a receiver refused a request; or, in the
+// resolve caused a model call, or a receiver refused a request, a firing
+// reached a receiver after its resolve, a raced firing was not dropped, an
+// alert's last state at PagerDuty is not what its firing and resolve make
+// it, or an event refused with a 429 never got through; or, in the
 // redrive phase, nothing was redriven, a run of the bulk redrive was not
 // answered within its bound while a majority of the nodes was up, a dead
 // letter was republished by two runs, the last run (every dead letter again, after everything
@@ -229,6 +239,9 @@ type options struct {
 	ledgerBlips    int
 	ledgerBlipFor  time.Duration
 	alerts         float64
+	alertsRace     float64
+	storm          int
+	stormScale     float64
 	redrive        bool
 }
 
@@ -279,7 +292,10 @@ func parseFlags(args []string) (options, []string, error) {
 	fs.DurationVar(&o.outageFor, "outage-for", 0, "how long an outage keeps every replica down (0: the -hooks-window plus 3s)")
 	fs.IntVar(&o.ledgerBlips, "ledger-blips", 2, "ledger blips: on a cluster, step-downs of the ledger bucket's stream leader; on one server, windows of -ledger-blip-for during which every replica's ledger writes fail (SIGUSR2 to an oncegate_faults build)")
 	fs.DurationVar(&o.ledgerBlipFor, "ledger-blip-for", 4*time.Second, "on one server, how long a ledger blip refuses writes")
-	fs.Float64Var(&o.alerts, "alerts", 0.1, "alerts, as a share of -intents, to the alerts pipeline: each fires (1 to 3 triggers), 70% are resolved later under the same fingerprint (key.status; no model call), one in 25 is first seen resolved; routes send critical firings to PagerDuty, the others to Slack, resolves to Slack and, for critical alerts, to PagerDuty with the firing's dedup_key (0: none)")
+	fs.Float64Var(&o.alerts, "alerts", 0.1, "alerts, as a share of -intents, to the alerts pipeline: each fires (1 to 3 triggers), 70% are resolved later under the same fingerprint (key.status; no model call), one in 25 is first seen resolved; routes send critical firings to PagerDuty, the others to Slack, and each resolve where its firing went (PagerDuty's resolve with the firing's dedup_key, or a Slack note; nothing for an alert first seen resolved) (0: none)")
+	fs.Float64Var(&o.alertsRace, "alerts-race", 0.25, "share of the critical alerts that resolve whose page PagerDuty refuses (500) until it has their resolve: the forced race of a firing retried past its resolve, which must be dropped, never sent after it")
+	fs.IntVar(&o.storm, "storm", 2000, "alerts in a storm to the alerts pipeline's one routing key, all critical, published within a minute (time scaled by -storm-scale) from 30% of the publication window: each must be paged once, none refused with a 429 (PagerDuty's quota, 120 a minute, is scaled alike), and the time to drain is reported (0: none)")
+	fs.Float64Var(&o.stormScale, "storm-scale", 60, "how much faster than real time the storm's minute and PagerDuty's quota run (60: 120 events a second)")
 	fs.BoolVar(&o.redrive, "redrive", true, "the redrive phase: the payment sink refuses new charges (400) from 25% to 45% of the fault window (dead letters pile up), is fixed, and the soak redrives them with the consumer's redrive command while faults continue, then again after they settle, which must republish nothing")
 	if err := fs.Parse(args); err != nil {
 		return o, nil, err
@@ -304,8 +320,12 @@ func parseFlags(args []string) (options, []string, error) {
 		return o, nil, errors.New("-poison, -outages, -outage-for, -ledger-blips and -approval-timeout must not be negative, -ledger-blip-for must be positive")
 	case o.alerts < 0 || o.alerts > 10:
 		return o, nil, errors.New("-alerts must be in [0, 10]")
-	case o.intents+o.poison+int(2*o.alerts*float64(o.intents)) > 999_999:
-		return o, nil, errors.New("-intents, -poison and the alerts (two intents each at most) must add up to less than a million (payloads carry six digits)")
+	case o.alertsRace < 0 || o.alertsRace > 1:
+		return o, nil, errors.New("-alerts-race must be in [0, 1]")
+	case o.storm < 0 || o.stormScale < 1:
+		return o, nil, errors.New("-storm must not be negative, -storm-scale at least 1")
+	case o.intents+o.poison+int(2*o.alerts*float64(o.intents))+o.storm > 999_999:
+		return o, nil, errors.New("-intents, -poison, the alerts (two intents each at most) and -storm must add up to less than a million (payloads carry six digits)")
 	}
 	if o.outageFor == 0 {
 		o.outageFor = o.hooksWindow + 3*time.Second
@@ -364,5 +384,15 @@ func run(ctx context.Context) error {
 
 // extras are the workload's parts beyond the regular pipelines.
 func (o options) extras() extras {
-	return extras{poison: o.poison, approval: o.approvals, never: o.approvals && o.approvalWait > 0, alerts: int(o.alerts * float64(o.intents))}
+	return extras{poison: o.poison, approval: o.approvals, never: o.approvals && o.approvalWait > 0, alerts: int(o.alerts * float64(o.intents)),
+		alertsRace: o.alertsRace, storm: o.storm, stormFor: stormMinute(o)}
+}
+
+// pdQuota is PagerDuty's quota in the run: 120 events a minute per
+// routing key, the minute scaled by -storm-scale.
+func pdQuota(o options) (int, time.Duration) { return 120, stormMinute(o) }
+
+// stormMinute is a minute, scaled by -storm-scale.
+func stormMinute(o options) time.Duration {
+	return time.Duration(float64(time.Minute) / max(o.stormScale, 1))
 }

@@ -114,6 +114,11 @@ type extras struct {
 	approval bool // notify waits for approvals: draw each notify intent's fate
 	never    bool // some notify intents are never approved
 	alerts   int  // alerts (a firing, most of them resolved later; a few first seen resolved)
+	// alertsRace is the share of the critical alerts that resolve whose
+	// page PagerDuty holds until their resolve.
+	alertsRace float64
+	storm      int           // storm alerts, all critical, none resolved
+	stormFor   time.Duration // the storm's minute, scaled
 }
 
 // newWorkload draws the intents and their publications from rng. The first
@@ -187,7 +192,10 @@ func newWorkload(rng *rand.Rand, n int, hostileShare float64, pubWindow, end tim
 		w.pubs = append(w.pubs, p)
 	}
 	if x.alerts > 0 {
-		addAlerts(rng, w, x.alerts, n+x.poison, pubWindow, end)
+		addAlerts(rng, w, x.alerts, n+x.poison, pubWindow, end, x.alertsRace)
+	}
+	if x.storm > 0 {
+		addStorm(w, x.storm, len(w.intents), pubWindow*3/10, x.stormFor)
 	}
 	slices.SortStableFunc(w.pubs, func(a, b *publication) int { return cmp.Compare(a.at, b.at) })
 	return w

@@ -75,7 +75,7 @@ func openAdmin(ctx context.Context, cfg *config.Config, command string) (*adminC
 			nc = c
 			closers = append(closers, func() { natsrun.Close(c) })
 			cl := admin.NewClient(c, prefix)
-			if err := hello(ctx, c, cl, !embedded); err == nil {
+			if err := hello(ctx, c, cl, !embedded, cfg.Ledger.Store == config.StoreKV); err == nil {
 				conn.api, conn.remote = cl, true
 				return conn, nil
 			} else if !errors.Is(err, admin.ErrNoService) {
@@ -204,20 +204,25 @@ func openLocalLedger(ctx context.Context, cfg *config.Config, nc *nats.Conn) (le
 	return l, func() { l.Close(); db.Close() }, nil
 }
 
-// helloTimeout bounds one Hello; helloFor all of them.
+// helloTimeout bounds one Hello; helloFor all of them, and noServiceFor
+// how long replicas sharing a ledger are waited for when none answers.
 const (
 	helloTimeout = 5 * time.Second
 	helloFor     = 30 * time.Second
+	noServiceFor = 15 * time.Second
 )
 
 // hello asks whether a consumer serves the admin operations on nc. A
 // request no replica answers in time (one paused, or busy) is made again,
-// for helloFor; with a pool of servers (a cluster), one that finds no
-// service is made again, up to twice, from another server of the pool,
-// since this one may be cut off from the others. It returns nil, an error
+// for helloFor. When replicas share the ledger (shared), one that finds no
+// service is made again too, for noServiceFor (the replicas may be
+// restarting), and, with a pool of servers (a cluster), from another
+// server of the pool (this one may be cut off from the others): opening
+// the stores here is for when no consumer runs. It returns nil, an error
 // wrapping admin.ErrNoService, or the last error.
-func hello(ctx context.Context, nc *nats.Conn, cl *admin.Client, pool bool) error {
-	deadline := time.Now().Add(helloFor)
+func hello(ctx context.Context, nc *nats.Conn, cl *admin.Client, pool, shared bool) error {
+	start := time.Now()
+	deadline := start.Add(helloFor)
 	moved := 0
 	for {
 		hctx, cancel := context.WithTimeout(ctx, helloTimeout)
@@ -229,19 +234,38 @@ func hello(ctx context.Context, nc *nats.Conn, cl *admin.Client, pool bool) erro
 		case ctx.Err() != nil || time.Now().After(deadline):
 			return err
 		case errors.Is(err, admin.ErrNoService):
-			if !pool || moved == 2 || len(nc.Servers()) < 2 {
+			if !shared || time.Since(start) > noServiceFor {
 				return err
 			}
-			moved++
-			_ = nc.ForceReconnect()
+			// Replicas share the ledger: they may be restarting (waited
+			// for, helloFor), or this server cut off from them.
+			if pool && moved < 2 && len(nc.Servers()) > 1 {
+				moved++
+				_ = nc.ForceReconnect()
+			}
 			rctx, cancel := context.WithTimeout(ctx, helloTimeout)
 			for !nc.IsConnected() && rctx.Err() == nil {
 				time.Sleep(10 * time.Millisecond)
 			}
 			cancel()
+			if !sleepCtx(ctx, 500*time.Millisecond) {
+				return err
+			}
 		case !jsretry.Transient(err) && !errors.Is(err, nats.ErrTimeout):
 			return err
 		}
+	}
+}
+
+// sleepCtx waits d, or until ctx is done; it reports whether it waited d.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

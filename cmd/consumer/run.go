@@ -210,7 +210,9 @@ checks what run checks before it starts anything (a model for the model steps, e
 secret, variable and file, read as run reads them: the same error, every problem at once),
 and explains it. With -sample, it shows what a
 pipeline would do with that trigger: its key, the filter's and the route's decisions, the
-rendered prompt, and each effect's rendered request (secrets redacted), calling nothing.`
+rendered prompt, and each effect's rendered request (secrets redacted), calling nothing.
+A sample that is an Alertmanager notification (its webhook's body, several alerts) is
+split as the ingress splits it, and each alert's trigger is shown.`
 	switch {
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help"):
 		fmt.Fprintln(stdout, usage)
@@ -231,7 +233,7 @@ rendered prompt, and each effect's rendered request (secrets redacted), calling 
 	fs.SetOutput(stderr)
 	sample := fs.String("sample", "", "a sample trigger `file` (JSON) to show what a pipeline would do with it")
 	answerFile := fs.String("answer", "", "a `file` standing for the model's answer to the sample (JSON for a step with a schema)")
-	pipeline := fs.String("pipeline", "", "the pipeline the sample goes to (default: the one whose subject it names with -subject, or the only one)")
+	pipeline := fs.String("pipeline", "", "the pipeline the sample goes to (default: the only one)")
 	var headers headerFlag
 	fs.Var(&headers, "header", "a header of the sample trigger, `K=V` (repeatable)")
 	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
@@ -312,6 +314,19 @@ func previewSample(w io.Writer, cfg *config.Config, sampleFile, answerFile, name
 			names[i] = cfg.Pipelines[i].Name
 		}
 		return usageError{fmt.Errorf("config check: -sample needs -pipeline, one of %s", strings.Join(names, ", "))}
+	}
+	if alerts, err := ingress.SplitAlertmanager(payload); err == nil {
+		// What Alertmanager posts: one trigger per alert, as the ingress
+		// publishes them.
+		fmt.Fprintf(w, "\nsample %s: an Alertmanager notification of %d alerts, one trigger each as the ingress publishes them:\n", sampleFile, len(alerts))
+		var errs []error
+		for i, a := range alerts {
+			fmt.Fprintf(w, "\nalert %d of %d:\n", i+1, len(alerts))
+			if err := consumer.Preview(w, p, a, headers, answer); err != nil {
+				errs = append(errs, fmt.Errorf("alert %d: %w", i+1, err))
+			}
+		}
+		return errors.Join(errs...)
 	}
 	fmt.Fprintf(w, "\nsample %s:\n", sampleFile)
 	return consumer.Preview(w, p, payload, headers, answer)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -582,6 +583,13 @@ type Key struct {
 	// identity and the status, so that a resolve is distinct work from its
 	// firing rather than a duplicate of it.
 	Status string `yaml:"status"`
+	// ResolveWait orders the lifecycle of an identity with Status: a
+	// resolve whose firing is still at work (its effects failing and
+	// retried, its model step running) waits for the firing's outcome up
+	// to this long after it reached the stream, then goes; a firing that
+	// finds its resolve gone out is dropped, never sent after it. The
+	// default is 1m.
+	ResolveWait time.Duration `yaml:"resolve_wait"`
 	// Headers are trigger headers whose values are part of the key, such
 	// as Oncegate-Event, which the webhook ingress sets to the provider's
 	// event type: the same payload under another event is other work. A
@@ -614,7 +622,10 @@ type Step struct {
 	BudgetTokens int64 `yaml:"budget_tokens"`
 	// MaxBudget is the most the step's model calls may spend per
 	// BudgetDuration, in US dollars at llm.prices, across every replica
-	// with a shared cache; 0 (the default) means no limit. See spend.go.
+	// with a shared cache; 0 (the default) means no limit. The model
+	// needs a price, and a call's answer is reserved before it goes out:
+	// MaxTokens, or else the price's max_output_tokens, one of which must
+	// be set. See spend.go.
 	MaxBudget float64 `yaml:"max_budget"`
 	// BudgetDuration is the period of MaxBudget, such as "1d" or "30d";
 	// 0 (the default) is one period that never ends.
@@ -767,6 +778,84 @@ type Effect struct {
 	// approval answered so). The default is 24h (DefaultApprovalTimeout) when
 	// ApprovalSubject is set.
 	ApprovalTimeout time.Duration `yaml:"approval_timeout"`
+
+	// Retry is how the effect is tried again after a failure that may
+	// pass (a 5xx, a 408 or 409, a timeout, no answer): on its own
+	// schedule, whatever the pipeline's ack_wait and backoff.
+	Retry EffectRetry `yaml:"retry"`
+	// RateLimit holds an http effect's requests within its receiver's
+	// quota: they wait for room instead of being refused.
+	RateLimit EffectRateLimit `yaml:"rate_limit"`
+	// Digest sends the one-shot messages of one group that go out within
+	// a short window as one message (the slack preset's: their texts, one
+	// a line). Off unless Window is set.
+	Digest EffectDigest `yaml:"digest"`
+}
+
+// EffectDigest gathers a one-shot effect's messages: the first of a group
+// waits Window for others of its group, and they go out as one message
+// (one request, under the first's key), each entry recorded sent with it.
+// The dispatcher then sends several entries at once, so a dispatcher that
+// dies while a digest goes out leaves each of its entries of unknown
+// outcome (dead-lettered unknown_outcome, never resent). Only for the
+// slack preset.
+type EffectDigest struct {
+	// Window is how long the first message of a group waits for others.
+	// 0 (the default) sends each message alone.
+	Window time.Duration `yaml:"window"`
+	// Group is a template over the effect's data whose output names the
+	// group: messages with the same output go out together. The default is
+	// the trigger's groupKey (an Alertmanager notification's, which each
+	// of its alerts' triggers keeps), else the pipeline.
+	Group string `yaml:"group"`
+}
+
+// EffectRetry is an effect's retry schedule. A failed request is tried
+// again within one delivery (http: up to 5 attempts) after Backoff, then
+// twice that, and so on up to MaxBackoff, each wait drawn at random from
+// its upper half; a delivery whose attempts all failed is put back for
+// the same schedule, counted from the intent's tries (max_deliver), not
+// for the pipeline's ack_wait or backoff, which pace work whose process
+// stopped.
+type EffectRetry struct {
+	// Backoff is the first wait. The default is 500ms.
+	Backoff time.Duration `yaml:"backoff"`
+	// MaxBackoff caps the waits, a Retry-After's included (but not a
+	// rate limit's, whose 429s are waited out). The default is 5s.
+	MaxBackoff time.Duration `yaml:"max_backoff"`
+}
+
+// Delay is the wait before try n+1 (n ≥ 1) of a delivery that failed:
+// Backoff doubled n-1 times, capped at MaxBackoff, drawn at random from
+// its upper half.
+func (r EffectRetry) Delay(n int) time.Duration {
+	d := r.Backoff
+	for i := 1; i < n && d < r.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, r.MaxBackoff)
+	if half := d / 2; half > 0 {
+		d = half + rand.N(d-half+1)
+	}
+	return d
+}
+
+// EffectRateLimit is a receiver's quota, which an http effect's requests
+// keep within: at most Requests in any window of Per (with a little to
+// spare, for the network's jitter), so a burst up to the quota goes at
+// once and the rest wait their turn; a 429 pauses them all until its
+// Retry-After and is tried again; and trigger events of the pagerduty
+// preset waiting with one dedup_key collapse into one (PagerDuty would add
+// them to one alert). Waiting keeps the trigger's lease and message: it is
+// not a try. The pagerduty preset's default is 120 a minute (the Events
+// API's limit per routing key), the slack preset's 20 in 20s (an incoming
+// webhook's one a second, in short bursts).
+type EffectRateLimit struct {
+	// Requests is how many requests the receiver takes in each Per; 0 is
+	// no limit. The default is 0, but for the presets above.
+	Requests int `yaml:"requests"`
+	// Per is the quota's window. The default is 1m (20s for slack).
+	Per time.Duration `yaml:"per"`
 }
 
 // Effect presets; see Effect.Preset.

@@ -31,6 +31,7 @@ const (
 	DefaultWindowTTL         = 10 * time.Minute
 	DefaultWindowCapacity    = 1_000_000
 	DefaultAckWait           = 30 * time.Second
+	DefaultResolveWait       = time.Minute
 	DefaultMaxDeliver        = 5
 	DefaultMaxAckPending     = 1000
 	DefaultConcurrency       = 64
@@ -201,6 +202,9 @@ func (c *Config) applyDefaults() {
 		setDefault(c, at("mode"), &p.Mode, mode)
 		setDefault(c, at("key.scope"), &p.Key.Scope, ScopeInput)
 		setDefault(c, at("key.hash"), &p.Key.Hash, HashXXH)
+		if p.Key.Status != "" {
+			setDefault(c, at("key.resolve_wait"), &p.Key.ResolveWait, DefaultResolveWait)
+		}
 		if p.Step != nil {
 			setDefault(c, at("step.model"), &p.Step.Model, c.LLM.Model)
 			setDefault(c, at("step.temperature"), &p.Step.Temperature, 0)

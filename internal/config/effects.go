@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -21,6 +22,26 @@ const PagerDutyURL = "https://events.pagerduty.com/v2/enqueue"
 
 // JiraIssuePath is what the jira preset adds to its URL, the site.
 const JiraIssuePath = "/rest/api/3/issue"
+
+// The defaults of an effect's retry schedule (Effect.Retry).
+const (
+	DefaultEffectBackoff    = 500 * time.Millisecond
+	DefaultEffectMaxBackoff = 5 * time.Second
+)
+
+// PresetQuotas are the receivers' quotas, the presets' default
+// Effect.RateLimit: PagerDuty's Events API takes about 120 events a
+// minute per routing key, a Slack incoming webhook about a message a
+// second, in short bursts (here 20 in any 20s); each drops what comes past
+// that with a 429.
+var PresetQuotas = map[string]EffectRateLimit{
+	PresetPagerDuty: {Requests: 120, Per: time.Minute},
+	PresetSlack:     {Requests: 20, Per: 20 * time.Second},
+}
+
+// DefaultDigestGroup is Effect.Digest.Group's default: an Alertmanager
+// notification's group, else the pipeline.
+const DefaultDigestGroup = `{{get .trigger "groupKey" | default .pipeline}}`
 
 // DefaultAnswerAttempts is Step.AnswerAttempts's default.
 const DefaultAnswerAttempts = 3
@@ -94,6 +115,20 @@ func (c *Config) effectDefaults(path string, e *Effect) {
 	}
 	setDefault(c, joinPath(path, "class"), &e.Class, class)
 	setDefault(c, joinPath(path, "delay"), &e.Delay, 0)
+	setDefault(c, joinPath(path, "retry.backoff"), &e.Retry.Backoff, DefaultEffectBackoff)
+	setDefault(c, joinPath(path, "retry.max_backoff"), &e.Retry.MaxBackoff, max(DefaultEffectMaxBackoff, e.Retry.Backoff))
+	if e.Digest.Window > 0 {
+		setDefault(c, joinPath(path, "digest.group"), &e.Digest.Group, DefaultDigestGroup)
+	}
+	q, preset := PresetQuotas[e.Preset]
+	if preset {
+		setDefault(c, joinPath(path, "rate_limit.requests"), &e.RateLimit.Requests, q.Requests)
+	} else {
+		q.Per = time.Minute
+	}
+	if e.RateLimit.Requests > 0 {
+		setDefault(c, joinPath(path, "rate_limit.per"), &e.RateLimit.Per, q.Per)
+	}
 	if e.ApprovalSubject != "" {
 		setDefault(c, joinPath(path, "approval_timeout"), &e.ApprovalTimeout, DefaultApprovalTimeout)
 	}
@@ -358,6 +393,31 @@ func (v *validator) effect(path string, e *Effect, p *Pipeline, subjectOK, singl
 		}
 	}
 	v.oneOf(at("class"), e.Class, ClassReplayable, ClassOneShot)
+	switch {
+	case e.Retry.Backoff < 0 || e.Retry.MaxBackoff < 0:
+		v.add(at("retry"), invalid("backoff and max_backoff must be 0 or positive"))
+	case e.Retry.MaxBackoff > 0 && e.Retry.Backoff > e.Retry.MaxBackoff:
+		v.add(at("retry.backoff"), invalid("%s is over max_backoff %s", formatDuration(e.Retry.Backoff), formatDuration(e.Retry.MaxBackoff)))
+	}
+	switch {
+	case e.Digest.Window < 0:
+		v.add(at("digest.window"), invalid("must be 0 or positive, got %s", formatDuration(e.Digest.Window)))
+	case e.Digest.Window > 0 && e.Preset != PresetSlack:
+		v.add(at("digest"), invalid("a digest is for the slack preset's messages"))
+	case e.Digest.Window > 0 && e.Class != ClassOneShot:
+		v.add(at("digest"), invalid("a digest gathers one-shot messages; this effect is %s", e.Class))
+	case e.Digest.Window == 0 && e.Digest.Group != "":
+		v.add(at("digest.group"), invalid("a digest group needs digest.window"))
+	}
+	v.template(at("digest.group"), e.Digest.Group)
+	switch {
+	case e.RateLimit.Requests < 0:
+		v.add(at("rate_limit.requests"), invalid("must be 0 (no limit) or positive, got %d", e.RateLimit.Requests))
+	case e.RateLimit.Per < 0:
+		v.add(at("rate_limit.per"), invalid("must be positive, got %s", formatDuration(e.RateLimit.Per)))
+	case e.RateLimit.Requests > 0 && e.Sink != SinkHTTP:
+		v.add(at("rate_limit"), invalid("a rate limit is for http effects; this one is %s", e.Sink))
+	}
 	if !single && (e.Delay != 0 || e.ApprovalSubject != "" || e.ApprovalTimeout != 0) {
 		v.add(at("delay"), invalid("delay, approval_subject and approval_timeout are for a pipeline's single effect"))
 		return

@@ -258,7 +258,9 @@ func (x *explainer) pipeline(i int) {
 		row("  filter", "when "+p.When+" (else acked, counted as filtered, never claimed or paid for)")
 	}
 	if k.Status != "" {
-		row("  status", k.Status+" is part of the key; the key less it is the identity a firing and its resolve share")
+		row("  status", k.Status+" is part of the key; the key less it is the identity a firing and its resolve share",
+			"a resolve waits for its firing's outcome up to resolve_wait "+x.d(at("key.resolve_wait"), k.ResolveWait, formatDuration(k.ResolveWait))+
+				", goes where its firing went, and a firing whose resolve went out first is dropped")
 	}
 	row("3 window", "ttl "+x.d(at("window.ttl"), p.Window.TTL, formatDuration(p.Window.TTL)),
 		"capacity "+x.d(at("window.capacity"), p.Window.Capacity, strconv.Itoa(p.Window.Capacity)+" keys"))
@@ -327,7 +329,7 @@ func (x *explainer) pipeline(i int) {
 		row(label, fmt.Sprintf("%d. %s: %s → %s", i+1, r.Name, when, strings.Join(r.Effects, " + ")))
 	}
 	if len(p.Routes) > 0 {
-		row("", "the first route that holds is taken, recorded in the ledger before any effect, and taken again by a redelivery; no route: acked, counted as filtered (rule routes)")
+		row("", "the first route that holds is taken, recorded in the ledger before any effect, and taken again by a redelivery; no route: acked, counted as filtered (rule routes); with key.status a resolve takes its firing's route")
 	}
 
 	backoff := "none (each redelivery after ack_wait)"
@@ -464,6 +466,17 @@ func (x *explainer) effect(path, name string, e *Effect) []string {
 	}
 	if e.ApprovalSubject != "" {
 		effect = append(effect, "approval on "+e.ApprovalSubject+" within "+formatDuration(e.ApprovalTimeout)+" (else dead-lettered not_approved)")
+	}
+	if e.Retry.Backoff > 0 {
+		effect = append(effect, "a failure retried after "+formatDuration(e.Retry.Backoff)+" doubling to "+formatDuration(e.Retry.MaxBackoff)+
+			x.d(joinPath(path, "retry.backoff"), e.Retry.Backoff, ""))
+	}
+	if e.RateLimit.Requests > 0 {
+		effect = append(effect, fmt.Sprintf("at most %d requests in any %s (rate_limit; a 429 waited out)%s", e.RateLimit.Requests, formatDuration(e.RateLimit.Per),
+			x.d(joinPath(path, "rate_limit.requests"), e.RateLimit.Requests, "")))
+	}
+	if e.Digest.Window > 0 {
+		effect = append(effect, "messages of one group within "+formatDuration(e.Digest.Window)+" sent as one (digest)")
 	}
 	return effect
 }

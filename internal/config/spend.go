@@ -38,7 +38,30 @@ func (v *validator) spend() {
 			v.add(at+"budget_duration", invalid("must be 0 or more, got %s", s.BudgetDuration))
 		}
 		v.oneOf(at+"over_budget", s.OverBudget, OverBudgetDeadLetter, OverBudgetWait)
+		if s.MaxBudget <= 0 || s.Model == "" {
+			continue
+		}
+		// A limit counts in dollars: a model without a price costs
+		// nothing to it, and a call without a cap on its answer reserves
+		// nothing for the answer, so calls made together pass it.
+		pr, ok := v.c.LLM.PriceOf(s.Model)
+		switch {
+		case !ok:
+			v.add(at+"max_budget", invalid("the step's model %q has no price in llm.prices (nor a \"*\" price), so the spend limit cannot count what its calls cost: price it in llm.prices", s.Model))
+		case s.MaxTokens == 0 && pr.MaxOutputTokens == 0:
+			v.add(at+"max_budget", invalid("the step sets no max_tokens and llm.prices has no max_output_tokens for %q, so a call's answer cannot be reserved from the spend limit before it goes out: set step.max_tokens or the model's max_output_tokens", s.Model))
+		}
 	}
+}
+
+// PriceOf returns the price of model in l.Prices, or of "*", and whether
+// there is one.
+func (l *LLM) PriceOf(model string) (Price, bool) {
+	if p, ok := l.Prices[model]; ok {
+		return p, true
+	}
+	p, ok := l.Prices["*"]
+	return p, ok
 }
 
 // LongestBudgetPeriod is the longest period of a spend limit the

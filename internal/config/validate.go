@@ -406,6 +406,11 @@ func (v *validator) pipeline(i int) {
 	if p.Step != nil {
 		v.step(at, p.Step)
 	}
+	if p.Key.ResolveWait < 0 {
+		v.add(at("key.resolve_wait"), invalid("must be 0 or positive, got %s", formatDuration(p.Key.ResolveWait)))
+	} else if p.Key.ResolveWait > 0 && p.Key.Status == "" {
+		v.add(at("key.resolve_wait"), invalid("orders a firing and its resolve: it needs key.status"))
+	}
 	if p.Key.Status != "" {
 		if _, err := canon.ParsePointer(p.Key.Status); err != nil {
 			v.add(at("key.status"), invalid("%q is not a JSON Pointer: %v", p.Key.Status, err))

@@ -209,6 +209,18 @@ func TestValidateRules(t *testing.T) {
 		{"concurrency zero", func(c *Config) { alerts(c).Concurrency = 0 }, "pipelines[alerts].concurrency", ErrInvalid, ""},
 		{"concurrency above max ack pending", func(c *Config) { alerts(c).MaxAckPending = 10 }, "pipelines[alerts].concurrency", ErrInvalid, "never get"},
 
+		// The lifecycle and the effects' retry, rate limit and digest.
+		{"resolve wait negative", func(c *Config) { alerts(c).Key.ResolveWait = -time.Second }, "pipelines[alerts].key.resolve_wait", ErrInvalid, "positive"},
+		{"resolve wait without status", func(c *Config) { webhooks(c).Key.ResolveWait = time.Second }, "pipelines[webhooks].key.resolve_wait", ErrInvalid, "key.status"},
+		{"retry backoff over max", func(c *Config) {
+			e := &alerts(c).Effect
+			e.Retry.Backoff, e.Retry.MaxBackoff = 10*time.Second, time.Second
+		}, "pipelines[alerts].effect.retry.backoff", ErrInvalid, "max_backoff"},
+		{"rate limit negative", func(c *Config) { alerts(c).Effect.RateLimit.Requests = -1 }, "pipelines[alerts].effect.rate_limit.requests", ErrInvalid, "positive"},
+		{"rate limit off http", func(c *Config) { alerts(c).Effect.RateLimit.Requests = 10 }, "pipelines[alerts].effect.rate_limit", ErrInvalid, "http"},
+		{"digest off slack", func(c *Config) { alerts(c).Effect.Digest.Window = time.Second }, "pipelines[alerts].effect.digest", ErrInvalid, "slack"},
+		{"digest group without window", func(c *Config) { alerts(c).Effect.Digest.Group = "{{.pipeline}}" }, "pipelines[alerts].effect.digest.group", ErrInvalid, "window"},
+
 		// The redelivery horizon.
 		{"retention within the ack horizon", func(c *Config) {
 			p := webhooks(c)
@@ -344,6 +356,49 @@ func TestValidateAccepts(t *testing.T) {
 		tt.mutate(c)
 		if err := c.Validate(); err != nil {
 			t.Errorf("%s: Validate() = %v; want nil", tt.name, err)
+		}
+	}
+}
+
+// TestEffectDefaults: the presets' rate limits are their receivers'
+// quotas, every effect retries on its own schedule, and a resolve waits
+// for its firing a minute by default.
+func TestEffectDefaults(t *testing.T) {
+	c, err := Parse([]byte(`
+pipelines:
+  - name: alerts
+    subject: triggers.alerts
+    key: {fields: [/alert/fingerprint], status: /status}
+    effects:
+      pd: {preset: pagerduty, routing_key_env: PD_KEY}
+      chat: {preset: slack, url_env: SLACK_URL, digest: {window: 5s}}
+      hook: {sink: http, url: "https://example.com/hook", rate_limit: {requests: 7}}
+`), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Pipelines[0]
+	for name, want := range map[string]EffectRateLimit{
+		"pd": {Requests: 120, Per: time.Minute}, "chat": {Requests: 20, Per: 20 * time.Second}, "hook": {Requests: 7, Per: time.Minute},
+	} {
+		e := p.Effects[name]
+		if e.RateLimit != want {
+			t.Errorf("effects[%s].rate_limit = %+v; want %+v", name, e.RateLimit, want)
+		}
+		if e.Retry != (EffectRetry{Backoff: DefaultEffectBackoff, MaxBackoff: DefaultEffectMaxBackoff}) {
+			t.Errorf("effects[%s].retry = %+v; want the defaults", name, e.Retry)
+		}
+	}
+	if g := p.Effects["chat"].Digest.Group; g != DefaultDigestGroup {
+		t.Errorf("digest.group = %q; want %q", g, DefaultDigestGroup)
+	}
+	if p.Key.ResolveWait != DefaultResolveWait {
+		t.Errorf("key.resolve_wait = %v; want %v", p.Key.ResolveWait, DefaultResolveWait)
+	}
+	r := EffectRetry{Backoff: time.Second, MaxBackoff: 4 * time.Second}
+	for n, want := range map[int][2]time.Duration{1: {500 * time.Millisecond, time.Second}, 2: {time.Second, 2 * time.Second}, 5: {2 * time.Second, 4 * time.Second}} {
+		if d := r.Delay(n); d < want[0] || d > want[1] {
+			t.Errorf("Delay(%d) = %v; want in [%v, %v]", n, d, want[0], want[1])
 		}
 	}
 }

@@ -221,6 +221,15 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Sign in", Error: fmt.Sprintf("Too many failed sign-ins: try again in %d seconds.", secs)})
 		return
 	}
+	if err := r.ParseForm(); err != nil {
+		// Nothing was presented, so nothing was guessed: not a failure.
+		status, msg := http.StatusBadRequest, "The sign-in form could not be read."
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			status, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("The sign-in form is larger than %d bytes.", maxSignIn)
+		}
+		s.render(w, r, status, "login", page{Title: "Sign in", Error: msg})
+		return
+	}
 	operator, ok := s.opts.Operators.Lookup(r.PostFormValue("token"))
 	if !ok {
 		if s.opts.Operators.Len() == 0 {
@@ -279,8 +288,8 @@ func (s *Server) change(h func(w http.ResponseWriter, r *http.Request, by admin.
 
 // safeBack returns back if it is a path on this site, else def. A path
 // on this site is one a browser resolves to this host whatever it makes
-// of it: it starts with one '/' and not "//" or "/\" (which a browser
-// takes for another host), it is printable ASCII with no blank (a browser
+// of it: it starts with one '/' and not "//", holds no '\' (a browser
+// reads "/\" as "//", another host), it is printable ASCII with no blank (a browser
 // drops tabs and newlines, so "/\t/evil.example" would become
 // "//evil.example"), and so is it once percent-decoded, and it parses as a
 // URL with no scheme, host or user.
@@ -297,14 +306,17 @@ func safeBack(back, def string) string {
 	return back
 }
 
-// localPath reports whether p starts with one '/' (not "//" or "/\")
-// and holds only printable ASCII, no blank.
+// localPath reports whether p starts with one '/' (not "//") and holds
+// only printable ASCII, no blank and no '\'. A browser reads '\' as '/',
+// and http.Redirect cleans the path it is given ("/./\evil" becomes
+// "/\evil", which a browser takes for the host evil): no path of the
+// console's has one, so none passes.
 func localPath(p string) bool {
-	if len(p) == 0 || p[0] != '/' || len(p) > 1 && (p[1] == '/' || p[1] == '\\') {
+	if len(p) == 0 || p[0] != '/' || len(p) > 1 && p[1] == '/' {
 		return false
 	}
 	for i := 0; i < len(p); i++ {
-		if p[i] <= ' ' || p[i] >= 0x7f {
+		if p[i] <= ' ' || p[i] >= 0x7f || p[i] == '\\' {
 			return false
 		}
 	}

@@ -32,8 +32,15 @@ func FuzzBack(f *testing.F) {
 	}
 	s := consoleOn(f, a, token+"\n", io.Discard, nil)
 	f.Fuzz(func(t *testing.T, back string) {
-		w := signInAt(s, "192.0.2.1:1234", url.Values{"token": {token}, "back": {back}})
+		form := url.Values{"token": {token}, "back": {back}}
+		w := signInAt(s, "192.0.2.1:1234", form)
 		loc := w.Header().Get("Location")
+		if len(form.Encode()) > 16<<10 {
+			if w.Code != http.StatusRequestEntityTooLarge || loc != "" {
+				t.Fatalf("sign-in with a form of %d bytes = %d, Location %q; want 413 and no redirect", len(form.Encode()), w.Code, loc)
+			}
+			return
+		}
 		if w.Code != http.StatusSeeOther {
 			t.Fatalf("sign-in with back %q = %d; want 303", back, w.Code)
 		}

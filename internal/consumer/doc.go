@@ -34,6 +34,15 @@
 // A message that only waits on work another holds is never exhausted.
 // Nothing is dropped without a dead letter.
 //
+// # Lifecycles
+//
+// With key.status, a firing and its resolve share an identity, and the
+// ledger orders them (lifecycle.go): a resolve waits for its firing's
+// outcome up to key.resolve_wait, takes its firing's recorded route, and
+// a firing whose resolve went out first sends nothing more. A failed
+// effect is retried on the effect's own schedule (config.EffectRetry),
+// not the pipeline's redelivery backoff.
+//
 // # Streams
 //
 // [Consumer.Setup] creates the trigger stream (kept until a max age, or a

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/standin"
@@ -37,7 +38,9 @@ func FuzzTriggerDoor(f *testing.F) {
 	} {
 		f.Add([]byte(s.payload), s.name, s.value)
 	}
-	fx := start(f, nil, standin.Options{})
+	// A resolve waits for its firing up to key.resolve_wait (a minute by
+	// default): a second keeps its verdict within the deadline.
+	fx := start(f, func(c *config.Config) { c.Pipelines[0].Key.ResolveWait = time.Second }, standin.Options{})
 	dead := make(chan *nats.Msg, 64)
 	sub, err := fx.nc.ChanSubscribe("oncegate.dead.>", dead)
 	if err != nil {

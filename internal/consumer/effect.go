@@ -82,6 +82,13 @@ func (g *gate) effect(ctx context.Context, ts []*Trigger) {
 				e.Header = map[string]string{HeaderEffect: name} // the dispatcher's sink picks the effect's
 			}
 		}
+		if group := t.msg.Headers().Get(sink.DigestHeader); group != "" && g.n == nil {
+			// An outbox entry of a digest: the sink gathers its group.
+			if e.Header == nil {
+				e.Header = map[string]string{}
+			}
+			e.Header[sink.DigestHeader] = group
+		}
 		if t.span != nil {
 			t.esp = t.child(g, "oncegate.effect", trace.SpanKindProducer)
 			e.Header = injectTrace(t.esp, e.Header)
@@ -151,7 +158,9 @@ func (g *gate) effectOutcome(t *Trigger, res sink.Result, err error, took time.D
 		t.decide(dead(t.keyRef(), outcome.ReasonPermanentEffect, err))
 		result = "dead"
 	default:
-		t.decide(nak(t.keyRef(), 0, err))
+		v := nak(t.keyRef(), 0, err)
+		v.schedule = g.retry
+		t.decide(v)
 		result = "retry"
 	}
 	name := g.sinkName

@@ -46,12 +46,18 @@ type gate struct {
 	maxDeliver int                            // 0: no limit
 	keepEvery  func(t *Trigger) time.Duration // how often to renew a held trigger
 
-	mile     *mile  // the last mile (mile.go); nil when the pipeline does not use it
-	step     *step  // nil without a model step
-	stepName string // for the effect's headers
-	sink     sink.Sink
-	js       *sink.JetStream // the sink, when it publishes asynchronously
-	sinkName string
+	mile *mile // the last mile (mile.go); nil when the pipeline does not use it
+	// resolveWait is how long a resolve waits for its firing's outcome
+	// (lifecycle.go).
+	resolveWait time.Duration
+	// dispatchOrder is a dispatcher's ordering of an ordered pipeline's
+	// entries, after the claim; nil otherwise.
+	dispatchOrder Middleware
+	step          *step  // nil without a model step
+	stepName      string // for the effect's headers
+	sink          sink.Sink
+	js            *sink.JetStream // the sink, when it publishes asynchronously
+	sinkName      string
 	// sinkOf, if set, names the kind of t's effect for the metrics instead
 	// of sinkName: the dispatcher's, whose entries are of several effects.
 	sinkOf func(t *Trigger) string
@@ -60,6 +66,9 @@ type gate struct {
 	// in); 0 when unknown or unlimited.
 	dedupeWindow time.Duration
 	maxResult    int
+	// retry is the effect's retry schedule (config.EffectRetry), for the
+	// effect the gate sends itself; nil: the pipeline's.
+	retry func(n int) time.Duration
 
 	set     *settler
 	h       Handler
@@ -85,15 +94,21 @@ func (g *gate) build(wait Middleware) {
 		afterClaim = faultAt(g.pol.afterClaim, g.set)
 	}
 	filter, recall, decide := g.mileStages() // mile.go; nil without the last mile
+	var order Middleware
+	if g.ordered() {
+		order = g.orderStage // lifecycle.go
+	}
 	g.h = chain(g.effect,
 		g.keys,
 		faultAt(BeforeAck, g.set),
 		wait,
 		filter,
 		window,
+		order,
 		faultAt(AfterCommit, g.set),
 		claim,
 		afterClaim,
+		g.dispatchOrder,
 		recall,
 		model,
 		answer,
@@ -253,7 +268,9 @@ func (g *gate) windowStage(next Handler) Handler {
 // done counts an effect performed and settled.
 func (g *gate) done(t *Trigger) {
 	if g.n == nil {
-		g.pol.counted(func(s *DispatchStats) { s.Sent++ })
+		if !t.dropped {
+			g.pol.counted(func(s *DispatchStats) { s.Sent++ })
+		}
 		return
 	}
 	g.n.effects.Add(1)

@@ -53,6 +53,7 @@ type Trigger struct {
 	effected  bool // the effect is known to exist at its target
 	sent      bool // the effect was handed to its sink: it may exist, whatever the sink said
 	committed bool // the ledger holds the result
+	dropped   bool // effected by not sending: its resolve went first (lifecycle.go)
 
 	v       verdict
 	decided bool
@@ -159,6 +160,10 @@ type verdict struct {
 	// last is the reason a nak on the last try is dead-lettered with; the
 	// default is exhausted.
 	last outcome.Reason
+	// schedule, for a nak of a failed effect, is the effect's own retry
+	// schedule (config.EffectRetry) by the intent's tries, in place of the
+	// pipeline's.
+	schedule func(n int) time.Duration
 }
 
 type settleKind uint8

@@ -1,12 +1,15 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"text/template"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -91,6 +94,8 @@ type mile struct {
 	targets []*target // without routes, every one; with routes, those routes name
 	byName  map[string]*target
 	named   bool // the targets are named effects (each key derived from its name)
+	ordered bool // key.status with a ledger: firings and resolves are ordered (lifecycle.go)
+	digests bool // a one-shot effect gathers its messages in digests
 }
 
 type route struct {
@@ -106,7 +111,9 @@ type target struct {
 	sink    sink.Sink // where the gate sends it: its sink, or the outbox for a one-shot effect
 	direct  sink.Sink // its sink itself, which the dispatcher sends a one-shot effect with
 	oneShot bool
-	kind    string // for metrics: the preset, else the sink
+	kind    string                    // for metrics: the preset, else the sink
+	retry   func(n int) time.Duration // its retry schedule (config.EffectRetry)
+	digest  *template.Template        // its digest's group (config.EffectDigest); nil without one
 }
 
 // mileState is what the last mile knows of one trigger.
@@ -131,12 +138,14 @@ type outEffect struct {
 	key    dedupe.Key
 	body   []byte
 	suffix string
+	group  string // its digest's group, or ""
 }
 
 // usesMile reports whether a pipeline needs the last mile's stages.
 func usesMile(p *config.Pipeline) bool {
 	e := &p.Effect
 	return p.When != "" || len(p.Effects) > 0 || len(p.Routes) > 0 ||
+		(p.Key.Status != "" && p.Mode != config.ModeGateWindow) ||
 		(p.Step != nil && p.Step.SkipWhen != "") || e.Preset != "" || e.Body != "" || e.SubjectSuffix != ""
 }
 
@@ -183,6 +192,7 @@ func deriveKey(domain string, k dedupe.Key, name string) dedupe.Key {
 func newMile(p *pipeline, single sink.Sink) (*mile, sink.Sink, error) {
 	c, cfg := p.c, p.cfg
 	m := &mile{byName: map[string]*target{}, limits: cfg.KeySpec().Limits}
+	m.ordered = cfg.Key.Status != "" && cfg.Mode != config.ModeGateWindow
 	var err error
 	if cfg.When != "" {
 		if m.filter, err = cond.Compile(cfg.When); err != nil {
@@ -201,7 +211,7 @@ func newMile(p *pipeline, single sink.Sink) (*mile, sink.Sink, error) {
 	mux := &muxSink{byName: map[string]sink.Sink{}}
 	for _, ne := range cfg.AllEffects() {
 		path := fmt.Sprintf("pipelines[%s].effect", cfg.Name)
-		t := &target{name: ne.Name, oneShot: ne.Class == config.ClassOneShot, kind: ne.Sink}
+		t := &target{name: ne.Name, oneShot: ne.Class == config.ClassOneShot, kind: ne.Sink, retry: retrySchedule(ne.Effect)}
 		if ne.Preset != "" {
 			t.kind = ne.Preset
 		}
@@ -217,6 +227,12 @@ func newMile(p *pipeline, single sink.Sink) (*mile, sink.Sink, error) {
 		}
 		if t.tmpl, err = effectTemplate(path, ne.Effect); err != nil {
 			return nil, nil, err
+		}
+		if ne.Digest.Window > 0 && t.oneShot {
+			if t.digest, err = tmpl.Parse(path+".digest.group", cmp.Or(ne.Digest.Group, config.DefaultDigestGroup)); err != nil {
+				return nil, nil, err
+			}
+			m.digests = true
 		}
 		t.sink = t.direct
 		if t.oneShot {
@@ -411,8 +427,13 @@ func (g *gate) decide(next Handler) Handler {
 				}
 				if s.none {
 					// No route: nothing to send. The intent is committed
-					// with that decision, and counted as filtered.
-					g.filtered("routes")
+					// with that decision, and counted as filtered (a
+					// resolve whose firing went nowhere, as unopened).
+					if g.closing(t) {
+						g.filtered("unopened")
+					} else {
+						g.filtered("routes")
+					}
 					t.res, t.effected = sink.Result{Body: []byte(`{"route":null}`)}, true
 					return
 				}
@@ -446,7 +467,16 @@ func (g *gate) decide(next Handler) Handler {
 				if g.mile.named {
 					key = EffectKey(t.intent, tg.name)
 				}
-				s.out = append(s.out, outEffect{t: tg, key: key, body: body, suffix: suffix})
+				group := ""
+				if tg.digest != nil {
+					b, err := tmpl.Execute(tg.digest, "", g.input(t, s.route, tg.name).Data(), tmpl.Text)
+					if err != nil {
+						t.decide(dead(t.keyRef(), outcome.ReasonTemplate, err))
+						return
+					}
+					group = cmp.Or(strings.TrimSpace(string(b)), g.pipeline)
+				}
+				s.out = append(s.out, outEffect{t: tg, key: key, body: body, suffix: suffix, group: group})
 			}
 			if len(s.out) == 1 {
 				t.body = s.out[0].body // kept as the result for replies
@@ -487,7 +517,18 @@ func (g *gate) defaultBody(t *Trigger) ([]byte, error) {
 func (g *gate) chooseRoute(ctx context.Context, t *Trigger) bool {
 	s := g.state(t)
 	chosen := ""
+	if g.closing(t) {
+		// A resolve goes where its firing went (lifecycle.go).
+		var err error
+		if chosen, err = g.firingRoute(ctx, t); err != nil {
+			t.decide(nak(t.keyRef(), 0, fmt.Errorf("reading the firing's route: %w", err)))
+			return false
+		}
+	}
 	for _, r := range g.mile.routes {
+		if g.closing(t) {
+			break
+		}
 		ok := true
 		if r.when != nil {
 			var err error
@@ -559,9 +600,25 @@ func (g *gate) mileEffects(ctx context.Context, ts []*Trigger) {
 				t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
 				return
 			}
+			if g.resolvedFirst(ctx, t) {
+				return // its resolve went out: nothing more is sent (lifecycle.go)
+			}
 			e := sink.Effect{Key: o.key.String(), Pipeline: g.pipeline, Step: g.stepName, Body: o.body, SubjectSuffix: o.suffix}
 			if o.t.oneShot && o.t.name != "" {
 				e.Header = map[string]string{HeaderEffect: o.t.name, HeaderIntent: t.intent.String()}
+			}
+			if o.group != "" {
+				if e.Header == nil {
+					e.Header = map[string]string{}
+				}
+				e.Header[sink.DigestHeader] = o.group
+			}
+			if o.t.oneShot && g.ordered() {
+				// The dispatcher orders the entries again (lifecycle.go).
+				if e.Header == nil {
+					e.Header = map[string]string{}
+				}
+				e.Header[HeaderIdentity], e.Header[HeaderStatus] = s.identity.String(), s.status
 			}
 			var esp trace.Span
 			if t.span != nil {
@@ -584,7 +641,11 @@ func (g *gate) mileEffects(ctx context.Context, ts []*Trigger) {
 				t.decide(dead(t.keyRef(), outcome.ReasonPermanentEffect, effectErr(o.t.name, err)))
 				result = "dead"
 			default:
-				t.decide(nak(t.keyRef(), 0, effectErr(o.t.name, err)))
+				v := nak(t.keyRef(), 0, effectErr(o.t.name, err))
+				if !o.t.oneShot { // an outbox publish that failed is the pipeline's
+					v.schedule = o.t.retry
+				}
+				t.decide(v)
 				result = "retry"
 			}
 			kind := o.t.kind

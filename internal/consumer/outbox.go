@@ -66,6 +66,12 @@ type DispatchStats struct {
 	Parked      int64 // entries parked to wait for an approval
 	NotApproved int64 // dead-lettered: no approval within the approval timeout
 	Failed      int64 // refused for good by the sink, dead-lettered
+	// AfterResolve counts firings' entries not sent: their resolve had
+	// gone out (key.status; lifecycle.go).
+	AfterResolve int64
+	// Unopened counts resolves' entries not sent: their firing's message
+	// was not sent either.
+	Unopened int64
 }
 
 type dispatcher struct {
@@ -108,13 +114,18 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 			return cmp.Or(t.msg.Headers().Get(HeaderEffect), g.sinkOf(t)) + " (dispatch)"
 		},
 	}
+	if pg.ordered() {
+		g.dispatchOrder = g.dispatchOrderStage // lifecycle.go
+	}
 	g.build(d.wait)
 	d.gate = g
 	d.src = &source{
 		c: c, name: cfg.Name + "/dispatch", stream: OutboxStream(c.cfg.Stream.Name), durable: Durable(cfg.Name) + "-dispatch",
 		// One send at a time: a crash leaves at most one dispatch claimed
-		// and unrecorded, that is one unknown outcome for a person to check.
-		batch: 1, workers: 1, pull: min(64, cfg.MaxAckPending),
+		// and unrecorded, that is one unknown outcome for a person to
+		// check. A digest gathers the entries sent at once (each of them
+		// of unknown outcome if the dispatcher dies while it goes out).
+		batch: 1, workers: dispatchWorkers(pg, cfg.MaxAckPending), pull: min(64, cfg.MaxAckPending),
 		handle: g.run, config: d.consumerConfig,
 	}
 	if cfg.Effect.ApprovalSubject != "" {
@@ -125,6 +136,16 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 		}
 	}
 	return d
+}
+
+// dispatchWorkers is how many entries the dispatcher of the pipeline
+// whose gate is pg sends at once: one, or with a digest as many as may
+// gather in it.
+func dispatchWorkers(pg *gate, maxAckPending int) int {
+	if pg.mile != nil && pg.mile.digests {
+		return max(1, min(32, maxAckPending))
+	}
+	return 1
 }
 
 func (d *dispatcher) ackWait() time.Duration { return max(d.p.cfg.AckWait, 5*time.Second) }

@@ -112,17 +112,24 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		// claim need not survive one: the ledger may keep it in memory
 		// (see ledger.BeginOptions.Volatile). A one-shot effect's
 		// outbox publish is replayable too; its dispatch claim is not.
-		volatile:   !cfg.HasClass(config.ClassOneShot),
-		maxDeliver: cfg.MaxDeliver,
-		keepEvery:  p.keepEvery,
-		sinkName:   cfg.Effect.Sink,
-		maxResult:  cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, ledger.DefaultMaxResultBytes),
+		//
+		// An ordered pipeline's claims are durable too: the resolve of an
+		// identity reads its firing's lease (lifecycle.go).
+		volatile:    !cfg.HasClass(config.ClassOneShot) && (cfg.Key.Status == "" || cfg.Mode == config.ModeGateWindow),
+		resolveWait: cmp.Or(cfg.Key.ResolveWait, DefaultResolveWait),
+		maxDeliver:  cfg.MaxDeliver,
+		keepEvery:   p.keepEvery,
+		sinkName:    cfg.Effect.Sink,
+		maxResult:   cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, ledger.DefaultMaxResultBytes),
 	}
 	if cfg.Mode != config.ModeGateWindow {
 		if c.opts.Ledger == nil {
 			return nil, at(errors.New("needs a ledger"))
 		}
 		g.ledger = c.opts.Ledger
+	}
+	if cfg.Effect.IsSet() && cfg.Effect.Class != config.ClassOneShot {
+		g.retry = retrySchedule(&cfg.Effect)
 	}
 	if s, ok := c.opts.Sinks[cfg.Name]; ok {
 		g.sink = s

@@ -139,6 +139,21 @@ func Preview(w io.Writer, p *config.Pipeline, payload []byte, headers map[string
 		ti.Answer = nil
 	}
 	targets := p.AllEffects()
+	only := func(r config.Route) []config.NamedEffect {
+		return slices.DeleteFunc(slices.Clone(targets), func(e config.NamedEffect) bool { return !slices.Contains(r.Effects, e.Name) })
+	}
+	if len(p.Routes) > 0 && ti.Status == ResolvedStatus && p.Mode != config.ModeGateWindow {
+		// A resolve takes its firing's recorded route (lifecycle.go),
+		// which only the ledger knows: each route it may be is shown.
+		fmt.Fprintln(w, "  route     a resolve goes where its firing went: its firing's recorded route, read at run time (none recorded: nothing sent)")
+		for _, r := range p.Routes {
+			fmt.Fprintf(w, "  if its firing took %s → %s\n", r.Name, strings.Join(r.Effects, " + "))
+			if err := renderEffects(w, p, ti, payload, r.Name, only(r), fail); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	route := ""
 	if len(p.Routes) > 0 {
 		vars := cond.NewVars(ti)
@@ -162,8 +177,14 @@ func Preview(w io.Writer, p *config.Pipeline, payload []byte, headers map[string
 		r := p.Routes[chosen]
 		route = r.Name
 		fmt.Fprintf(w, "  route     %s → %s\n", r.Name, strings.Join(r.Effects, " + "))
-		targets = slices.DeleteFunc(targets, func(e config.NamedEffect) bool { return !slices.Contains(r.Effects, e.Name) })
+		targets = only(r)
 	}
+	return renderEffects(w, p, ti, payload, route, targets, fail)
+}
+
+// renderEffects writes the rendered request of each of targets, the
+// effects of route.
+func renderEffects(w io.Writer, p *config.Pipeline, ti tmpl.Input, payload []byte, route string, targets []config.NamedEffect, fail func(string, error) error) error {
 	ik, _ := dedupe.ParseKey(ti.Key)
 	for _, e := range targets {
 		path := fmt.Sprintf("pipelines[%s].effect", p.Name)

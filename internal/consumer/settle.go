@@ -72,8 +72,12 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 		if d <= 0 {
 			// A plain NAK is redelivered at once; the server's BackOff
 			// only paces ack timeouts. So the delay is set here, from the
-			// same schedule.
-			d = s.retryDelay(int(deliveries))
+			// same schedule, or a failed effect's own.
+			if v.schedule != nil {
+				d = v.schedule(max(int(v.attempts), 1))
+			} else {
+				d = s.retryDelay(int(deliveries))
+			}
 			if s.n != nil {
 				s.n.retries.Add(1)
 			}

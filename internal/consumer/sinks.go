@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -40,10 +41,17 @@ func NewSink(js jetstream.Publisher, path string, e *config.Effect) (sink.Sink, 
 		opts := sink.HTTPOptions{
 			URL: sec.URL, Method: e.Method, Header: h, OneShot: e.Class == config.ClassOneShot,
 			SecretURL: e.URLEnv != "" || e.URLFile != "",
+			Backoff:   e.Retry.Backoff, MaxBackoff: e.Retry.MaxBackoff,
+			RateLimit: sink.RateLimit{Requests: e.RateLimit.Requests, Per: e.RateLimit.Per},
 		}
 		switch e.Preset {
 		case config.PresetPagerDuty:
 			opts.BodyFields = map[string]string{"routing_key": sec.RoutingKey}
+			opts.Coalesce = sink.CoalescePagerDuty
+		case config.PresetSlack:
+			if e.Digest.Window > 0 {
+				opts.Digest = &sink.Digest{Window: e.Digest.Window, Merge: sink.MergeSlack}
+			}
 		case config.PresetJira:
 			h["Authorization"] = "Basic " + base64.StdEncoding.EncodeToString([]byte(sec.User+":"+sec.Token))
 			if u, err := url.Parse(opts.URL); err == nil && strings.Trim(u.Path, "/") == "" {
@@ -83,4 +91,17 @@ func jsonContent(h map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// retrySchedule is an effect's retry schedule (config.EffectRetry), with
+// the defaults for an effect built in Go without them.
+func retrySchedule(e *config.Effect) func(n int) time.Duration {
+	r := e.Retry
+	if r.Backoff <= 0 {
+		r.Backoff = config.DefaultEffectBackoff
+	}
+	if r.MaxBackoff <= 0 {
+		r.MaxBackoff = max(config.DefaultEffectMaxBackoff, r.Backoff)
+	}
+	return r.Delay
 }

@@ -23,12 +23,16 @@ type PipelineStats struct {
 	Stale            int64 // commits refused because another worker took over
 	Filtered         int64 // acked because the pipeline's when: condition was false
 	StepsSkipped     int64 // model steps not run because skip_when held (a resolve)
+	// AfterResolve counts firings (of Effects: committed with that
+	// decision) whose effects were not sent, or not all of them, because
+	// the resolve of their identity had gone out first (key.status).
+	AfterResolve int64
 }
 
 type pipelineCounters struct {
 	deliveries, effects, dupWindow, dupLedger, dupStream atomic.Int64
 	held, retries, dead, takenOver, modelCalls, stale    atomic.Int64
-	filtered, skipped                                    atomic.Int64
+	filtered, skipped, afterResolve                      atomic.Int64
 }
 
 func (c *pipelineCounters) snapshot(name string) PipelineStats {
@@ -38,5 +42,6 @@ func (c *pipelineCounters) snapshot(name string) PipelineStats {
 		DuplicatesStream: c.dupStream.Load(), Held: c.held.Load(), Retries: c.retries.Load(),
 		DeadLetters: c.dead.Load(), TakenOver: c.takenOver.Load(), ModelCalls: c.modelCalls.Load(),
 		Stale: c.stale.Load(), Filtered: c.filtered.Load(), StepsSkipped: c.skipped.Load(),
+		AfterResolve: c.afterResolve.Load(),
 	}
 }

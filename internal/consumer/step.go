@@ -33,9 +33,12 @@ type step struct {
 	version  string // changes whenever the prompt or the model parameters do
 	budget   int64
 	limits   []llmcache.SpendLimit // the pipeline's spend limit, if any
-	waitOver bool                  // over_budget: wait
-	timeout  time.Duration
-	client   *openai.Client
+	// completion is what a call reserves for its answer from the spend
+	// limit when the step sets no max_tokens: the model's output limit.
+	completion int64
+	waitOver   bool // over_budget: wait
+	timeout    time.Duration
+	client     *openai.Client
 	// schema validates a structured answer; nil without step.schema.
 	schema   *jsonschema.Schema
 	attempts int // calls for one structured answer
@@ -120,6 +123,9 @@ func newStep(c *Consumer, p *config.Pipeline) (*step, error) {
 	s.waitOver = p.Step.OverBudget == config.OverBudgetWait
 	if p.Step.MaxBudget > 0 {
 		s.limits = []llmcache.SpendLimit{{Name: "pipeline:" + p.Name, Max: p.Step.MaxBudget, Period: time.Duration(p.Step.BudgetDuration)}}
+		if pr, ok := c.cfg.LLM.PriceOf(s.model); ok {
+			s.completion = pr.MaxOutputTokens
+		}
 	}
 	return s, nil
 }
@@ -229,7 +235,7 @@ func (s *step) call(ctx context.Context, k dedupe.Key, req openai.ChatCompletion
 	call := llmcache.Call{
 		Namespace: s.pipeline, Step: s.cfg.Name, Intent: k.String(), KeyByIntent: true,
 		Template: &llmcache.Template{Name: s.pipeline + "/" + s.cfg.Name, Version: s.version, Input: input},
-		Budget:   s.budget, Limits: s.limits,
+		Budget:   s.budget, Limits: s.limits, CompletionTokens: s.completion,
 	}
 	ctx, cancel := context.WithTimeout(llmcache.WithCall(ctx, call), s.timeout)
 	defer cancel()

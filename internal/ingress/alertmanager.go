@@ -237,3 +237,19 @@ func fingerprint(labels map[string]string) string {
 	}
 	return ls.Fingerprint().String()
 }
+
+// SplitAlertmanager turns one Alertmanager notification (the body of its
+// webhook, several alerts per group) into the triggers the ingress
+// publishes for it, one per alert, in order: what `config check -sample`
+// previews. A body that is not a notification is an error.
+func SplitAlertmanager(body []byte) ([][]byte, error) {
+	ts, err := splitAlerts(body)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(ts))
+	for i, t := range ts {
+		out[i] = t.body
+	}
+	return out, nil
+}

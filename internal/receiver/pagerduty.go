@@ -4,9 +4,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -20,12 +22,16 @@ import (
 // (objects with src); a body of at most 512 KB — and answers as PagerDuty
 // does: 202 {"status":"success","message":"Event processed","dedup_key"};
 // 400 {"status":"invalid event","message":"Event object is invalid",
-// "errors":[...]}; 429 with Retry-After when told to (Fail).
+// "errors":[...]}; 429 with Retry-After when told to (Fail) or past its
+// quota (Limit: PagerDuty takes about 120 events a minute per routing
+// key); 500 during an outage (FailFor).
 //
 // It keeps PagerDuty's alert state by dedup_key: a trigger opens an alert
 // or adds to the open one; a resolve closes the open alert, and one for a
 // dedup_key with no open alert is dropped (accepted and counted, as
-// PagerDuty drops it).
+// PagerDuty drops it). A trigger accepted for a dedup_key after a resolve
+// of it is counted apart (PagerDutyStats.AfterResolve): it re-opens an
+// incident its alert had closed.
 type PagerDuty struct {
 	// RoutingKey is the integration key events must carry.
 	RoutingKey string
@@ -38,17 +44,30 @@ type PagerDuty struct {
 	resolved int            // alerts resolved
 	dropped  int            // resolves or acknowledges with no open alert
 	refused  int
+	resolves map[string]bool // dedup_keys a resolve was accepted for
+	after    int             // triggers accepted after a resolve of their dedup_key
+	held     map[string]bool // HoldTriggers
 }
 
 // PagerDutyEvent is an event PagerDuty accepted.
 type PagerDutyEvent struct {
 	Request
 	Action, DedupKey, Summary, Severity, Source string
+	At                                          time.Time // when it was accepted
 }
 
 // NewPagerDuty returns the Events API v2 for the integration key routingKey.
 func NewPagerDuty(routingKey string) *PagerDuty {
-	return &PagerDuty{RoutingKey: routingKey, open: map[string]int{}}
+	return &PagerDuty{RoutingKey: routingKey, open: map[string]int{}, resolves: map[string]bool{}, held: map[string]bool{}}
+}
+
+// HoldTriggers answers 500 to every trigger event for dedupKey until a
+// resolve of it is accepted: a firing whose page keeps failing until
+// after its resolve went out, the race that re-opens an incident.
+func (p *PagerDuty) HoldTriggers(dedupKey string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held[dedupKey] = true
 }
 
 var pdSeverities = []string{"critical", "error", "warning", "info"}
@@ -166,6 +185,20 @@ func (p *PagerDuty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.invalid(w, errs...)
 		return
 	}
+	p.mu.Lock()
+	held := action == "trigger" && p.held[dedup]
+	if held {
+		p.faults.mu.Lock()
+		p.faulted++
+		p.faults.mu.Unlock()
+	}
+	p.mu.Unlock()
+	if held {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `{"status":"error","message":"held until its resolve"}`)
+		return
+	}
 	if dedup == "" {
 		var b [16]byte
 		rand.Read(b[:])
@@ -173,6 +206,7 @@ func (p *PagerDuty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.DedupKey = dedup
 	}
 	p.mu.Lock()
+	ev.At = time.Now()
 	p.events = append(p.events, ev)
 	switch action {
 	case "trigger":
@@ -180,7 +214,12 @@ func (p *PagerDuty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.opened++
 		}
 		p.open[dedup]++
+		if p.resolves[dedup] {
+			p.after++
+		}
 	case "resolve":
+		p.resolves[dedup] = true
+		delete(p.held, dedup)
 		if _, ok := p.open[dedup]; ok {
 			delete(p.open, dedup)
 			p.resolved++
@@ -206,13 +245,18 @@ type PagerDutyStats struct {
 	Dropped            int // resolves or acknowledges with no open alert
 	Open               int // alerts open now
 	Refused            int // 400s
+	// AfterResolve counts triggers accepted for a dedup_key after a
+	// resolve of it: a firing that landed after its own resolve.
+	AfterResolve int
+	Throttled    int // 429s past the quota (Limit): events PagerDuty would drop
 }
 
 // Stats returns the counts so far.
 func (p *PagerDuty) Stats() PagerDutyStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := PagerDutyStats{Opened: p.opened, Resolved: p.resolved, Dropped: p.dropped, Open: len(p.open), Refused: p.refused}
+	s := PagerDutyStats{Opened: p.opened, Resolved: p.resolved, Dropped: p.dropped, Open: len(p.open), Refused: p.refused,
+		AfterResolve: p.after, Throttled: p.Throttled()}
 	for _, e := range p.events {
 		switch e.Action {
 		case "trigger":

@@ -28,13 +28,21 @@ import (
 // maxBody bounds what a receiver reads of a request.
 const maxBody = 1 << 20
 
-// faults answers the next requests with a scripted status instead of
-// handling them.
+// faults answers requests with a scripted status instead of handling
+// them: the next n (Fail), all of them for a while (FailFor), or those
+// past a quota (Limit), as a provider's rate limit answers them.
 type faults struct {
-	mu     sync.Mutex
-	next   []int
-	after  time.Duration // Retry-After of a 429
-	served int
+	mu      sync.Mutex
+	next    []int
+	after   time.Duration // Retry-After of a 429
+	until   time.Time     // FailFor's outage ends
+	status  int           // FailFor's answer
+	faulted int           // scripted answers given
+
+	limit     int           // Limit's quota; 0: none
+	per       time.Duration // Limit's window
+	sent      []time.Time   // the requests let through in the window
+	throttled int           // requests answered 429 for the quota
 }
 
 // Fail makes the next n requests answer status (a 429 with Retry-After:
@@ -48,17 +56,70 @@ func (f *faults) Fail(n, status int, retryAfter time.Duration) {
 	f.after = retryAfter
 }
 
+// FailFor makes every request answer status for d from now: an outage.
+func (f *faults) FailFor(d time.Duration, status int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.until, f.status = time.Now().Add(d), status
+}
+
+// Limit sets a quota, as a provider's rate limit: a request past n in any
+// window of per is answered 429, with a Retry-After of the whole seconds
+// until the oldest request in the window leaves it, and is not handled.
+// Requests answered 429 do not count against the quota. n = 0 lifts it.
+func (f *faults) Limit(n int, per time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limit, f.per, f.sent = n, per, nil
+}
+
+// Faulted returns how many requests were answered with a scripted status
+// (Fail, FailFor), the quota's 429s not included.
+func (f *faults) Faulted() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.faulted
+}
+
+// Throttled returns how many requests were answered 429 past the quota
+// (Limit): requests the provider would have dropped.
+func (f *faults) Throttled() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.throttled
+}
+
 // fault writes a scripted answer and reports whether it did.
 func (f *faults) fault(w http.ResponseWriter, body string) bool {
+	now := time.Now()
 	f.mu.Lock()
-	if len(f.next) == 0 {
-		f.mu.Unlock()
+	var status int
+	after := f.after
+	switch {
+	case len(f.next) > 0:
+		status = f.next[0]
+		f.next = f.next[1:]
+		f.faulted++
+	case now.Before(f.until):
+		status = f.status
+		f.faulted++
+	case f.limit > 0:
+		i := 0
+		for i < len(f.sent) && now.Sub(f.sent[i]) >= f.per {
+			i++
+		}
+		f.sent = f.sent[i:]
+		if len(f.sent) < f.limit {
+			f.sent = append(f.sent, now)
+			break
+		}
+		status, after = http.StatusTooManyRequests, f.sent[0].Add(f.per).Sub(now)
+		f.throttled++
+	}
+	f.mu.Unlock()
+	if status == 0 {
 		return false
 	}
-	status := f.next[0]
-	f.next = f.next[1:]
-	after := f.after
-	f.mu.Unlock()
 	if status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", strconv.Itoa(int((after+time.Second-1)/time.Second)))
 	}

@@ -19,7 +19,11 @@
 //     Duplicates window drops a repeat; a PubAck marked duplicate is a
 //     success with [Result.Duplicate] set.
 //   - [HTTP] sends with Idempotency-Key = key and retries 408, 409, 425,
-//     429, 5xx and network errors with backoff within one call.
+//     429, 5xx and network errors with backoff within one call. With a
+//     [RateLimit] it keeps within the receiver's quota, waiting for room
+//     and waiting out a 429's Retry-After, and collapses what the receiver
+//     would collapse ([HTTPOptions.Coalesce]); with a [Digest] it sends
+//     the effects of one group as one request.
 //   - [File] writes Dir/<key>.json whole or not at all; the same content
 //     again is a duplicate, other content is [ErrKeyConflict].
 //

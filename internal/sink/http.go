@@ -99,6 +99,44 @@ type HTTPOptions struct {
 	// SecretURL says the URL itself is a secret (a Slack incoming webhook
 	// URL): errors name only its scheme and host. The default is false.
 	SecretURL bool
+
+	// RateLimit holds the requests within the receiver's quota: each
+	// Deliver waits for room instead of being refused, and a 429 pauses
+	// every request until its Retry-After and is tried again without
+	// spending an attempt (up to maxThrottled times). The default is no
+	// limit: a 429 is an attempt like a 5xx.
+	RateLimit RateLimit
+
+	// Coalesce returns the key under which requests waiting for room in
+	// the RateLimit collapse: a Deliver whose body has the key of one
+	// already waiting sends nothing, and returns that one's outcome (its
+	// Result with Duplicate set). It is for what the receiver would
+	// collapse anyway, such as PagerDuty's repeated triggers of one
+	// dedup_key ([CoalescePagerDuty]). "" never coalesces. The default is
+	// nil: none.
+	Coalesce func(body []byte) string
+
+	// Digest gathers the effects of one group (named by their
+	// DigestHeader) into one request. The default is nil: none.
+	Digest *Digest
+}
+
+// maxThrottled bounds the 429s one Deliver of a rate-limited sink waits
+// out before it gives up with a retryable error.
+const maxThrottled = 20
+
+// CoalescePagerDuty is the pagerduty preset's [HTTPOptions.Coalesce]: a
+// trigger event's dedup_key (PagerDuty adds a repeated trigger to the
+// alert the first opened), "" for any other event.
+func CoalescePagerDuty(body []byte) string {
+	var ev struct {
+		Action string `json:"event_action"`
+		Dedup  string `json:"dedup_key"`
+	}
+	if json.Unmarshal(body, &ev) != nil || ev.Action != "trigger" {
+		return ""
+	}
+	return ev.Dedup
 }
 
 // HTTP sends each effect as an HTTP request with the intent key as
@@ -125,6 +163,9 @@ type HTTP struct {
 	userAgent  string
 	bodyFields map[string]string
 	secrets    []string // values errors must not show
+	limit      *limiter // nil without a RateLimit
+	coalesce   func([]byte) string
+	digest     *digests // nil without a Digest
 
 	// wait blocks for d or until ctx is done; tests replace it.
 	wait func(ctx context.Context, d time.Duration) error
@@ -155,6 +196,8 @@ func NewHTTP(opts HTTPOptions) (*HTTP, error) {
 		maxBackoff: cmp.Or(opts.MaxBackoff, 10*time.Second),
 		maxBody:    cmp.Or(opts.MaxResponseBytes, MaxResultBytes),
 		wait:       wait,
+		limit:      newLimiter(opts.RateLimit),
+		coalesce:   opts.Coalesce,
 	}
 	if s.oneShot {
 		s.attempts = 1
@@ -171,6 +214,13 @@ func NewHTTP(opts HTTPOptions) (*HTTP, error) {
 		return nil, optionsError("http", "negative Timeout, Attempts, Backoff, MaxBackoff or MaxResponseBytes")
 	case s.backoff > s.maxBackoff:
 		return nil, optionsError("http", "Backoff %v is over MaxBackoff %v", s.backoff, s.maxBackoff)
+	case opts.RateLimit.Requests < 0, opts.RateLimit.Per < 0, opts.RateLimit.MaxWait < 0:
+		return nil, optionsError("http", "negative RateLimit")
+	case opts.Digest != nil && (opts.Digest.Window <= 0 || opts.Digest.Merge == nil):
+		return nil, optionsError("http", "a Digest needs a positive Window and Merge")
+	}
+	if opts.Digest != nil {
+		s.digest = &digests{Digest: *opts.Digest, open: map[string]*digestBatch{}}
 	}
 	for k, v := range opts.Header {
 		if err := checkHeader(k, v); err != nil {
@@ -208,7 +258,12 @@ func (s *HTTP) Deliver(ctx context.Context, e Effect) (Result, error) {
 		return Result{}, err
 	}
 	h := make(http.Header, len(e.Header)+len(s.header)+4)
+	group := ""
 	for k, v := range e.Header {
+		if strings.EqualFold(k, DigestHeader) {
+			group = v
+			continue
+		}
 		if err := checkHeader(k, v); err != nil {
 			return Result{}, &Error{Sink: "http", Key: e.Key, Err: err}
 		}
@@ -232,16 +287,80 @@ func (s *HTTP) Deliver(ctx context.Context, e Effect) (Result, error) {
 		}
 	}
 
+	if s.digest != nil && group != "" {
+		return s.deliverDigest(ctx, e, group, func(ctx context.Context, body []byte) (Result, error) {
+			return s.deliverBody(ctx, e.Key, h, body)
+		})
+	}
+	return s.deliverBody(ctx, e.Key, h, body)
+}
+
+// deliverBody sends body, through the rate limit if the sink has one.
+func (s *HTTP) deliverBody(ctx context.Context, key string, h http.Header, body []byte) (Result, error) {
+	if s.limit == nil {
+		return s.send(ctx, key, h, body, nil)
+	}
+	q := &queued{done: make(chan struct{})}
+	ckey := ""
+	if s.coalesce != nil {
+		ckey = s.coalesce(body)
+	}
+	if w := s.limit.join(ckey, q); w != nil {
+		// Another request with the key waits for room: the receiver would
+		// collapse this one into it.
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return Result{}, &Error{Sink: "http", Key: key, Retryable: true, Err: fmt.Errorf("waiting for a request it coalesced with: %w", ctx.Err())}
+		}
+		if w.err != nil {
+			return w.res, w.err
+		}
+		res := w.res
+		res.Duplicate = true
+		return res, nil
+	}
+	defer close(q.done)
+	q.res, q.err = s.send(ctx, key, h, body, func() { s.limit.leave(ckey, q) })
+	return q.res, q.err
+}
+
+// send makes the attempts of one Deliver; with a rate limit, each waits
+// for room first, and going calls left once the first is on its way.
+func (s *HTTP) send(ctx context.Context, key string, h http.Header, body []byte, going func()) (Result, error) {
 	var res Result
+	started := time.Now()
+	throttled := 0
 	for attempt := 1; ; attempt++ {
+		if s.limit != nil {
+			err := s.limit.reserve(ctx, started)
+			if going != nil {
+				going()
+				going = nil
+			}
+			if err != nil {
+				if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+					err = fmt.Errorf("waiting for room in the receiver's quota: %w", err)
+				}
+				return res, &Error{Sink: "http", Key: key, Status: res.Status, Retryable: true, Err: err}
+			}
+		}
 		res = Result{Attempts: attempt}
 		retryAfter, err := s.try(ctx, h, body, &res)
 		if err == nil {
 			return res, nil
 		}
+		if s.limit != nil && res.Status == http.StatusTooManyRequests && throttled < maxThrottled {
+			// Past the quota after all: wait out the Retry-After, every
+			// request with this one, and try again; not an attempt.
+			throttled++
+			s.limit.throttled(retryAfter)
+			attempt--
+			continue
+		}
 		serr := &Error{
 			Sink:      "http",
-			Key:       e.Key,
+			Key:       key,
 			Status:    res.Status,
 			Retryable: res.Status == 0 || retryableStatus(res.Status),
 			Err:       fmt.Errorf("attempt %d of %d: %w", attempt, s.attempts, err),

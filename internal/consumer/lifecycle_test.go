@@ -1,0 +1,286 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/standin"
+)
+
+// An alert's lifecycle: its firing and its resolve share an identity
+// (fingerprint + startsAt), and the resolve must never be overtaken.
+
+// pageAll edits the recipe so that every firing is paged, whatever the
+// model's triage: the races below are between a page and its resolve.
+func pageAll(wait time.Duration) func(p *config.Pipeline) {
+	return func(p *config.Pipeline) {
+		p.Routes = []config.Route{{Name: "page", Effects: []string{"pagerduty"}}}
+		p.Key.ResolveWait = wait
+	}
+}
+
+// TestResolveWaitsForItsFiring: the firing's page fails (PagerDuty
+// answers 500 past the sink's own attempts), and the resolve arrives
+// while it is being retried: the resolve waits for the firing's page to
+// go out, then closes the incident it opened. Sent at once, it would be
+// dropped by PagerDuty (no open alert) and the page, retried after it,
+// would open an incident nobody resolves.
+func TestResolveWaitsForItsFiring(t *testing.T) {
+	r := startRecipe(t, standin.Options{}, pageAll(time.Minute))
+	r.pd.Fail(8, 500, 0) // more than one delivery's attempts
+	r.publish("triggers.alerts", amAlert("w1", "page", "firing", 0))
+	waitFor(t, 10*time.Second, "the page failing", func() bool { return r.pd.Faulted() > 0 }, r.fixture)
+	r.publish("triggers.alerts", amAlert("w1", "page", "resolved", 1))
+	waitFor(t, 30*time.Second, "the firing and its resolve settled", func() bool {
+		s := r.stats("alerts")
+		return s.Effects == 2 && r.allAcked("alerts")
+	}, r.fixture)
+	st := r.pd.Stats()
+	var actions []string
+	for _, e := range r.pd.Events() {
+		actions = append(actions, e.Action)
+	}
+	if strings.Join(actions, ",") != "trigger,resolve" || st.Resolved != 1 || st.Open != 0 || st.Dropped != 0 || st.AfterResolve != 0 {
+		t.Errorf("PagerDuty got %v, %+v; want the trigger, then its resolve closing it (none open, none dropped, no trigger after a resolve)", actions, st)
+	}
+}
+
+// TestFiringAfterItsResolveIsDropped forces the race: PagerDuty refuses
+// the firing's page until it has the resolve. The resolve waits for the
+// firing's outcome up to key.resolve_wait, then goes; the firing, retried
+// after it, finds its resolve gone out and is dropped and counted — never
+// sent, so no incident re-opens after its resolve.
+func TestFiringAfterItsResolveIsDropped(t *testing.T) {
+	r := startRecipe(t, standin.Options{}, pageAll(time.Second))
+	r.pd.HoldTriggers(r.identity(t, "race1"))
+	r.publish("triggers.alerts", amAlert("race1", "page", "firing", 0))
+	waitFor(t, 10*time.Second, "the page held", func() bool { return r.pd.Faulted() > 0 }, r.fixture)
+	r.publish("triggers.alerts", amAlert("race1", "page", "resolved", 1))
+	waitFor(t, 30*time.Second, "the firing and its resolve settled", func() bool {
+		return r.stats("alerts").Effects == 2 && r.allAcked("alerts")
+	}, r.fixture)
+	st := r.pd.Stats()
+	if st.Triggers != 0 || st.AfterResolve != 0 || st.Open != 0 || st.Resolves != 1 {
+		t.Errorf("PagerDuty %+v; want no trigger accepted (none after its resolve), nothing open, the one resolve", st)
+	}
+	if s := r.stats("alerts"); s.AfterResolve != 1 || s.DeadLetters != 0 {
+		t.Errorf("stats %+v; want the firing counted as dropped after its resolve, no dead letter", s)
+	}
+}
+
+// TestResolveGoesWhereItsFiringWent: the model's triage sends each firing
+// to PagerDuty or to Slack; its resolve goes to the same receiver, read
+// from the firing's recorded route, and nowhere else. A resolve whose
+// alert never fired here (its firing left no route) sends nothing.
+func TestResolveGoesWhereItsFiringWent(t *testing.T) {
+	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) { p.Key.ResolveWait = time.Second })
+	const n = 12
+	for i := range n {
+		r.publish("triggers.alerts", amAlert(fmt.Sprintf("rt%02d", i), "page", "firing", 0))
+	}
+	waitFor(t, 20*time.Second, "the firings out", func() bool {
+		return r.stats("alerts").Effects == n && len(r.pd.Events())+len(r.slack.Messages()) == n
+	}, r.fixture)
+	paged := map[string]bool{}
+	for _, e := range r.pd.Events() {
+		paged[e.DedupKey] = true
+	}
+	if len(paged) == 0 || len(paged) == n {
+		t.Fatalf("the stand-in found %d of %d firings critical; the test needs both routes", len(paged), n)
+	}
+	for i := range n {
+		r.publish("triggers.alerts", amAlert(fmt.Sprintf("rt%02d", i), "page", "resolved", 1))
+	}
+	r.publish("triggers.alerts", amAlert("never-fired", "page", "resolved", 0))
+	waitFor(t, 20*time.Second, "the resolves settled", func() bool {
+		return r.stats("alerts").Effects == 2*n+1 && r.allAcked("alerts") && r.outboxDone("alerts")
+	}, r.fixture)
+	notes := map[string]int{}
+	for _, m := range r.slack.Messages() {
+		if strings.Contains(m.Text, "Resolved:") {
+			for i := range n {
+				if fp := fmt.Sprintf("rt%02d", i); strings.Contains(m.Text, "db-"+fp) {
+					notes[fp]++
+				}
+			}
+			if strings.Contains(m.Text, "never-fired") {
+				notes["never-fired"]++
+			}
+		}
+	}
+	pdResolves := map[string]int{}
+	for _, e := range r.pd.Events() {
+		if e.Action == "resolve" {
+			pdResolves[e.DedupKey]++
+		}
+	}
+	for i := range n {
+		fp := fmt.Sprintf("rt%02d", i)
+		id := r.identity(t, fp)
+		wantPD, wantSlack := 0, 0
+		if paged[id] {
+			wantPD = 1
+		} else {
+			wantSlack = 1
+		}
+		if pdResolves[id] != wantPD || notes[fp] != wantSlack {
+			t.Errorf("alert %s (paged %v): %d PagerDuty resolves, %d Slack resolve notes; want %d, %d", fp, paged[id], pdResolves[id], notes[fp], wantPD, wantSlack)
+		}
+	}
+	if id := r.identity(t, "never-fired"); pdResolves[id]+notes["never-fired"] != 0 {
+		t.Errorf("an alert first seen resolved: %d PagerDuty resolves, %d Slack notes; want none (its firing went nowhere)", pdResolves[id], notes["never-fired"])
+	}
+	if st := r.pd.Stats(); st.Dropped != 0 || st.Open != 0 {
+		t.Errorf("PagerDuty %+v; want every incident closed, no resolve of an alert never paged", st)
+	}
+}
+
+// TestTriageSetsPageSeverity: the recipe pages the alerts the model
+// triages critical, and the page says so, whatever the alert's own
+// severity label (here "warning").
+func TestTriageSetsPageSeverity(t *testing.T) {
+	r := startRecipe(t, standin.Options{}, nil)
+	const n = 8
+	for i := range n {
+		r.publish("triggers.alerts", amAlert(fmt.Sprintf("sv%02d", i), "warning", "firing", 0))
+	}
+	waitFor(t, 20*time.Second, "the firings out", func() bool {
+		return r.stats("alerts").Effects == n && len(r.pd.Events())+len(r.slack.Messages()) == n
+	}, r.fixture)
+	events := r.pd.Events()
+	if len(events) == 0 {
+		t.Fatal("no alert was triaged critical; the test needs one")
+	}
+	for _, e := range events {
+		if e.Severity != "critical" {
+			t.Errorf("page %s severity %q; want critical, the triage's (the route pages what the model found critical)", e.DedupKey, e.Severity)
+		}
+	}
+}
+
+// outboxDone reports whether the pipeline's dispatcher has sent or
+// settled every entry of its outbox.
+func (f *fixture) outboxDone(pipeline string) bool {
+	cons, err := f.js.Consumer(context.Background(), consumer.OutboxStream("ONCEGATE"), consumer.Durable(pipeline)+"-dispatch")
+	if err != nil {
+		return false
+	}
+	ci, err := cons.Info(context.Background())
+	return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
+}
+
+// TestPagesFastAfterOutage: PagerDuty answers 500 to more requests than
+// one delivery of a page makes (an outage), and the pipeline's ack wait
+// and redelivery backoff are 30s (what paces work whose process stopped):
+// the pages go out soon after PagerDuty is back, on the effect's own
+// retry schedule (effect.retry), not a backoff later. The time from the
+// end of the outage to the last page is reported.
+func TestPagesFastAfterOutage(t *testing.T) {
+	const slow = 30 * time.Second
+	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) {
+		pageAll(time.Minute)(p)
+		p.AckWait, p.Backoff = slow, []time.Duration{slow}
+		// A quota wide enough not to space the outage's retries: this
+		// test is about the retry schedule.
+		e := p.Effects["pagerduty"]
+		e.RateLimit = config.EffectRateLimit{Requests: 50, Per: time.Second}
+		p.Effects["pagerduty"] = e
+	})
+	const n, attempts = 4, 5 // the sink's attempts per delivery
+	r.pd.Fail(n*attempts+1, 500, 0)
+	for i := range n {
+		r.publish("triggers.alerts", amAlert(fmt.Sprintf("out%d", i), "page", "firing", 0))
+	}
+	var back time.Time
+	waitFor(t, slow/2, "PagerDuty back", func() bool {
+		back = time.Now()
+		return r.pd.Faulted() == n*attempts+1
+	}, r.fixture)
+	// Well within the backoff: a page retried only after it would not
+	// make it.
+	waitFor(t, slow/2, "the pages after the outage", func() bool {
+		return r.pd.Stats().Triggers == n
+	}, r.fixture)
+	var last time.Time
+	for _, e := range r.pd.Events() {
+		last = e.At
+	}
+	t.Logf("PagerDuty answered %d requests 500; the last of %d pages arrived %v after it was back (ack_wait and backoff %v)",
+		r.pd.Faulted(), n, last.Sub(back).Round(10*time.Millisecond), slow)
+	if s := r.stats("alerts"); s.DeadLetters != 0 {
+		t.Errorf("stats %+v; want no dead letter: an outage is retried", s)
+	}
+}
+
+// TestStormWithinQuota: a storm of alerts to one routing key, with
+// PagerDuty's quota (120 events a minute, time scaled 60 times: 120 a
+// second) and the preset's rate limit scaled alike: every alert paged
+// once, none refused with a 429 (PagerDuty would have dropped it), every
+// incident open at the end (the last state of each). The time to drain
+// is reported.
+func TestStormWithinQuota(t *testing.T) {
+	const n, quota, per = 300, 120, time.Second
+	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) {
+		pageAll(time.Minute)(p)
+		e := p.Effects["pagerduty"]
+		e.RateLimit = config.EffectRateLimit{Requests: quota, Per: per}
+		p.Effects["pagerduty"] = e
+		p.Concurrency = 64
+	})
+	r.pd.Limit(quota, per)
+	t0 := time.Now()
+	for i := range n {
+		r.publish("triggers.alerts", amAlert(fmt.Sprintf("storm%03d", i), "page", "firing", 0))
+	}
+	waitFor(t, 60*time.Second, "every alert paged", func() bool {
+		return r.stats("alerts").Effects == n && r.allAcked("alerts")
+	}, r.fixture)
+	drain := time.Since(t0)
+	st := r.pd.Stats()
+	t.Logf("%d alerts to one routing key with a quota of %d per %v: drained in %v (the quota allows %v); %d 429s", n, quota, per, drain.Round(10*time.Millisecond), time.Duration(n/quota)*per, st.Throttled)
+	if st.Triggers != n || st.Opened != n || st.Open != n || st.Throttled != 0 {
+		t.Errorf("PagerDuty %+v; want %d triggers, each alert opened once and open, none refused for the quota", st, n)
+	}
+	if s := r.stats("alerts"); s.DeadLetters != 0 {
+		t.Errorf("stats %+v; want no dead letter", s)
+	}
+}
+
+// TestSlackDigest: with a digest on the Slack effect, the alerts of one
+// group sent within its window go out as one Slack message, one line
+// each; each intent is recorded sent. Without it, one message each.
+func TestSlackDigest(t *testing.T) {
+	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) {
+		p.Routes = []config.Route{{Name: "rest", Effects: []string{"slack"}}}
+		e := p.Effects["slack"]
+		e.Digest = config.EffectDigest{Window: time.Second, Group: "{{.trigger.alert.labels.alertname}}"}
+		p.Effects["slack"] = e
+	})
+	const n = 6
+	for i := range n {
+		r.publish("triggers.alerts", amAlert(fmt.Sprintf("dg%02d", i), "page", "firing", 0))
+	}
+	waitFor(t, 20*time.Second, "the digest out", func() bool {
+		return r.stats("alerts").Effects == n && r.allAcked("alerts") && r.outboxDone("alerts")
+	}, r.fixture)
+	msgs := r.slack.Messages()
+	if len(msgs) != 1 {
+		t.Fatalf("%d Slack messages; want 1, the digest of the %d alerts of one group", len(msgs), n)
+	}
+	for i := range n {
+		if !strings.Contains(msgs[0].Text, fmt.Sprintf("db-dg%02d", i)) {
+			t.Errorf("the digest lacks alert dg%02d:\n%s", i, msgs[0].Text)
+		}
+	}
+	if got := strings.Count(msgs[0].Text, "\n") + 1; got != n {
+		t.Errorf("the digest has %d lines; want %d, one per alert", got, n)
+	}
+	if d := r.dispatchStats(); d.Sent != n || d.Unknown != 0 {
+		t.Errorf("dispatch stats %+v; want each of the %d entries sent", d, n)
+	}
+}
