@@ -8,7 +8,8 @@
 // (embedded NATS on loopback, the Badger ledger, the admin operations, the
 // console), the receiver (which counts its effects by Idempotency-Key),
 // and a prober that loads a console page (the dead letters, newest first,
-// then the job's page) one after the other while the redrive runs.
+// the job's page, a filtered list) every -page-every while the redrive
+// runs, as a few people watching it would.
 //
 //  1. The letters: -letters orders published, each refused and
 //     dead-lettered by the consumer (permanent_effect).
@@ -43,6 +44,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -71,6 +73,8 @@ type options struct {
 	committed float64
 	strict    bool
 	keep      bool
+	pageEvery time.Duration
+	profile   string
 }
 
 // Targets.
@@ -104,6 +108,8 @@ func run(args []string) error {
 	fs.Float64Var(&o.committed, "committed", 0.1, "share of the intents done meanwhile by a duplicate")
 	fs.BoolVar(&o.strict, "strict", false, "fail the run when a time target is missed")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
+	fs.DurationVar(&o.pageEvery, "page-every", 250*time.Millisecond, "how often the prober loads a console page while the redrive runs (a few people watching it)")
+	fs.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the redrive to `file`")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -171,7 +177,7 @@ func run(args []string) error {
 		if _, err := js.PublishAsync("triggers.orders", payload); err != nil {
 			return err
 		}
-		if i%4096 == 4095 {
+		if i%1024 == 1023 {
 			<-js.PublishAsyncComplete()
 		}
 	}
@@ -204,6 +210,9 @@ func run(args []string) error {
 		if _, err := js.PublishAsync("triggers.orders", payload); err != nil {
 			return err
 		}
+		if i%1024 == 1023 {
+			<-js.PublishAsyncComplete()
+		}
 	}
 	<-js.PublishAsyncComplete()
 	if err := waitFor(ctx, 10*time.Minute, func() bool { n, err := a.Outstanding(ctx); return err == nil && n == 0 && recv.total() == meanwhile }); err != nil {
@@ -227,7 +236,18 @@ func run(args []string) error {
 	}
 
 	// 4. The redrive, the console's pages timed meanwhile.
-	probe := &prober{base: "http://" + a.ConsoleAddr, job: p.Job.ID}
+	probe := &prober{base: "http://" + a.ConsoleAddr, job: p.Job.ID, every: o.pageEvery}
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	pctx, pstop := context.WithCancel(ctx)
 	var pwg sync.WaitGroup
 	pwg.Go(func() { probe.run(pctx) })
@@ -364,6 +384,7 @@ func (r *receiver) check(keys []string) (none, twice int) {
 // prober loads console pages one after the other, and times them.
 type prober struct {
 	base, job string
+	every     time.Duration
 	mu        sync.Mutex
 	took      []time.Duration
 	errs      atomic.Int64
@@ -371,7 +392,14 @@ type prober struct {
 
 func (p *prober) run(ctx context.Context) {
 	pages := []string{"/dead", "/redrive/" + p.job, "/dead?reason=permanent_effect&text=R-00"}
+	tick := time.NewTicker(p.every)
+	defer tick.Stop()
 	for i := 0; ctx.Err() == nil; i++ {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.base+pages[i%len(pages)], nil)
 		t := time.Now()
 		resp, err := http.DefaultClient.Do(req)

@@ -206,11 +206,14 @@ func (a *Admin) record(ctx context.Context, e AuditEntry) error {
 // wait waits for all of them.
 type auditBatch struct {
 	a       *Admin
+	mu      sync.Mutex
 	futures []jetstream.PubAckFuture
 	entries []AuditEntry
 }
 
 func (b *auditBatch) add(ctx context.Context, e AuditEntry) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	a := b.a
 	if err := a.aud.ensure(ctx); err != nil {
 		a.log.Error("admin: the audit entry could not be written", "err", err, "action", e.Action, "by", e.By, "key", e.Key, "outcome", e.Outcome)
@@ -231,6 +234,8 @@ func (b *auditBatch) add(ctx context.Context, e AuditEntry) {
 // wait waits for the entries written since the last wait; those the
 // stream did not take are written again, one by one.
 func (b *auditBatch) wait(ctx context.Context) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	t := time.NewTimer(auditTimeout)
 	defer t.Stop()
 	for i, f := range b.futures {

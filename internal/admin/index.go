@@ -40,6 +40,9 @@ type index struct {
 
 	refresh sync.Mutex // one refresh at a time
 
+	pendMu  sync.Mutex
+	pending []pendingMark // marks noted, for applyMarks
+
 	mu        sync.RWMutex
 	built     bool
 	fresh     time.Time
@@ -90,11 +93,38 @@ func (x *index) noteAudit(e AuditEntry) {
 	x.mu.Unlock()
 }
 
-// noteMark takes a mark this process wrote into the index at once.
+// noteMark takes a mark this process wrote into the index, at the next
+// page (applyMarks): a bulk redrive's workers do not wait for a page
+// being answered.
 func (x *index) noteMark(stream string, seq uint64, m *Mark) {
+	x.pendMu.Lock()
+	x.pending = append(x.pending, pendingMark{stream, seq, m})
+	x.pendMu.Unlock()
+}
+
+// pendingMark is a mark noted and not applied yet.
+type pendingMark struct {
+	stream string
+	seq    uint64
+	m      *Mark
+}
+
+// applyMarks applies the marks noted since the last time.
+func (x *index) applyMarks() {
+	x.pendMu.Lock()
+	p := x.pending
+	x.pending = nil
+	x.pendMu.Unlock()
+	if len(p) == 0 {
+		return
+	}
 	x.mu.Lock()
-	if s := x.streams[stream]; s != nil {
-		s.marks[seq] = m
+	for _, pm := range p {
+		if s := x.streams[pm.stream]; s != nil {
+			if cur := s.marks[pm.seq]; cur == nil || cur.Generation <= pm.m.Generation {
+				s.marks[pm.seq] = pm.m
+			}
+		}
 	}
 	x.mu.Unlock()
 }
@@ -348,6 +378,7 @@ func (a *Admin) Find(ctx context.Context, r FindRequest) (FindReply, error) {
 	if err := a.index.update(ctx); err != nil {
 		return reply, err
 	}
+	a.index.applyMarks()
 	limit := sel.limit()
 	x := a.index
 	x.mu.RLock()

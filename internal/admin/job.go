@@ -60,8 +60,12 @@ const (
 )
 
 // jobChunk is how many letters a runner takes between records of its
-// progress.
-const jobChunk = 200
+// progress; jobWorkers how many of them it redrives side by side (one at
+// a time under a rate).
+const (
+	jobChunk   = 256
+	jobWorkers = 16
+)
 
 // Job states.
 const (
@@ -327,6 +331,7 @@ func (a *Admin) Preview(ctx context.Context, r PreviewRequest) (PreviewReply, er
 	if err := a.index.update(ctx); err != nil {
 		return reply, err
 	}
+	a.index.applyMarks()
 	streams := a.index.streamNames(sel.Stream)
 	switch {
 	case len(streams) == 0 && sel.Stream != "":
@@ -386,6 +391,7 @@ func (a *Admin) previewRows(ctx context.Context, j *Job, offset, limit int, tota
 // one-shot effect's dispatch) that an earlier letter of the job will
 // redrive is skipped: the ledger finds it committed by then.
 func (a *Admin) evaluate(ctx context.Context, j *Job) ([]RedriveResult, error) {
+	a.index.applyMarks()
 	letters, marks := a.index.chosen(j.Selection, j.Again)
 	out := make([]RedriveResult, 0, len(letters))
 	req := RedriveRequest{Selection: j.Selection, Again: j.Again, UnknownOutcome: j.UnknownOutcome}
@@ -684,46 +690,77 @@ func (a *Admin) run(ctx context.Context, j Job, rev uint64) {
 		if ctx.Err() != nil {
 			return // stopped: the lease runs out and the job is taken over
 		}
+		// A chunk: its letters read in order, redriven side by side (a
+		// letter's redrive is fenced and marked on its own), then
+		// summed up in order and recorded.
 		sel := j.Selection
 		sel.After, sel.Limit = j.Cursor, chunk
 		sel.Unhandled = false
-		renewAt := time.Now().Add(jobRenew)
+		type item struct {
+			d    DeadLetter
+			h    nats.Header
+			data []byte
+			res  RedriveResult
+			err  error
+			skip bool
+		}
+		var items []*item
 		more, _, err := a.scan(ctx, sel, func(d DeadLetter, h nats.Header, data []byte) error {
-			if j.Selection.Unhandled && a.forgottenSince(d.Key, d.Time) {
-				j.Cursor = d.Seq
-				return nil
-			}
-			if tick != nil {
-				select {
-				case <-tick.C:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			res, err := a.redriveOne(ctx, req, j.ID, marks, d, h, data, nil)
-			if err != nil {
-				return fmt.Errorf("dead letter %s %d: %w", d.Stream, d.Seq, err)
-			}
-			if res.Outcome == OutcomeAlreadyRedriven && res.Mark != nil && res.Mark.Job == j.ID {
-				res.Outcome = OutcomeRedriven // by this job, before a takeover
-			} else if res.Outcome == OutcomeAlreadyRedriven && j.Selection.Unhandled {
-				j.Cursor = d.Seq // handled before the preview: not one of the job's
-				return nil
-			}
-			j.Progress.add(&res)
-			if res.Outcome != OutcomeAlreadyRedriven || res.Mark == nil || res.Mark.Job != j.ID {
-				batch.add(ctx, auditOf(&d, &res, req, j.ID))
-			}
-			j.Cursor = d.Seq
-			if time.Now().After(renewAt) {
-				batch.wait(ctx)
-				if !save(false) {
-					return errStop
-				}
-				renewAt = time.Now().Add(jobRenew)
-			}
+			items = append(items, &item{d: d, h: h, data: data, skip: j.Selection.Unhandled && a.forgottenSince(d.Key, d.Time)})
 			return nil
 		})
+		if err == nil {
+			work := make(chan *item)
+			var wg sync.WaitGroup
+			workers := jobWorkers
+			if tick != nil {
+				workers = 1
+			}
+			for range workers {
+				wg.Go(func() {
+					for it := range work {
+						if tick != nil {
+							select {
+							case <-tick.C:
+							case <-ctx.Done():
+								it.err = ctx.Err()
+								continue
+							}
+						}
+						if it.res, it.err = a.redriveOne(ctx, req, j.ID, marks, it.d, it.h, it.data, nil); it.err != nil {
+							it.err = fmt.Errorf("dead letter %s %d: %w", it.d.Stream, it.d.Seq, it.err)
+						}
+					}
+				})
+			}
+			for _, it := range items {
+				if !it.skip {
+					work <- it
+				}
+			}
+			close(work)
+			wg.Wait()
+		}
+		for _, it := range items {
+			if it.err != nil {
+				err = it.err // the letters from it on are taken again
+				break
+			}
+			j.Cursor = it.d.Seq
+			res := it.res
+			switch {
+			case it.skip:
+				continue
+			case res.Outcome == OutcomeAlreadyRedriven && res.Mark != nil && res.Mark.Job == j.ID:
+				res.Outcome = OutcomeRedriven // by this job, before a takeover
+			case res.Outcome == OutcomeAlreadyRedriven && j.Selection.Unhandled:
+				continue // handled before the preview: not one of the job's
+			}
+			j.Progress.add(&res)
+			if it.res.Outcome != OutcomeAlreadyRedriven || res.Mark == nil || res.Mark.Job != j.ID {
+				batch.add(ctx, auditOf(&it.d, &res, req, j.ID))
+			}
+		}
 		batch.wait(context.WithoutCancel(ctx))
 		switch {
 		case ctx.Err() != nil:
