@@ -109,6 +109,9 @@ func TestBulkRedriveInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(`select[name="reason"]`), "permanent_effect"),
 		chromedp.SendKeys(chromedp.CSS("#f-effect"), "http"),
 		chromedp.Click(chromedp.CSS("#show")),
+		// The filtered page: only it has a filter line (the unfiltered
+		// page, loaded before, has none).
+		chromedp.WaitVisible(chromedp.CSS("#filter-line")),
 		chromedp.WaitVisible(chromedp.CSS("#letters")),
 	)
 	if err != nil {
