@@ -284,7 +284,7 @@ func check(expr string, have series) (names []string, problems []string) {
 			return nil
 		}
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName {
+			if m.Name == model.MetricNameLabel {
 				continue
 			}
 			values, known := ls[m.Name]

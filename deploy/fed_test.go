@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
@@ -410,7 +411,7 @@ func (s samples) matching(vs *parser.VectorSelector) []sample {
 	for _, x := range s[vs.Name] {
 		ok := true
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName || slices.Contains(scrapeLabels, m.Name) || m.Type == labels.MatchRegexp && m.Value == ".*" {
+			if m.Name == model.MetricNameLabel || slices.Contains(scrapeLabels, m.Name) || m.Type == labels.MatchRegexp && m.Value == ".*" {
 				continue
 			}
 			ok = ok && m.Matches(x.labels[m.Name])
@@ -427,7 +428,7 @@ func (s samples) matching(vs *parser.VectorSelector) []sample {
 func selectorString(vs *parser.VectorSelector) string {
 	var ms []string
 	for _, m := range vs.LabelMatchers {
-		if m.Name == labels.MetricName || slices.Contains(scrapeLabels, m.Name) || m.Type == labels.MatchRegexp && m.Value == ".*" {
+		if m.Name == model.MetricNameLabel || slices.Contains(scrapeLabels, m.Name) || m.Type == labels.MatchRegexp && m.Value == ".*" {
 			continue
 		}
 		ms = append(ms, m.String())

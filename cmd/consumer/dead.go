@@ -95,7 +95,7 @@ func (s *selectFlags) selection(args []string, now time.Time) (admin.Selection, 
 		}
 		t, err := admin.ParseTime(w.v, now)
 		if err != nil {
-			return sel, usageError{fmt.Errorf("%s %q: %v", w.flag, w.v, err)}
+			return sel, usageError{fmt.Errorf("%s %q: %w", w.flag, w.v, err)}
 		}
 		*w.dst = t
 	}

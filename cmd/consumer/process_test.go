@@ -51,7 +51,7 @@ func consumerBinary(t *testing.T) string {
 		binPath = filepath.Join(dir, "consumer")
 		out, err := exec.Command("go", "build", "-tags", "oncegate_faults", "-o", binPath, ".").CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

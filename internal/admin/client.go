@@ -50,7 +50,7 @@ func call[Rep any](ctx context.Context, c *Client, ep string, req any) (Rep, err
 		// A publish the server's permissions deny gets no answer; the
 		// server says why on the connection.
 		if last := c.nc.LastError(); last != nil && strings.Contains(strings.ToLower(last.Error()), "permissions violation") {
-			return rep, fmt.Errorf("admin: %s: %w (%v)", ep, err, last)
+			return rep, fmt.Errorf("admin: %s: %w (%w)", ep, err, last)
 		}
 		return rep, fmt.Errorf("admin: %s: %w", ep, err)
 	}

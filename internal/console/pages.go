@@ -307,12 +307,12 @@ func (f filterForm) selection(now time.Time) (admin.Selection, error) {
 	var err error
 	if f.From != "" {
 		if sel.Since, err = admin.ParseTime(f.From, now); err != nil {
-			return sel, fmt.Errorf("%w: from %q: %v", admin.ErrBadRequest, f.From, err)
+			return sel, fmt.Errorf("%w: from %q: %w", admin.ErrBadRequest, f.From, err)
 		}
 	}
 	if f.To != "" {
 		if sel.Until, err = admin.ParseTime(f.To, now); err != nil {
-			return sel, fmt.Errorf("%w: to %q: %v", admin.ErrBadRequest, f.To, err)
+			return sel, fmt.Errorf("%w: to %q: %w", admin.ErrBadRequest, f.To, err)
 		}
 	}
 	return sel, nil

@@ -172,7 +172,7 @@ func readNotification(body []byte) (notification, error) {
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
 		return n, errNotAlertmanager
 	}
-	if _, err := dec.ReadToken(); err != io.EOF {
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return n, errNotAlertmanager
 	}
 	return n, nil

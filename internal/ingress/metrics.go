@@ -1,8 +1,6 @@
 package ingress
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -90,11 +88,4 @@ func newMetrics(reg prometheus.Registerer, sources []string) (*metrics, error) {
 		}
 	}
 	return m, nil
-}
-
-func (m *metrics) answered(source string, o Outcome, took time.Duration) {
-	m.requests.WithLabelValues(source, string(o)).Inc()
-	if source != unknownSource {
-		m.latency.WithLabelValues(source).Observe(took.Seconds())
-	}
 }

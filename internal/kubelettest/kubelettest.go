@@ -47,7 +47,6 @@ func Volume(dir string, files []File, defaultMode fs.FileMode, fsGroup int) (asK
 		return false, err
 	}
 	top := map[string]bool{}
-	var paths []string
 	for _, f := range files {
 		if f.Path == "" || filepath.IsAbs(f.Path) || strings.HasPrefix(f.Path, "..") {
 			return false, fmt.Errorf("kubelettest: bad path %q", f.Path)
@@ -66,7 +65,6 @@ func Volume(dir string, files []File, defaultMode fs.FileMode, fsGroup int) (asK
 		if err := os.Chmod(p, mode); err != nil {
 			return false, err
 		}
-		paths = append(paths, p)
 		top[strings.SplitN(filepath.ToSlash(f.Path), "/", 2)[0]] = true
 	}
 	if fsGroup >= 0 {

@@ -137,7 +137,7 @@ func hold(ctx context.Context, l Ledger, key dedupe.Key, lease Lease, d time.Dur
 			}
 		}
 	}()
-	res, err, panicked := run(wctx, fn)
+	res, panicked, err := run(wctx, fn)
 	close(done)
 	token = <-renewed
 	bg := context.WithoutCancel(ctx)
@@ -192,12 +192,12 @@ func hold(ctx context.Context, l Ledger, key dedupe.Key, lease Lease, d time.Dur
 type panicValue struct{ value any }
 
 // run calls fn, and reports a panic of it instead of letting it go by.
-func run(ctx context.Context, fn func(ctx context.Context) (dedupe.Result, error)) (res dedupe.Result, err error, p *panicValue) {
+func run(ctx context.Context, fn func(ctx context.Context) (dedupe.Result, error)) (res dedupe.Result, p *panicValue, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			p = &panicValue{r}
 		}
 	}()
 	res, err = fn(ctx)
-	return res, err, nil
+	return res, nil, err
 }

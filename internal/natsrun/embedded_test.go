@@ -241,7 +241,7 @@ func TestStartEmbeddedListen(t *testing.T) {
 			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
 				t.Fatalf("StartEmbedded(Listen %q) error = %v; want %v", tt.listen, err, tt.wantErr)
 			}
-			if tt.wantErr == natsrun.ErrNotLoopback && !strings.Contains(err.Error(), "no authentication") {
+			if errors.Is(tt.wantErr, natsrun.ErrNotLoopback) && !strings.Contains(err.Error(), "no authentication") {
 				t.Errorf("StartEmbedded(Listen %q) error = %v; want it to say the server has no authentication", tt.listen, err)
 			}
 		})

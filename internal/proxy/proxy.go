@@ -370,7 +370,7 @@ func intentOf(r *http.Request, client string) (string, error) {
 	}
 	k, err := dedupe.ClientKey(v, "oncegate-proxy", client)
 	if err != nil {
-		return "", fmt.Errorf("The %s header is not an intent: %v", name, err)
+		return "", fmt.Errorf("The %s header is not an intent: %w", name, err) //nolint:staticcheck // ST1005: a sentence of the error sent to the client
 	}
 	return k.String(), nil
 }

@@ -125,7 +125,7 @@ func (s *JetStream) Close() error { return nil }
 func (s *JetStream) expand(e Effect) (string, error) {
 	if e.SubjectSuffix != "" {
 		if err := checkSubject(e.SubjectSuffix); err != nil {
-			return "", fmt.Errorf("subject suffix %q: %v", e.SubjectSuffix, err)
+			return "", fmt.Errorf("subject suffix %q: %w", e.SubjectSuffix, err)
 		}
 	}
 	if !strings.Contains(s.subject, "{") {

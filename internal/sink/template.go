@@ -261,7 +261,7 @@ func (t *Template) Render(data map[string]any) (body []byte, suffix string, err 
 		}
 		suffix = strings.TrimSpace(string(b))
 		if err := checkSubject(suffix); err != nil {
-			return nil, "", &tmpl.Error{Name: t.name + ".subject_suffix", Err: fmt.Errorf("%q is not subject tokens: %v", suffix, err)}
+			return nil, "", &tmpl.Error{Name: t.name + ".subject_suffix", Err: fmt.Errorf("%q is not subject tokens: %w", suffix, err)}
 		}
 	}
 	return body, suffix, nil

@@ -291,7 +291,7 @@ func TestHostile(t *testing.T) {
 			if e.Offset != tt.offset {
 				t.Errorf("Append(%s) error offset = %d (%v); want %d", tt.name, e.Offset, err, tt.offset)
 			}
-			if e.Err != tt.err {
+			if e.Err != tt.err { //nolint:errorlint // the sentinel itself, not an error wrapping it
 				t.Errorf("Append(%s) error.Err = %v; want the sentinel %v", tt.name, e.Err, tt.err)
 			}
 			if len(got) != 0 {

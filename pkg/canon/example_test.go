@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/oncegate/oncegate/pkg/canon"
 )
@@ -56,7 +57,7 @@ func ExampleNew() {
 }
 
 func ExampleAppendFloat() {
-	for _, f := range []float64{1e21, 1e20, 1e-7, 0.000001, 333333333.33333329, -0.0} {
+	for _, f := range []float64{1e21, 1e20, 1e-7, 0.000001, 333333333.33333329, math.Copysign(0, -1)} {
 		b, _ := canon.AppendFloat(nil, f)
 		fmt.Println(string(b))
 	}

@@ -502,7 +502,7 @@ func TestHeldAnswerSurvivesRestart(t *testing.T) {
 	url := model.URL + "/v1"
 
 	so := jsstore.Options{Bucket: "held", Timeout: time.Second}
-	co := llmcache.Options{StoreRetry: time.Nanosecond}
+	co := llmcache.Options{StoreRetry: time.Nanosecond} //nolint:staticcheck // the deprecated option must still be taken, and bound nothing
 	c := openCache(t, connect(t, s.ClientURL(), nats.ReconnectBufSize(-1)), so, co)
 	req := triage("Certificate for api.example.com expires in 2 days")
 	ask := func(c *llmcache.Cache, when string) (string, string) {
@@ -536,7 +536,7 @@ func TestHeldAnswerSurvivesRestart(t *testing.T) {
 		t.Errorf("model calls before the restart = %d; want 1", n)
 	}
 
-	s = natstest.RunServer(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
+	natstest.RunServer(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port }) // on the same port and store; the test's cleanup stops it
 	js := connect(t, s.ClientURL())
 	deadline := time.Now().Add(15 * time.Second)
 	if err := waitStored(js, "held", "a."+key, deadline); err != nil {
@@ -633,7 +633,7 @@ func TestPaidAnswerOutlivesKill(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 
-	s = natstest.RunServer(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
+	natstest.RunServer(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port }) // on the same port and store; the test's cleanup stops it
 	js := connect(t, s.ClientURL())
 	so := jsstore.Options{Bucket: "hold", Timeout: time.Second}
 	openCache(t, js, so, llmcache.Options{Endpoint: "model", HoldDir: hold}) // the replica's next process
@@ -864,8 +864,8 @@ func TestWaiterThroughRestart(t *testing.T) {
 	if ra.err != nil {
 		t.Fatalf("A: %v", ra.err)
 	}
-	time.Sleep(time.Second) // the server stays down a while
-	s = natstest.RunServer(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port })
+	time.Sleep(time.Second)                                                           // the server stays down a while
+	natstest.RunServer(t, func(o *server.Options) { o.StoreDir, o.Port = dir, port }) // on the same port and store; the test's cleanup stops it
 	start := time.Now()
 	select {
 	case rb := <-fromB:
