@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oncegate/oncegate/internal/cond"
 	"github.com/oncegate/oncegate/internal/tmpl"
@@ -74,8 +75,9 @@ func TestCompileErrors(t *testing.T) {
 
 func TestCostLimit(t *testing.T) {
 	// A comprehension nested four deep over a 100-element list visits 10^8
-	// elements: stopped by the cost limit, not run.
-	c, err := cond.Compile(`trigger.l.all(a, trigger.l.all(b, trigger.l.all(c, trigger.l.all(d, a + b + c + d >= 0))))`)
+	// elements: stopped by the cost limit, not run. The deadline is long,
+	// so that a slow machine cannot stop it there first.
+	c, err := cond.CompileWith(`trigger.l.all(a, trigger.l.all(b, trigger.l.all(c, trigger.l.all(d, a + b + c + d >= 0))))`, cond.Options{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,9 +80,9 @@ func ExampleConsume() {
 			log.Fatal(err)
 		}
 	}
-	for {
+	for { // until all three deliveries are acknowledged
 		info, err := cons.Info(ctx)
-		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+		if err == nil && info.AckFloor.Stream >= 3 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
