@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/oncegate/oncegate/internal/proxy"
 )
 
@@ -18,10 +20,14 @@ func (a *App) startProxy(o Options) error {
 	if err != nil {
 		return err
 	}
+	var reg prometheus.Registerer
+	if r := a.Metrics.Registry(); r != nil {
+		reg = r
+	}
 	srv, err := proxy.New(proxy.Options{
 		Config: &a.Config.Proxy, Keys: keys, Cache: a.Cache,
 		Upstream: a.upstream, BaseURL: a.ModelURL, APIKey: a.modelKey, Prices: a.Config.LLM.Prices,
-		Metrics: a.Metrics, Logger: o.Logger.With("component", "proxy"),
+		Registerer: reg, Logger: o.Logger.With("component", "proxy"),
 	})
 	if err != nil {
 		return err
@@ -31,7 +37,6 @@ func (a *App) startProxy(o Options) error {
 		return err
 	}
 	a.Proxy, a.ProxyAddr = srv, addr
-	a.Metrics.AddProxy(keys.Clients(), srv.Spend)
 	// Runs before the cache closes (closers run in reverse): streams in
 	// progress finish.
 	a.closers = append(a.closers, func() error {

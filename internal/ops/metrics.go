@@ -141,7 +141,6 @@ type Metrics struct {
 	routes       *prometheus.CounterVec   // pipeline, route
 	ledgerDown   *prometheus.CounterVec   // pipeline
 	rl           rateLimitMetrics
-	px           proxyMetrics
 	llmStats     func() []llmcache.StepStats
 	redriven     *prometheus.CounterVec // pipeline, reason
 	bl           backlogMetrics

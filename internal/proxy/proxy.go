@@ -66,8 +66,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/oncegate/oncegate/internal/config"
-	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/serve"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/llmcache"
@@ -108,8 +109,10 @@ type Options struct {
 	// Config.CompletionTokens or the model's MaxOutputTokens, whichever
 	// is set and smaller. Nil prices no model.
 	Prices map[string]config.Price
-	// Metrics records requests; nil records nothing.
-	Metrics *ops.Metrics
+	// Registerer registers the proxy's metrics (requests by client and
+	// outcome, their time, each client's usage and spending); nil records
+	// none.
+	Registerer prometheus.Registerer
 	// Logger logs failures; nil discards.
 	Logger *slog.Logger
 }
@@ -122,6 +125,7 @@ type Server struct {
 	base     *url.URL          // BaseURL, parsed
 	log      *slog.Logger
 	clientOf func(string) (string, bool)
+	metrics  *metrics // nil without a Registerer
 
 	mu  sync.Mutex
 	srv *serve.Server
@@ -142,13 +146,19 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{
+	s := &Server{
 		opts: opts, cfg: opts.Config,
 		cached:   opts.Cache.Transport(opts.Upstream),
 		base:     base,
 		log:      opts.Logger,
 		clientOf: opts.Keys.Client,
-	}, nil
+	}
+	if opts.Registerer != nil {
+		if s.metrics, err = newMetrics(opts.Registerer, opts.Keys.Clients(), opts.Cache.Stats, s.Spend); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Start serves the proxy on its configured address and returns the
@@ -187,13 +197,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	client, ok := s.authenticate(r)
 	if !ok {
-		s.fail(w, "", start, ops.ProxyUnauthorized, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
+		s.fail(w, "", start, OutcomeUnauthorized, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key",
 			"Incorrect or missing proxy key: send your Oncegate proxy key as a bearer token (Authorization: Bearer <key>), as an OpenAI client sends its API key.")
 		return
 	}
 	rt, err := routeOf(r.URL)
 	if err != nil {
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_path",
+		s.fail(w, client, start, OutcomeInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_path",
 			"Oncegate's proxy refuses this request path, and sent nothing: "+strings.TrimPrefix(err.Error(), "proxy: ")+". It serves POST /v1/chat/completions, GET /v1/models and GET /v1/models/{model id}.")
 		return
 	}
@@ -201,24 +211,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case routeChat:
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			s.fail(w, client, start, ops.ProxyInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "POST chat completions.")
+			s.fail(w, client, start, OutcomeInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "POST chat completions.")
 			return
 		}
 		s.chat(w, r, client, start)
 	case routeModels, routeModel:
 		if r.Method != http.MethodGet {
 			w.Header().Set("Allow", http.MethodGet)
-			s.fail(w, client, start, ops.ProxyInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "GET models.")
+			s.fail(w, client, start, OutcomeInvalid, http.StatusMethodNotAllowed, "invalid_request_error", "method_not_allowed", "GET models.")
 			return
 		}
 		if rt.kind == routeModel && !s.cfg.Allowed(rt.id) {
-			s.fail(w, client, start, ops.ProxyInvalid, http.StatusNotFound, "invalid_request_error", "model_not_found",
+			s.fail(w, client, start, OutcomeInvalid, http.StatusNotFound, "invalid_request_error", "model_not_found",
 				fmt.Sprintf("The model %q is not one this Oncegate proxy serves (proxy.models lists them).", rt.id))
 			return
 		}
 		s.models(w, r, client, rt, start)
 	default:
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusNotFound, "invalid_request_error", "unknown_url",
+		s.fail(w, client, start, OutcomeInvalid, http.StatusNotFound, "invalid_request_error", "unknown_url",
 			fmt.Sprintf("Unknown request URL: %s %s. The proxy serves POST /v1/chat/completions and GET /v1/models.", r.Method, r.URL.Path))
 	}
 }
@@ -241,7 +251,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.cfg.MaxBodyBytes)))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			s.fail(w, client, start, ops.ProxyInvalid, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+			s.fail(w, client, start, OutcomeInvalid, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
 				fmt.Sprintf("The request body is larger than %d bytes (proxy.max_body_bytes).", s.cfg.MaxBodyBytes))
 			return
 		}
@@ -249,24 +259,24 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 	}
 	intent, err := intentOf(r, client)
 	if err != nil {
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_intent", err.Error())
+		s.fail(w, client, start, OutcomeInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_intent", err.Error())
 		return
 	}
 	req, err := llmcache.ReadRequest(body)
 	if err != nil {
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request",
+		s.fail(w, client, start, OutcomeInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request",
 			"Oncegate's proxy cannot read this request, and sent nothing: "+err.Error())
 		return
 	}
 	if !s.cfg.Allowed(req.Model) {
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusForbidden, "invalid_request_error", "model_not_allowed",
+		s.fail(w, client, start, OutcomeInvalid, http.StatusForbidden, "invalid_request_error", "model_not_allowed",
 			fmt.Sprintf("The model %q is not one this Oncegate proxy serves (proxy.models lists them): the call was not sent.", req.Model))
 		return
 	}
 	limits := s.limits(client)
 	price, priced := s.price(req.Model)
 	if len(limits) > 0 && !priced {
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusForbidden, "invalid_request_error", "model_not_priced",
+		s.fail(w, client, start, OutcomeInvalid, http.StatusForbidden, "invalid_request_error", "model_not_priced",
 			fmt.Sprintf("Client key %q has a spend limit, and the model %q has no price in this Oncegate proxy's llm.prices (nor a \"*\" price), so what it costs cannot be counted: the call was not sent. The proxy's operator can price it in llm.prices.", client, req.Model))
 		return
 	}
@@ -276,7 +286,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 		completion = mo
 	}
 	if len(limits) > 0 && req.MaxTokens == 0 && completion == 0 {
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "max_tokens_required",
+		s.fail(w, client, start, OutcomeInvalid, http.StatusBadRequest, "invalid_request_error", "max_tokens_required",
 			fmt.Sprintf("Client key %q has a spend limit, and this request sets no max_tokens (nor max_completion_tokens), so its worst cost cannot be reserved: set max_tokens. The call was not sent. (The proxy's operator can set proxy.completion_tokens, or llm.prices[%s].max_output_tokens, to reserve for such calls.)", client, req.Model))
 		return
 	}
@@ -285,13 +295,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 		budget = -1 // no cap; not llm.cache.budget_tokens, which is the pipelines'
 	}
 	call := llmcache.Call{
-		Namespace: ops.ProxyNamespace(client, s.cfg.SharedAnswers), Step: client,
+		Namespace: Namespace(client, s.cfg.SharedAnswers), Step: client,
 		Intent: intent, KeyByIntent: intent != "", Budget: budget, Limits: limits,
 		CompletionTokens: completion,
 	}
 	up, err := http.NewRequestWithContext(llmcache.WithCall(r.Context(), call), http.MethodPost, s.base.JoinPath("chat", "completions").String(), bytes.NewReader(body))
 	if err != nil {
-		s.fail(w, client, start, ops.ProxyError, http.StatusInternalServerError, "server_error", "proxy_error", err.Error())
+		s.fail(w, client, start, OutcomeError, http.StatusInternalServerError, "server_error", "proxy_error", err.Error())
 		return
 	}
 	up.Header.Set("Content-Type", "application/json")
@@ -304,9 +314,9 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 		s.refuse(w, r, client, start, err)
 		return
 	}
-	o := ops.ProxyOutcome(resp.Header.Get(llmcache.HeaderCache))
+	o := Outcome(resp.Header.Get(llmcache.HeaderCache))
 	if o == "" {
-		o = ops.ProxyBypass // too large to key, sent past the cache
+		o = OutcomeBypass // too large to key, sent past the cache
 	}
 	s.answer(w, client, "chat/completions", start, resp, o)
 }
@@ -332,15 +342,15 @@ func (s *Server) limits(client string) []llmcache.SpendLimit {
 
 // Spend returns each client's spending against its limit, for the
 // metrics; clients without a limit are left out.
-func (s *Server) Spend() []ops.ProxySpend {
-	var out []ops.ProxySpend
+func (s *Server) Spend() []Spend {
+	var out []Spend
 	for _, c := range s.opts.Keys.Clients() {
 		for _, l := range s.limits(c) {
 			spent, reset, err := s.opts.Cache.Spending(l)
 			if err != nil {
 				continue
 			}
-			p := ops.ProxySpend{Client: c, SpentUSD: spent, LimitUSD: l.Max}
+			p := Spend{Client: c, SpentUSD: spent, LimitUSD: l.Max}
 			if !reset.IsZero() {
 				p.ResetsUnix = float64(reset.Unix())
 			}
@@ -386,7 +396,7 @@ func (s *Server) authorize(up *http.Request) {
 // not be reached, saying why.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, client string, start time.Time, err error) {
 	if r.Context().Err() != nil {
-		s.opts.Metrics.ProxyRequest(client, ops.ProxyError, time.Since(start))
+		s.metrics.request(client, OutcomeError, time.Since(start))
 		return // the client went away
 	}
 	if sl, ok := errors.AsType[*llmcache.SpendLimitError](err); ok {
@@ -396,14 +406,14 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, client string, s
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(time.Until(sl.Reset).Seconds())))))
 			reset = "The limit resets at " + sl.Reset.UTC().Format(time.RFC3339) + "."
 		}
-		s.fail(w, client, start, ops.ProxySpendLimited, http.StatusTooManyRequests, "spend_limit_exceeded", "spend_limit_exceeded",
+		s.fail(w, client, start, OutcomeSpendLimited, http.StatusTooManyRequests, "spend_limit_exceeded", "spend_limit_exceeded",
 			fmt.Sprintf("Spend limit reached: %s may spend $%.2f %s, has spent $%.4f, and this call may cost $%.4f more. It was not sent. %s",
 				limitName(sl.Limit), sl.Limit.Max, per(sl.Limit.Period), sl.Spent+sl.Reserved, sl.Need, reset))
 		return
 	}
 	if be, ok := errors.AsType[*llmcache.BudgetError](err); ok {
 		w.Header().Set("X-Should-Retry", "false")
-		s.fail(w, client, start, ops.ProxyBudgetDenied, http.StatusTooManyRequests, "intent_budget_exceeded", "intent_budget_exceeded",
+		s.fail(w, client, start, OutcomeBudgetDenied, http.StatusTooManyRequests, "intent_budget_exceeded", "intent_budget_exceeded",
 			fmt.Sprintf("Token budget reached: the calls of this intent may spend %d tokens (proxy.budget_tokens), have spent %d, and this call may spend %d more. It was not sent.",
 				be.Budget, be.Spent+be.Reserved, be.Need))
 		return
@@ -411,22 +421,22 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, client string, s
 	switch {
 	case errors.Is(err, ratelimit.ErrWait):
 		w.Header().Set("Retry-After", "1")
-		s.fail(w, client, start, ops.ProxyRateLimited, http.StatusTooManyRequests, "rate_limit_exceeded", "rate_limit_exceeded",
+		s.fail(w, client, start, OutcomeRateLimited, http.StatusTooManyRequests, "rate_limit_exceeded", "rate_limit_exceeded",
 			"The provider's rate limit (llm.rate_limit) would make this call wait longer than allowed. Retry later.")
 	case errors.Is(err, llmcache.ErrStoreUnavailable):
 		w.Header().Set("Retry-After", "1")
-		s.fail(w, client, start, ops.ProxyUnavailable, http.StatusServiceUnavailable, "server_error", "cache_unavailable",
+		s.fail(w, client, start, OutcomeUnavailable, http.StatusServiceUnavailable, "server_error", "cache_unavailable",
 			"The shared cache cannot be read now, and its answer may be there: the call was not sent. Retry later.")
 	case errors.Is(err, llmcache.ErrRequestTooLarge):
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+		s.fail(w, client, start, OutcomeInvalid, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
 			"The request body is too large for Oncegate's proxy to check against your spend limit or intent budget: it was not sent.")
 	case errors.Is(err, llmcache.ErrInvalidRequest), errors.Is(err, llmcache.ErrInvalidOptions):
-		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
+		s.fail(w, client, start, OutcomeInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error())
 	case errors.Is(err, llmcache.ErrClosed):
-		s.fail(w, client, start, ops.ProxyUnavailable, http.StatusServiceUnavailable, "server_error", "shutting_down", "The proxy is shutting down. Retry on another replica.")
+		s.fail(w, client, start, OutcomeUnavailable, http.StatusServiceUnavailable, "server_error", "shutting_down", "The proxy is shutting down. Retry on another replica.")
 	default:
 		s.log.Warn("proxy: the provider could not be reached", "client", client, "err", err)
-		s.fail(w, client, start, ops.ProxyError, http.StatusBadGateway, "server_error", "upstream_unreachable", "The provider could not be reached. Retry later.")
+		s.fail(w, client, start, OutcomeError, http.StatusBadGateway, "server_error", "upstream_unreachable", "The provider could not be reached. Retry later.")
 	}
 }
 
@@ -455,7 +465,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, client string, r
 	}
 	up, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
 	if err != nil {
-		s.fail(w, client, start, ops.ProxyError, http.StatusInternalServerError, "server_error", "proxy_error", err.Error())
+		s.fail(w, client, start, OutcomeError, http.StatusInternalServerError, "server_error", "proxy_error", err.Error())
 		return
 	}
 	s.authorize(up)
@@ -464,7 +474,7 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, client string, r
 		s.refuse(w, r, client, start, err)
 		return
 	}
-	s.answer(w, client, "models", start, resp, ops.ProxyPassThrough)
+	s.answer(w, client, "models", start, resp, OutcomePassThrough)
 }
 
 // answer passes the provider's answer resp on to w, and records it as o.
@@ -473,23 +483,23 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request, client string, r
 // key; it is answered 502 with none of the provider's text, logged at
 // ERROR and counted as upstream_auth. Another error is passed on with its
 // status and body, less what names the provider account (redact).
-func (s *Server) answer(w http.ResponseWriter, client, route string, start time.Time, resp *http.Response, o ops.ProxyOutcome) {
+func (s *Server) answer(w http.ResponseWriter, client, route string, start time.Time, resp *http.Response, o Outcome) {
 	switch code := resp.StatusCode; {
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body.Close()
 		s.log.Error("proxy: the provider refused the proxy's credentials: check the provider key (llm.api_key_env) and its access", "status", code, "route", route, "client", client)
 		w.Header().Set("X-Should-Retry", "false")
-		s.fail(w, client, start, ops.ProxyUpstreamAuth, http.StatusBadGateway, "server_error", "upstream_auth_failed",
+		s.fail(w, client, start, OutcomeUpstreamAuth, http.StatusBadGateway, "server_error", "upstream_auth_failed",
 			fmt.Sprintf("Oncegate's proxy could not answer: its provider refused the proxy's own credentials (HTTP %d). Your proxy key is valid; the provider key the proxy sends is wrong, revoked or not allowed this call. Tell the proxy's operator.", code))
 		return
 	case code >= 400:
 		s.relayError(w, resp)
-		o = ops.ProxyUpstream
+		o = OutcomeUpstream
 	default:
 		s.relay(w, resp)
 	}
-	s.opts.Metrics.ProxyRequest(client, o, time.Since(start))
+	s.metrics.request(client, o, time.Since(start))
 }
 
 // maxErrorBody is the largest error answer of the provider passed on.
@@ -578,7 +588,7 @@ func (s *Server) relay(w http.ResponseWriter, resp *http.Response) {
 }
 
 // fail answers an error in the OpenAI API's format.
-func (s *Server) fail(w http.ResponseWriter, client string, start time.Time, o ops.ProxyOutcome, status int, typ, code, msg string) {
+func (s *Server) fail(w http.ResponseWriter, client string, start time.Time, o Outcome, status int, typ, code, msg string) {
 	writeError(w, status, typ, code, msg)
-	s.opts.Metrics.ProxyRequest(client, o, time.Since(start))
+	s.metrics.request(client, o, time.Since(start))
 }

@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	openai "github.com/sashabaranov/go-openai"
 	"go.uber.org/goleak"
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/natstest"
-	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/proxy"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
@@ -106,7 +106,7 @@ func badgerCacheWith(t testing.TB, opts llmcache.Options) *llmcache.Cache {
 // start serves a proxy with cfg in front of the model at modelURL,
 // through cache, at the tests' prices; it returns its base URL
 // (".../v1") and its metrics.
-func start(t *testing.T, cfg config.Proxy, cache *llmcache.Cache, modelURL string) (string, *ops.Metrics) {
+func start(t *testing.T, cfg config.Proxy, cache *llmcache.Cache, modelURL string) (string, prometheus.Gatherer) {
 	t.Helper()
 	return startWith(t, proxy.Options{Config: &cfg, Cache: cache, BaseURL: modelURL, Prices: prices})
 }
@@ -114,7 +114,7 @@ func start(t *testing.T, cfg config.Proxy, cache *llmcache.Cache, modelURL strin
 // startWith serves a proxy with opts, filling in the tests' keys, an
 // HTTP transport, the provider key "sk-provider" and metrics where opts
 // leaves them unset; it returns its base URL (".../v1") and its metrics.
-func startWith(t *testing.T, opts proxy.Options) (string, *ops.Metrics) {
+func startWith(t *testing.T, opts proxy.Options) (string, prometheus.Gatherer) {
 	t.Helper()
 	cfg := *opts.Config
 	cfg.Listen = "127.0.0.1:0"
@@ -123,10 +123,10 @@ func startWith(t *testing.T, opts proxy.Options) (string, *ops.Metrics) {
 	}
 	opts.Config = &cfg
 	keys := keysFile(t)
-	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: opts.Cache.Stats})
+	m := prometheus.NewRegistry()
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	opts.Keys, opts.Metrics = keys, m
+	opts.Keys, opts.Registerer = keys, m
 	if opts.Upstream == nil {
 		opts.Upstream = tr
 	}
@@ -137,7 +137,6 @@ func startWith(t *testing.T, opts proxy.Options) (string, *ops.Metrics) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.AddProxy(keys.Clients(), srv.Spend)
 	addr, err := srv.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -463,9 +462,9 @@ func TestTwoProxiesOneNATS(t *testing.T) {
 }
 
 // gather returns the metrics as "name{labels}" → value.
-func gather(t *testing.T, m *ops.Metrics) map[string]float64 {
+func gather(t *testing.T, m prometheus.Gatherer) map[string]float64 {
 	t.Helper()
-	fams, err := m.Registry().Gather()
+	fams, err := m.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
