@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/internal/outcome"
 )
@@ -133,7 +134,7 @@ func TestPoisonKillIsBounded(t *testing.T) {
 	waitDurable(t, js, first, "orders")
 	poison := nats.NewMsg("triggers.tickets")
 	poison.Data = []byte(`{"ticket":"T-poison"}`)
-	poison.Header.Set(consumer.HeaderFault, "kill")
+	poison.Header.Set(faults.HeaderFault, "kill")
 	if _, err := js.PublishMsg(context.Background(), poison); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
@@ -87,11 +88,11 @@ func (g *gate) build(wait Middleware) {
 	}
 	model := Middleware(nil)
 	if g.step != nil {
-		model, answer = g.model, faultAt(AfterAnswer, g.set)
+		model, answer = g.model, crashAt(faults.AfterAnswer)
 	}
 	var afterClaim Middleware
 	if g.ledger != nil {
-		afterClaim = faultAt(g.pol.afterClaim, g.set)
+		afterClaim = crashAt(g.pol.afterClaim)
 	}
 	filter, recall, decide := g.mileStages() // mile.go; nil without the last mile
 	var order Middleware
@@ -100,12 +101,12 @@ func (g *gate) build(wait Middleware) {
 	}
 	g.h = chain(g.effect,
 		g.keys,
-		faultAt(BeforeAck, g.set),
+		crashAt(faults.BeforeAck),
 		wait,
 		filter,
 		window,
 		order,
-		faultAt(AfterCommit, g.set),
+		crashAt(faults.AfterCommit),
 		claim,
 		afterClaim,
 		g.dispatchOrder,
@@ -113,7 +114,7 @@ func (g *gate) build(wait Middleware) {
 		model,
 		answer,
 		decide,
-		faultAt(AfterEffect, g.set),
+		crashAt(faults.AfterEffect),
 	)
 }
 

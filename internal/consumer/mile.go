@@ -16,6 +16,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/cond"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
@@ -280,7 +281,7 @@ func (g *gate) mileStages() (filter, recall, decide Middleware) {
 	if g.ledger != nil && (len(m.routes) > 0 || m.skip != nil) {
 		recall = g.recall
 	}
-	afterRoute := faultAt(AfterRoute, g.set)
+	afterRoute := crashAt(faults.AfterRoute)
 	decide = func(next Handler) Handler {
 		if afterRoute != nil {
 			next = afterRoute(next)

@@ -1,5 +1,7 @@
 package consumer
 
+import "github.com/oncegate/oncegate/internal/faults"
+
 // policy says what the gate's outcomes mean for the effect it guards. The
 // same stages run a pipeline's effect (replayable, or its keyed publish to
 // the outbox) and a dispatcher's one-shot send; where the two part, the
@@ -25,17 +27,17 @@ type policy struct {
 	// the process rather than coming back later.
 	waitLocal bool
 	// afterClaim is the crash point right after the claim.
-	afterClaim Point
+	afterClaim faults.Point
 	// count receives the dispatcher's counts; nil for a pipeline.
 	count func(func(*DispatchStats))
 }
 
 // replayablePolicy is a pipeline's.
-var replayablePolicy = policy{duplicates: true, redoTakenOver: true, retryEffect: true, waitLocal: true, afterClaim: AfterClaim}
+var replayablePolicy = policy{duplicates: true, redoTakenOver: true, retryEffect: true, waitLocal: true, afterClaim: faults.AfterClaim}
 
 // oneShotPolicy is the dispatcher d's.
 func oneShotPolicy(d *dispatcher) policy {
-	return policy{ackFailed: reasonCancelled, afterClaim: AfterDispatchClaim, count: d.count}
+	return policy{ackFailed: reasonCancelled, afterClaim: faults.AfterDispatchClaim, count: d.count}
 }
 
 // counted adds to the dispatcher's counts, if the policy keeps them.
