@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,8 +28,7 @@ import (
 type gate struct {
 	c        *Consumer
 	pipeline string
-	n        *pipelineCounters // nil for a dispatcher
-	pol      policy            // what its outcomes mean for its effect
+	pol      policy // what its outcomes mean for its effect
 
 	// keyOf sets t.key and t.intent, or returns the verdict on a trigger
 	// that cannot be keyed.
@@ -126,14 +124,7 @@ func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
 		ts[i] = newTrigger(m)
 		g.traceBegin(ctx, ts[i])
 	}
-	if g.n != nil {
-		g.n.deliveries.Add(int64(len(ts)))
-		g.c.obs.InFlight(g.pipeline, len(ts))
-		defer g.c.obs.InFlight(g.pipeline, -len(ts))
-		for range ts {
-			g.c.obs.Trigger(g.pipeline)
-		}
-	}
+	defer g.pol.arrived(len(ts))()
 	func() {
 		defer g.recoverBatch(ts, stageGate)
 		g.h(ctx, ts)
@@ -141,7 +132,7 @@ func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
 	for _, t := range ts {
 		if !t.decided {
 			if t.effected {
-				g.done(t)
+				g.pol.done(t)
 				t.decide(ack(t.keyRef(), nil))
 			} else {
 				t.decide(nak(t.keyRef(), 0, errors.New("no stage decided the trigger")))
@@ -154,9 +145,7 @@ func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		sp.End()
 		t.traceEnd()
-		if g.n != nil {
-			g.c.obs.SettleTime(g.pipeline, t.v.kind.String(), time.Since(t0))
-		}
+		g.pol.settled(t.v.kind, time.Since(t0))
 	}
 }
 
@@ -231,7 +220,7 @@ func (g *gate) windowStage(next Handler) Handler {
 				g.traceWindow(t, seen[i])
 				switch {
 				case seen[i]:
-					g.duplicate(t, outcome.GuardWindow)
+					g.pol.duplicate(t, outcome.GuardWindow)
 					t.decide(ack(t.keyRef(), nil))
 				case g.exhausted(t):
 					t.decide(dead(t.keyRef(), outcome.ReasonExhausted, g.exhaustedErr(t)))
@@ -241,7 +230,7 @@ func (g *gate) windowStage(next Handler) Handler {
 			for i, t := range ts {
 				if !seen[i] && t.effected {
 					g.window.Add(keys[i])
-					g.done(t)
+					g.pol.done(t)
 					if !t.decided {
 						t.decide(ack(t.keyRef(), nil))
 					}
@@ -254,7 +243,7 @@ func (g *gate) windowStage(next Handler) Handler {
 			seen := g.window.Contains(g.windowKey(t))
 			g.traceWindow(t, seen)
 			if seen {
-				g.duplicate(t, outcome.GuardWindow)
+				g.pol.duplicate(t, outcome.GuardWindow)
 				t.decide(ack(t.keyRef(), nil))
 			}
 		}
@@ -264,54 +253,4 @@ func (g *gate) windowStage(next Handler) Handler {
 			}
 		}
 	}
-}
-
-// done counts an effect performed and settled.
-func (g *gate) done(t *Trigger) {
-	if g.n == nil {
-		if !t.dropped {
-			g.pol.counted(func(s *DispatchStats) { s.Sent++ })
-		}
-		return
-	}
-	g.n.effects.Add(1)
-	if t.res.Duplicate {
-		g.n.dupStream.Add(1)
-		g.c.obs.Duplicate(g.pipeline, outcome.GuardStream)
-		g.logDuplicate(t, outcome.GuardStream)
-	}
-}
-
-// duplicate counts a trigger stopped as a duplicate by the window or the
-// ledger.
-func (g *gate) duplicate(t *Trigger, gd outcome.Guard) {
-	if g.n == nil {
-		return
-	}
-	g.logDuplicate(t, gd)
-	if gd == outcome.GuardWindow {
-		g.n.dupWindow.Add(1)
-	} else {
-		g.n.dupLedger.Add(1)
-	}
-	g.c.obs.Duplicate(g.pipeline, gd)
-}
-
-func (g *gate) stale() {
-	if g.n != nil {
-		g.n.stale.Add(1)
-	}
-}
-
-// logDuplicate says at debug level which guard caught a duplicate:
-// guard=window, ledger or stream (the effect stream's Nats-Msg-Id).
-func (g *gate) logDuplicate(t *Trigger, gd outcome.Guard) {
-	if !g.c.log.Enabled(context.Background(), slog.LevelDebug) {
-		return
-	}
-	var key string
-	if k := t.keyRef(); k != nil {
-		key = k.String()
-	}
-	g.c.log.Debug("duplicate dropped", "pipeline", g.pipeline, "guard", string(gd), "key", key, "msg", t.ref())
 }

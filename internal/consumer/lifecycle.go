@@ -191,10 +191,7 @@ func (g *gate) resolvedFirst(ctx context.Context, t *Trigger) bool {
 		return true
 	}
 	g.c.log.Info("a firing not sent: its resolve went out first", "pipeline", g.pipeline, "identity", t.lm.identity.String(), "key", t.intent.String())
-	if g.n != nil {
-		g.n.afterResolve.Add(1)
-	}
-	g.filtered("after_resolve")
+	g.pol.afterResolve()
 	t.res, t.effected, t.dropped = sink.Result{Body: droppedResult}, true, true
 	return true
 }
@@ -242,7 +239,7 @@ func (g *gate) dispatchOrderStage(next Handler) Handler {
 					t.decide(nak(t.keyRef(), time.Second, fmt.Errorf("reading whether the resolve went out: %w", err)))
 				default:
 					g.c.log.Info("a firing's one-shot effect not sent: its resolve went out first", "pipeline", g.pipeline, "identity", identity.String(), "key", t.intent.String())
-					g.pol.counted(func(s *DispatchStats) { s.AfterResolve++ })
+					g.pol.afterResolve()
 					t.res, t.effected, t.dropped = sink.Result{Body: droppedResult}, true, true
 				}
 				return
@@ -275,7 +272,7 @@ func (g *gate) dispatchOrderStage(next Handler) Handler {
 			}
 			if drop {
 				g.c.log.Info("a resolve's one-shot effect not sent: its firing's was not", "pipeline", g.pipeline, "identity", identity.String(), "key", t.intent.String())
-				g.pol.counted(func(s *DispatchStats) { s.Unopened++ })
+				g.pol.unopened()
 				t.res, t.effected, t.dropped = sink.Result{Body: droppedResult}, true, true
 			}
 		})

@@ -345,7 +345,7 @@ func (g *gate) filterStage(next Handler) Handler {
 				case err != nil:
 					t.decide(dead(t.keyRef(), outcome.ReasonCondition, fmt.Errorf("when: %w", err)))
 				case !ok:
-					g.filtered("when")
+					g.pol.filtered("when")
 					t.decide(ack(t.keyRef(), nil))
 				}
 			})
@@ -360,16 +360,6 @@ func (g *gate) vars(t *Trigger) cond.Vars {
 		s.vars = cond.NewVars(g.input(t, "", ""))
 	}
 	return s.vars
-}
-
-// filtered counts a trigger filtered out by rule.
-func (g *gate) filtered(rule string) {
-	if o, ok := g.c.obs.(interface{ Filtered(pipeline, rule string) }); ok {
-		o.Filtered(g.pipeline, rule)
-	}
-	if g.n != nil && rule == "when" {
-		g.n.filtered.Add(1)
-	}
 }
 
 // routeRecord is what the ledger keeps of a route decision.
@@ -431,9 +421,9 @@ func (g *gate) decide(next Handler) Handler {
 					// with that decision, and counted as filtered (a
 					// resolve whose firing went nowhere, as unopened).
 					if g.closing(t) {
-						g.filtered("unopened")
+						g.pol.unopened()
 					} else {
-						g.filtered("routes")
+						g.pol.filtered("routes")
 					}
 					t.res, t.effected = sink.Result{Body: []byte(`{"route":null}`)}, true
 					return
@@ -597,7 +587,7 @@ func (g *gate) mileEffects(ctx context.Context, ts []*Trigger) {
 			if g.leaseGone(t) {
 				// A route's effects take time: each goes out only while
 				// the lease holds (see leaseGone).
-				g.stale()
+				g.pol.stale()
 				t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
 				return
 			}

@@ -108,7 +108,7 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 	}
 	g.sinkOf = func(t *Trigger) string { return kinds[t.msg.Headers().Get(HeaderEffect)] }
 	g.set = &settler{
-		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, ledger: pg.ledger,
+		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, ledger: pg.ledger, counts: g.pol.counts,
 		retryDelay: cfg.RetryDelay, // maxDeliver 0: an entry waiting for its delay or approval is no failing try
 		effectOf: func(t *Trigger) string {
 			return cmp.Or(t.msg.Headers().Get(HeaderEffect), g.sinkOf(t)) + " (dispatch)"

@@ -104,7 +104,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		p.hasStatus = true
 	}
 	g := &gate{
-		c: c, pipeline: cfg.Name, n: &p.n, pol: replayablePolicy, keyOf: p.keyOf,
+		c: c, pipeline: cfg.Name, pol: replayablePolicy(p), keyOf: p.keyOf,
 		window: w, windowOnly: cfg.Mode == config.ModeGateWindow,
 		windowFP: c.cfg.Ledger.Mismatch == config.MismatchReject,
 		owner:    c.opts.Owner, lease: c.cfg.Ledger.Lease,
@@ -176,7 +176,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	}
 	g.set = &settler{
 		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, maxDeliver: cfg.MaxDeliver,
-		retryDelay: cfg.RetryDelay, ledger: g.ledger, n: &p.n,
+		retryDelay: cfg.RetryDelay, ledger: g.ledger, counts: g.pol.counts,
 		effectOf: func(*Trigger) string { return cmp.Or(cfg.Effect.Preset, g.sinkName) },
 	}
 	g.build(nil)
