@@ -16,16 +16,26 @@ import (
 )
 
 // claimStage claims each trigger's key in the ledger, runs the rest of the
-// chain on the ones it holds, keeping their messages and leases alive, and
-// commits what the effect stage delivered.
-func (g *gate) claimStage(next Handler) Handler {
+// chain on the ones it holds, keeping their messages and leases alive
+// (lease.go), and commits what the effect stage delivered.
+type claimStage struct {
+	g         *gate
+	volatile  bool                           // the claims may be kept in memory (ledger.BeginOptions.Volatile)
+	keepEvery func(t *Trigger) time.Duration // how often to renew a held trigger
+	flights   flights                        // the work this process holds
+}
+
+func (s *claimStage) name() string { return "claim" }
+
+func (s *claimStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		reqs := make([]ledger.BeginRequest, len(ts))
 		refs := make([]string, len(ts))
 		for i, t := range ts {
 			refs[i] = "#" + t.ref()
 			reqs[i] = ledger.BeginRequest{Key: t.key, Options: ledger.BeginOptions{
-				Owner: g.owner + refs[i], Fingerprint: t.fp, Lease: g.lease, Volatile: g.volatile,
+				Owner: g.owner + refs[i], Fingerprint: t.fp, Lease: g.lease, Volatile: s.volatile,
 			}}
 		}
 		var held, waiting []*Trigger
@@ -65,11 +75,11 @@ func (g *gate) claimStage(next Handler) Handler {
 		}
 		// The work this process holds is in flight: a duplicate of it here
 		// waits for it in the process rather than coming back later.
-		g.flights.start(held)
+		s.flights.start(held)
 		var local []*Trigger
 		for _, t := range waiting {
 			if g.pol.waitLocal {
-				if f := g.flights.get(t.key); f != nil {
+				if f := s.flights.get(t.key); f != nil {
 					t.flight = f
 					local = append(local, t)
 					continue
@@ -81,7 +91,7 @@ func (g *gate) claimStage(next Handler) Handler {
 			// The leases of held are ours until they are committed,
 			// released or failed.
 			g.c.obs.Leases(g.pipeline, len(held))
-			hctx, stop := g.hold(ctx, held)
+			hctx, stop := s.hold(ctx, held)
 			func() {
 				// A panic past the claim still leaves the leases to
 				// finish, which releases or records them.
@@ -90,7 +100,7 @@ func (g *gate) claimStage(next Handler) Handler {
 			}()
 			stop()
 			g.finish(ctx, held)
-			g.flights.end(held)
+			s.flights.end(held)
 			g.c.obs.Leases(g.pipeline, -len(held))
 		}
 		for _, t := range local {

@@ -6,37 +6,50 @@ import (
 	"github.com/oncegate/oncegate/internal/faults"
 )
 
-// crashAt is the stage at fault point p (package faults), or nil when no
-// switch arms p: always in builds without the oncegate_faults tag. The
-// stage SIGKILLs the process the Nth time a trigger passes p
-// (ONCEGATE_CRASH_AT), or, at faults.AfterClaim, acks each trigger before
-// its effect (ONCEGATE_BROKEN=ack-early).
-func crashAt(p faults.Point) Middleware {
+// crashStage is the stage at a fault point (package faults): it SIGKILLs
+// the process the Nth time a trigger passes its point (ONCEGATE_CRASH_AT),
+// or, at faults.AfterClaim, acks each trigger before its effect
+// (ONCEGATE_BROKEN=ack-early).
+type crashStage struct {
+	p        faults.Point
+	ackEarly bool
+	out      bool                  // hit on the way back out of the stages after it
+	on       func(t *Trigger) bool // the triggers that pass p
+}
+
+// crashAt is the stage at fault point p, or nil when no switch arms p:
+// always in builds without the oncegate_faults tag.
+func crashAt(p faults.Point) stage {
 	ackEarlyHere := faults.AckEarly() && p == faults.AfterClaim
 	if !faults.Armed(p) && !ackEarlyHere {
 		return nil
 	}
 	out, on := reaches(p)
-	hit := func(ts []*Trigger) {
-		for _, t := range ts {
-			if !on(t) {
-				continue
-			}
-			if ackEarlyHere {
-				ackEarly(t.msg)
-			}
-			faults.Crash(p, t.intent.String())
+	return &crashStage{p: p, ackEarly: ackEarlyHere, out: out, on: on}
+}
+
+func (s *crashStage) name() string { return string(s.p) }
+
+func (s *crashStage) hit(ts []*Trigger) {
+	for _, t := range ts {
+		if !s.on(t) {
+			continue
 		}
+		if s.ackEarly {
+			ackEarly(t.msg)
+		}
+		faults.Crash(s.p, t.intent.String())
 	}
-	return func(next Handler) Handler {
-		return func(ctx context.Context, ts []*Trigger) {
-			if !out {
-				hit(ts)
-			}
-			next(ctx, ts)
-			if out {
-				hit(ts)
-			}
+}
+
+func (s *crashStage) wrap(next Handler) Handler {
+	return func(ctx context.Context, ts []*Trigger) {
+		if !s.out {
+			s.hit(ts)
+		}
+		next(ctx, ts)
+		if s.out {
+			s.hit(ts)
 		}
 	}
 }

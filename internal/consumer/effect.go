@@ -11,8 +11,13 @@ import (
 	"github.com/oncegate/oncegate/internal/sink"
 )
 
-// model runs the model step of each trigger.
-func (g *gate) model(next Handler) Handler {
+// modelStage runs the model step of each trigger (step.go).
+type modelStage struct{ g *gate }
+
+func (s *modelStage) name() string { return "step" }
+
+func (s *modelStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		g.each(ts, stageModel, func(t *Trigger) {
 			if t.lm != nil && t.lm.skip {

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,54 +10,39 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/ledger"
-	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
-	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
-// A gate is the chain of stages of one pipeline or dispatcher: this file
-// builds it, runs a batch through it, and holds the stages before the
-// claim (keys, window). claim.go claims and settles the work in the
-// ledger, lease.go keeps held work alive, effect.go runs the model step
-// and the effect and flights.go lets a duplicate wait for local work.
+// A gate is the chain of stages of one pipeline or dispatcher (doc.go
+// draws it): this file holds what every stage shares, composes each
+// kind's chain, runs a batch through it, and holds the key stage. The
+// other stages are values in the files of what they do: window.go,
+// lifecycle.go (order), claim.go and lease.go (claim), routes.go (recall,
+// route), render.go (filter, the effects' bodies), effect.go (step and
+// the effect), approval.go (the dispatcher's waits), crash.go (the fault
+// points).
 
-// gate is the chain of stages of one pipeline or dispatcher (handler.go),
-// and what its stages need.
+// gate is the chain of stages of one pipeline or dispatcher, and what its
+// stages share.
 type gate struct {
 	c        *Consumer
 	pipeline string
-	pol      policy // what its outcomes mean for its effect
-
-	// keyOf sets t.key and t.intent, or returns the verdict on a trigger
-	// that cannot be keyed.
-	keyOf func(t *Trigger) *verdict
-
-	window     *window.Window // nil: none
-	windowOnly bool           // the window alone decides (gate-window mode)
-	windowFP   bool           // the window remembers key and payload (mismatch reject)
+	pol      policy // what its outcomes mean for its effect, and its counts
 
 	ledger     ledger.Ledger // nil in gate-window mode
 	owner      string
 	lease      time.Duration
-	volatile   bool
-	maxDeliver int                            // 0: no limit
-	keepEvery  func(t *Trigger) time.Duration // how often to renew a held trigger
+	maxDeliver int // 0: no limit
 
-	mile *mile // the last mile (mile.go); nil when the pipeline does not use it
-	// resolveWait is how long a resolve waits for its firing's outcome
-	// (lifecycle.go).
-	resolveWait time.Duration
-	// dispatchOrder is a dispatcher's ordering of an ordered pipeline's
-	// entries, after the claim; nil otherwise.
-	dispatchOrder Middleware
-	step          *step  // nil without a model step
-	stepName      string // for the effect's headers
-	sink          sink.Sink
-	js            *sink.JetStream // the sink, when it publishes asynchronously
-	sinkName      string
+	mile     *mile  // the last mile (render.go); nil when the pipeline does not use it
+	step     *step  // nil without a model step
+	stepName string // for the effect's headers
+	sink     sink.Sink
+	js       *sink.JetStream // the sink, when it publishes asynchronously
+	sinkName string
 	// sinkOf, if set, names the kind of t's effect for the metrics instead
 	// of sinkName: the dispatcher's, whose entries are of several effects.
 	sinkOf func(t *Trigger) string
@@ -69,51 +55,72 @@ type gate struct {
 	// effect the gate sends itself; nil: the pipeline's.
 	retry func(n int) time.Duration
 
-	set     *settler
-	h       Handler
-	flights flights // the work this process holds
+	set    *settler
+	stages []stage // the chain, outermost first (use)
+	h      Handler
 }
 
-// build composes the gate's stages.
-func (g *gate) build(wait Middleware) {
-	var window, answer Middleware
-	if g.window != nil {
-		window = g.windowStage
+// use composes the gate's chain of stages, the first outermost, around its
+// effect; nil stages (ones the pipeline or build does not have) are left
+// out.
+func (g *gate) use(stages ...stage) {
+	g.stages = g.stages[:0]
+	for _, s := range stages {
+		if s != nil {
+			g.stages = append(g.stages, s)
+		}
 	}
-	claim := Middleware(nil)
-	if g.ledger != nil {
-		claim = g.claimStage
+	g.h = chain(g.effect, g.stages)
+}
+
+// stageNames names the gate's stages, in order, and its effect last: the
+// chain as doc.go draws it.
+func (g *gate) stageNames() []string {
+	names := make([]string, 0, len(g.stages)+1)
+	for _, s := range g.stages {
+		names = append(names, s.name())
 	}
-	model := Middleware(nil)
-	if g.step != nil {
-		model, answer = g.model, crashAt(faults.AfterAnswer)
+	return append(names, "effect")
+}
+
+// pipelineStages are the stages of pipeline p's gate g.
+func pipelineStages(p *pipeline, g *gate) []stage {
+	m := g.mile
+	s := []stage{&keyStage{g: g, keyOf: p.keyOf}, crashAt(faults.BeforeAck)}
+	if m != nil && m.filter != nil {
+		s = append(s, &filterStage{g: g, when: m.filter})
 	}
-	var afterClaim Middleware
-	if g.ledger != nil {
-		afterClaim = crashAt(g.pol.afterClaim)
-	}
-	filter, recall, decide := g.mileStages() // mile.go; nil without the last mile
-	var order Middleware
+	s = append(s, &windowStage{
+		g: g, w: p.window, only: p.cfg.Mode == config.ModeGateWindow,
+		fp: p.c.cfg.Ledger.Mismatch == config.MismatchReject,
+	})
 	if g.ordered() {
-		order = g.orderStage // lifecycle.go
+		s = append(s, &orderStage{g: g, resolveWait: cmp.Or(p.cfg.Key.ResolveWait, DefaultResolveWait)})
 	}
-	g.h = chain(g.effect,
-		g.keys,
-		crashAt(faults.BeforeAck),
-		wait,
-		filter,
-		window,
-		order,
-		crashAt(faults.AfterCommit),
-		claim,
-		afterClaim,
-		g.dispatchOrder,
-		recall,
-		model,
-		answer,
-		decide,
-		crashAt(faults.AfterEffect),
-	)
+	s = append(s, crashAt(faults.AfterCommit))
+	if g.ledger != nil {
+		s = append(s, &claimStage{
+			g: g, keepEvery: p.keepEvery,
+			// A replayable effect redone after a crash is harmless, so its
+			// claim need not survive one: the ledger may keep it in memory
+			// (see ledger.BeginOptions.Volatile). A one-shot effect's
+			// outbox publish is replayable too; its dispatch claim is not.
+			//
+			// An ordered pipeline's claims are durable too: the resolve of
+			// an identity reads its firing's lease (lifecycle.go).
+			volatile: !p.cfg.HasClass(config.ClassOneShot) && (p.cfg.Key.Status == "" || p.cfg.Mode == config.ModeGateWindow),
+		}, crashAt(faults.AfterClaim))
+	}
+	if m != nil && g.ledger != nil && (len(m.routes) > 0 || m.skip != nil) {
+		s = append(s, &recallStage{g: g})
+	}
+	if g.step != nil {
+		s = append(s, &modelStage{g: g}, crashAt(faults.AfterAnswer))
+	}
+	if m != nil {
+		s = append(s, &routeStage{g: g}, crashAt(faults.AfterRoute))
+	}
+	return append(s, crashAt(faults.AfterEffect))
 }
 
 // run takes a batch of messages through the gate and settles each.
@@ -158,13 +165,23 @@ func pass(ctx context.Context, next Handler, ts []*Trigger) []*Trigger {
 	return rest
 }
 
-// keys derives each trigger's intent key.
-func (g *gate) keys(next Handler) Handler {
+// keyStage derives each trigger's intent key.
+type keyStage struct {
+	g *gate
+	// keyOf sets t.key and t.intent, or returns the verdict on a trigger
+	// that cannot be keyed.
+	keyOf func(t *Trigger) *verdict
+}
+
+func (s *keyStage) name() string { return "key" }
+
+func (s *keyStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		for _, t := range ts {
 			sp := t.child(g, "oncegate.key", trace.SpanKindInternal)
 			g.guard(t, stageKey, func() {
-				if v := g.keyOf(t); v != nil {
+				if v := s.keyOf(t); v != nil {
 					t.decide(*v)
 					endSpan(sp, v.err)
 					return
@@ -188,69 +205,4 @@ func (g *gate) exhausted(t *Trigger) bool {
 
 func (g *gate) exhaustedErr(t *Trigger) error {
 	return fmt.Errorf("delivered %d times (max_deliver %d); the last delivery did not finish (its process stopped)", t.deliveries(), g.maxDeliver)
-}
-
-// windowKey is t's key in the window. Under a mismatch policy of reject it
-// includes the payload fingerprint, so that a reused key with another
-// payload misses the window and reaches the ledger, which refuses it.
-func (g *gate) windowKey(t *Trigger) uint64 {
-	k := ledger.WindowKey(t.key)
-	if g.windowFP {
-		k ^= ledger.WindowKey(dedupe.Key(t.fp))*0x9e3779b97f4a7c15 | 1
-	}
-	return k
-}
-
-// windowStage drops the triggers whose key the window has seen.
-func (g *gate) windowStage(next Handler) Handler {
-	if g.windowOnly {
-		// The window alone decides: it remembers a key once its effect is
-		// out (Add after the effect, not SeenOrAdd before it). A key still
-		// at work is not yet a duplicate: acking on its word would trust a
-		// delivery that may have stalled past its ack wait and whose message
-		// the server delivered again (and this stage may be about to ack
-		// that redelivery). Two triggers of one key at work at once both
-		// publish, under one Nats-Msg-Id: the effect stream keeps one.
-		return func(ctx context.Context, ts []*Trigger) {
-			keys := make([]uint64, len(ts))
-			seen := make([]bool, len(ts))
-			for i, t := range ts {
-				keys[i] = g.windowKey(t)
-				seen[i] = g.window.Contains(keys[i])
-				g.traceWindow(t, seen[i])
-				switch {
-				case seen[i]:
-					g.pol.duplicate(t, outcome.GuardWindow)
-					t.decide(ack(t.keyRef(), nil))
-				case g.exhausted(t):
-					t.decide(dead(t.keyRef(), outcome.ReasonExhausted, g.exhaustedErr(t)))
-				}
-			}
-			pass(ctx, next, ts)
-			for i, t := range ts {
-				if !seen[i] && t.effected {
-					g.window.Add(keys[i])
-					g.pol.done(t)
-					if !t.decided {
-						t.decide(ack(t.keyRef(), nil))
-					}
-				}
-			}
-		}
-	}
-	return func(ctx context.Context, ts []*Trigger) {
-		for _, t := range ts {
-			seen := g.window.Contains(g.windowKey(t))
-			g.traceWindow(t, seen)
-			if seen {
-				g.pol.duplicate(t, outcome.GuardWindow)
-				t.decide(ack(t.keyRef(), nil))
-			}
-		}
-		for _, t := range pass(ctx, next, ts) {
-			if t.committed {
-				g.window.Add(g.windowKey(t))
-			}
-		}
-	}
 }

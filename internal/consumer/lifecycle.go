@@ -93,7 +93,16 @@ func (g *gate) live(rec ledger.Record) bool {
 
 // orderStage holds back the resolves whose firing is at work, and records
 // that the others go.
-func (g *gate) orderStage(next Handler) Handler {
+type orderStage struct {
+	g *gate
+	// resolveWait is how long a resolve waits for its firing's outcome.
+	resolveWait time.Duration
+}
+
+func (s *orderStage) name() string { return "order" }
+
+func (s *orderStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		g.each(ts, stageRoute, func(t *Trigger) {
 			if t.decided || !g.closing(t) {
@@ -108,7 +117,7 @@ func (g *gate) orderStage(next Handler) Handler {
 			case err != nil || rec.State == ledger.StatePending:
 				// Its firing is at work, or not seen yet (it may be
 				// behind the resolve, redelivered out of order).
-				if left := g.resolveWait - g.age(t); left > 0 {
+				if left := s.resolveWait - g.age(t); left > 0 {
 					g.c.log.Debug("the resolve waits for its firing", "pipeline", g.pipeline, "identity", identity.String(), "left", left)
 					t.decide(wait(t.keyRef(), min(left, g.set.retryDelay(int(t.deliveries()))), errors.New("its firing is at work, or not seen yet")))
 					return
@@ -215,12 +224,17 @@ func (g *gate) firingRoute(ctx context.Context, t *Trigger) (string, error) {
 	return r.Route, nil
 }
 
-// dispatchOrderStage orders an ordered pipeline's one-shot entries, once
+// entryOrderStage orders an ordered pipeline's one-shot entries, once
 // their dispatch is claimed: a firing's entry is dropped once its resolve
 // goes; a resolve's entry waits while its firing's dispatch holds a live
 // lease, and is dropped when the firing's message was not sent and will
 // not be.
-func (g *gate) dispatchOrderStage(next Handler) Handler {
+type entryOrderStage struct{ g *gate }
+
+func (s *entryOrderStage) name() string { return "order-entries" }
+
+func (s *entryOrderStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		g.each(ts, stageEffect, func(t *Trigger) {
 			h := t.msg.Headers()

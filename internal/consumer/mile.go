@@ -16,7 +16,6 @@ import (
 
 	"github.com/oncegate/oncegate/internal/cond"
 	"github.com/oncegate/oncegate/internal/config"
-	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
@@ -266,31 +265,6 @@ func newMile(p *pipeline, single sink.Sink) (*mile, sink.Sink, error) {
 	return m, mux, nil
 }
 
-// mileStages returns the last mile's stages for the gate's chain (nil for
-// the ones the pipeline does not have): the filter before the window, the
-// recall of route decisions after the claim, the decision and rendering
-// after the model step, followed by the after-route fault point.
-func (g *gate) mileStages() (filter, recall, decide Middleware) {
-	m := g.mile
-	if m == nil { // a dispatcher's gate has none
-		return nil, nil, nil
-	}
-	if m.filter != nil {
-		filter = g.filterStage
-	}
-	if g.ledger != nil && (len(m.routes) > 0 || m.skip != nil) {
-		recall = g.recall
-	}
-	afterRoute := crashAt(faults.AfterRoute)
-	decide = func(next Handler) Handler {
-		if afterRoute != nil {
-			next = afterRoute(next)
-		}
-		return g.decide(next)
-	}
-	return filter, recall, decide
-}
-
 // state returns t's last-mile state, parsing its JSON once.
 func (g *gate) state(t *Trigger) *mileState {
 	if t.lm == nil {
@@ -333,14 +307,22 @@ func (g *gate) input(t *Trigger, route, effect string) tmpl.Input {
 }
 
 // filterStage acks the triggers the pipeline's when: condition filters out.
-func (g *gate) filterStage(next Handler) Handler {
+type filterStage struct {
+	g    *gate
+	when *cond.Condition
+}
+
+func (s *filterStage) name() string { return "filter" }
+
+func (s *filterStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		for _, t := range ts {
 			if t.decided {
 				continue
 			}
 			g.guard(t, stageFilter, func() {
-				ok, err := g.mile.filter.Eval(g.vars(t))
+				ok, err := s.when.Eval(g.vars(t))
 				switch {
 				case err != nil:
 					t.decide(dead(t.keyRef(), outcome.ReasonCondition, fmt.Errorf("when: %w", err)))
@@ -368,12 +350,17 @@ type routeRecord struct {
 	Skip  bool   `json:"skip"`  // the step was not run
 }
 
-// recall reads the route decisions recorded for the held triggers, and
-// decides whether each runs the step.
-func (g *gate) recall(next Handler) Handler {
+// recallStage reads the route decisions recorded for the held triggers,
+// and decides whether each runs the step.
+type recallStage struct{ g *gate }
+
+func (s *recallStage) name() string { return "recall" }
+
+func (s *recallStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		g.each(ts, stageRoute, func(t *Trigger) {
-			s := g.state(t)
+			st := g.state(t)
 			if len(g.mile.routes) > 0 {
 				rec, err := g.ledger.Get(ctx, routeKey(t.intent))
 				switch {
@@ -387,7 +374,7 @@ func (g *gate) recall(next Handler) Handler {
 						t.decide(dead(t.keyRef(), outcome.ReasonRoute, fmt.Errorf("the recorded route decision does not decode: %w", err)))
 						return
 					}
-					s.route, s.skip, s.recorded, s.none = r.Route, r.Skip, true, r.Route == ""
+					st.route, st.skip, st.recorded, st.none = r.Route, r.Skip, true, r.Route == ""
 					return
 				}
 			}
@@ -397,26 +384,32 @@ func (g *gate) recall(next Handler) Handler {
 					t.decide(dead(t.keyRef(), outcome.ReasonCondition, fmt.Errorf("skip_when: %w", err)))
 					return
 				}
-				s.skip = skip
+				st.skip = skip
 			}
 		})
 		pass(ctx, next, ts)
 	}
 }
 
-// decide chooses and records each trigger's route and renders its effects.
-func (g *gate) decide(next Handler) Handler {
+// routeStage chooses and records each trigger's route (or takes the one
+// recorded) and renders the route's effects (render).
+type routeStage struct{ g *gate }
+
+func (s *routeStage) name() string { return "route" }
+
+func (s *routeStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		g.each(ts, stageRoute, func(t *Trigger) {
-			s := g.state(t)
+			st := g.state(t)
 			targets := g.mile.targets
 			if len(g.mile.routes) > 0 {
-				if !s.recorded {
+				if !st.recorded {
 					if !g.chooseRoute(ctx, t) {
 						return
 					}
 				}
-				if s.none {
+				if st.none {
 					// No route: nothing to send. The intent is committed
 					// with that decision, and counted as filtered (a
 					// resolve whose firing went nowhere, as unopened).
@@ -428,20 +421,20 @@ func (g *gate) decide(next Handler) Handler {
 					t.res, t.effected = sink.Result{Body: []byte(`{"route":null}`)}, true
 					return
 				}
-				i := slices.IndexFunc(g.mile.routes, func(r route) bool { return r.name == s.route })
+				i := slices.IndexFunc(g.mile.routes, func(r route) bool { return r.name == st.route })
 				if i < 0 {
-					t.decide(dead(t.keyRef(), outcome.ReasonRoute, fmt.Errorf("the route %q recorded for this intent is not in the configuration any more; its effects may have been sent in part", s.route)))
+					t.decide(dead(t.keyRef(), outcome.ReasonRoute, fmt.Errorf("the route %q recorded for this intent is not in the configuration any more; its effects may have been sent in part", st.route)))
 					return
 				}
 				targets = g.mile.routes[i].targets
 			}
-			s.out = s.out[:0]
+			st.out = st.out[:0]
 			for _, tg := range targets {
 				var body []byte
 				var suffix string
 				var err error
 				if tg.tmpl != nil {
-					body, suffix, err = tg.tmpl.Render(g.input(t, s.route, tg.name).Data())
+					body, suffix, err = tg.tmpl.Render(g.input(t, st.route, tg.name).Data())
 				}
 				if err != nil {
 					t.decide(dead(t.keyRef(), outcome.ReasonTemplate, err))
@@ -460,22 +453,22 @@ func (g *gate) decide(next Handler) Handler {
 				}
 				group := ""
 				if tg.digest != nil {
-					b, err := tmpl.Execute(tg.digest, "", g.input(t, s.route, tg.name).Data(), tmpl.Text)
+					b, err := tmpl.Execute(tg.digest, "", g.input(t, st.route, tg.name).Data(), tmpl.Text)
 					if err != nil {
 						t.decide(dead(t.keyRef(), outcome.ReasonTemplate, err))
 						return
 					}
 					group = cmp.Or(strings.TrimSpace(string(b)), g.pipeline)
 				}
-				s.out = append(s.out, outEffect{t: tg, key: key, body: body, suffix: suffix, group: group})
+				st.out = append(st.out, outEffect{t: tg, key: key, body: body, suffix: suffix, group: group})
 			}
-			if len(s.out) == 1 {
-				t.body = s.out[0].body // kept as the result for replies
+			if len(st.out) == 1 {
+				t.body = st.out[0].body // kept as the result for replies
 			} else {
 				t.body, _ = json.Marshal(struct {
 					Route   string   `json:"route"`
 					Effects []string `json:"effects"`
-				}{s.route, effectNames(s.out)})
+				}{st.route, effectNames(st.out)})
 			}
 		})
 		pass(ctx, next, ts)

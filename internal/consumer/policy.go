@@ -1,7 +1,5 @@
 package consumer
 
-import "github.com/oncegate/oncegate/internal/faults"
-
 // policy says what the gate's outcomes mean for the effect it guards, and
 // counts them. The same stages run a pipeline's effect (replayable, or its
 // keyed publish to the outbox) and a dispatcher's one-shot send; where the
@@ -32,8 +30,6 @@ type policy struct {
 	// forwardDigest: a trigger's digest group (sink.DigestHeader) goes on
 	// to the sink, which gathers its group: an outbox entry of a digest.
 	forwardDigest bool
-	// afterClaim is the crash point right after the claim.
-	afterClaim faults.Point
 }
 
 // replayablePolicy is the policy of pipeline p.
@@ -41,7 +37,6 @@ func replayablePolicy(p *pipeline) policy {
 	return policy{
 		counts:     &pipelineCounts{c: p.c, pipeline: p.cfg.Name, n: &p.n},
 		duplicates: true, redoTakenOver: true, retryEffect: true, waitLocal: true,
-		afterClaim: faults.AfterClaim,
 	}
 }
 
@@ -50,6 +45,5 @@ func oneShotPolicy(d *dispatcher) policy {
 	return policy{
 		counts:    dispatchCounts{d},
 		ackFailed: reasonCancelled, forwardDigest: true,
-		afterClaim: faults.AfterDispatchClaim,
 	}
 }
