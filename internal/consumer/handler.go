@@ -50,7 +50,7 @@ type Trigger struct {
 
 	flight *flight // the work in this process that holds the intent, for a duplicate of it
 
-	lm *mileState // the last mile's (mile.go); nil on pipelines without it
+	lm *mileState // the last mile's (render.go); nil on pipelines without it
 
 	tctx context.Context // carries span; nil when tracing is off
 	span trace.Span      // the trigger's root span (trace.go); nil when off

@@ -136,7 +136,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		g.stepName = cfg.Step.Name
 	}
 	if usesMile(cfg) {
-		// The last mile (mile.go): templates, named effects, routes,
+		// The last mile (render.go): templates, named effects, routes,
 		// filters. A one-shot effect is published to the outbox and sent
 		// by the dispatcher, with the sink its entry names.
 		m, oneShot, err := newMile(p, g.sink)
