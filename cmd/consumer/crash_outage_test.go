@@ -16,8 +16,9 @@ import (
 	"github.com/oncegate/oncegate/internal/outcome"
 )
 
-// These tests kill a real consumer process to show a hole of the second
-// ring (issue 21) closed; each failed before its fix.
+// A real consumer process killed around a ledger outage, and by a poison
+// trigger: the redo past the duplicate window is refused, and the kills a
+// poison causes are bounded by max_deliver.
 
 const outageConfig = `
 data_dir: %s
@@ -34,7 +35,7 @@ pipelines:
     max_deliver: 3
 `
 
-// TestOutagePastDuplicateWindow (hole 1): the process dies after the
+// TestOutagePastDuplicateWindow: the process dies after the
 // effect's PubAck and before the commit, and comes back after longer than
 // the effect stream's duplicate window (a crash-looping pod's back-off).
 // The claim was volatile, kept in memory only, so the redelivery found the
@@ -107,7 +108,7 @@ pipelines:
     max_deliver: 5
 `
 
-// TestPoisonKillIsBounded (hole 2b): a trigger whose work kills its
+// TestPoisonKillIsBounded: a trigger whose work kills its
 // process (here SIGKILL, as an out-of-memory kill would) with max_deliver
 // 2. Its claim was volatile: the record died with the process, its
 // attempts started again at 1 on every restart, and the server, which
