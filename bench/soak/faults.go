@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/faults"
 )
 
 // Kinds of fault.
@@ -79,7 +79,7 @@ func (f fault) String() string {
 }
 
 // crashPoints are the points ONCEGATE_CRASH_AT can name.
-var crashPoints = append(append([]consumer.Point(nil), consumer.Points...), consumer.AfterDispatchClaim)
+var crashPoints = append(append([]faults.Point(nil), faults.Points...), faults.AfterDispatchClaim)
 
 // newSchedule draws the faults of a window of length d, within its first
 // 90% (the workload is published over the first 80%, and its last copies

@@ -40,7 +40,7 @@ const (
 )
 
 // headerFault is the header by which a trigger carries a fault into an
-// oncegate_faults build (consumer.HeaderFault, which only such builds
+// oncegate_faults build (faults.HeaderFault, which only such builds
 // declare).
 const headerFault = "Oncegate-Fault"
 

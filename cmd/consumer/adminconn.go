@@ -17,6 +17,7 @@ import (
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/jsretry"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
@@ -173,7 +174,7 @@ func openLocalLedger(ctx context.Context, cfg *config.Config, nc *nats.Conn) (le
 		// In an oncegate_faults build the soak records this process's
 		// ledger operations (a redrive's Clear) beside the replicas'.
 		var l ledger.Ledger = kv
-		if wrap := faultLedger(); wrap != nil {
+		if wrap := faults.WrapLedger(); wrap != nil {
 			if l, err = wrap(kv); err != nil {
 				kv.Close()
 				return nil, nil, err

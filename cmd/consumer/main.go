@@ -33,8 +33,15 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/version"
 )
+
+// The fault switches of an oncegate_faults build (package faults): the
+// configuration leaves them alone in that build, and refuses them, as any
+// unknown ONCEGATE_* variable, in every other (faults.Env is empty there).
+func init() { config.EnvAllowlist = append(config.EnvAllowlist, faults.Env...) }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/internal/outcome"
 )
@@ -195,7 +196,7 @@ pipelines:
 // the sinks that honour the key, with no trigger lost.
 func TestCrashAtEachPoint(t *testing.T) {
 	consumerBinary(t)
-	for _, point := range append(consumer.Points, consumer.AfterDispatchClaim) {
+	for _, point := range append(faults.Points, faults.AfterDispatchClaim) {
 		t.Run(string(point), func(t *testing.T) {
 			srv := natstest.RunServer(t)
 			_, js := natstest.Connect(t, srv)

@@ -14,6 +14,7 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/ingress"
 )
 
@@ -164,7 +165,7 @@ func runRun(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.W
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	a, err := app.Start(ctx, cfg, app.Options{Logger: log, Clock: faultClock(), WrapLedger: faultLedger()})
+	a, err := app.Start(ctx, cfg, app.Options{Logger: log, Clock: faults.Clock(), WrapLedger: faults.WrapLedger()})
 	if err != nil {
 		return err
 	}

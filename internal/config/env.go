@@ -17,16 +17,16 @@ const EnvPrefix = "ONCEGATE_"
 // EnvAllowlist lists the ONCEGATE_* environment variables that are not
 // configuration fields and yet are not typos, so LoadEnv leaves them
 // alone. An entry ending in '*' matches every name with that prefix. Any
-// other ONCEGATE_* variable that matches no field is an error. A build
-// with the oncegate_faults tag adds the names of its fault switches
-// (cmd/consumer); other builds refuse them, so a switch set on a
-// production binary is an error rather than silently ignored.
+// other ONCEGATE_* variable that matches no field is an error. The
+// consumer built with the oncegate_faults tag adds the names of its fault
+// switches (faults.Env: ONCEGATE_CRASH_AT and the others); other builds
+// refuse them, so a switch set on a production binary is an error rather
+// than silently ignored.
 var EnvAllowlist = []string{
 	"ONCEGATE_NATS_PASSWORD", // the NATS password, read when connecting; never in the file
 	"ONCEGATE_NATS_TOKEN",    // the NATS token, read when connecting; never in the file
 	"ONCEGATE_CONSOLE_TOKEN", // the console's token, read when it starts; never in the file
 	"ONCEGATE_CONFIG",        // the configuration file's path, read by cmd/consumer
-	"ONCEGATE_CRASH_*",       // crash points: pkg/dedupe's crash test, and ONCEGATE_CRASH_AT in oncegate_faults builds
 }
 
 func envAllowed(name string) bool {

@@ -87,7 +87,7 @@ func TestEnvOverrides(t *testing.T) {
 			return want(c.Log.Level, "debug")
 		}},
 		{"allowlisted and foreign variables are ignored", []string{
-			"ONCEGATE_NATS_PASSWORD=hunter2", "ONCEGATE_NATS_TOKEN=s3cr3t", "ONCEGATE_CRASH_KILLS=50", "HOME=/root", "ONCEGATE_MALFORMED",
+			"ONCEGATE_NATS_PASSWORD=hunter2", "ONCEGATE_NATS_TOKEN=s3cr3t", "HOME=/root", "ONCEGATE_MALFORMED",
 		}, func(c *Config) error { return nil }},
 	}
 	for _, tt := range tests {
@@ -134,6 +134,7 @@ func TestEnvErrors(t *testing.T) {
 		{"fault clock switch in a normal build", []string{"ONCEGATE_CLOCK_JUMP=10s"}, "ONCEGATE_CLOCK_JUMP", "", ErrUnknownKey, ""},
 		{"fault ledger switch in a normal build", []string{"ONCEGATE_FAULTS_LEDGER_OUTAGE=1s"}, "ONCEGATE_FAULTS_LEDGER_OUTAGE", "", ErrUnknownKey, ""},
 		{"deliberate bug in a normal build", []string{"ONCEGATE_BROKEN=ack-early"}, "ONCEGATE_BROKEN", "", ErrUnknownKey, ""},
+		{"crash point in a normal build", []string{"ONCEGATE_CRASH_AT=after-effect:1"}, "ONCEGATE_CRASH_AT", "", ErrUnknownKey, ""},
 		{"benchmark switch", []string{"ONCEGATE_BENCH_FULL=1"}, "ONCEGATE_BENCH_FULL", "", ErrUnknownKey, ""},
 	}
 	for _, tt := range tests {

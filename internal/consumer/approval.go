@@ -47,11 +47,16 @@ func (d *dispatcher) isParked(t *Trigger) bool {
 // parked entry, or one an approval sent back (both carry Oncegate-Key).
 func pastDelay(t *Trigger) bool { return t.msg.Headers().Get(HeaderKey) != "" }
 
-// wait puts back the entries still in their delay window, and parks or
-// keeps parked the ones waiting for an approval. An entry whose dispatch
-// is settled already (sent, cancelled, given up) goes on at once, approved
-// or not, to be acked or dead-lettered.
-func (d *dispatcher) wait(next Handler) Handler {
+// approvalStage puts back the entries still in their delay window, and
+// parks or keeps parked the ones waiting for an approval. An entry whose
+// dispatch is settled already (sent, cancelled, given up) goes on at once,
+// approved or not, to be acked or dead-lettered.
+type approvalStage struct{ d *dispatcher }
+
+func (s *approvalStage) name() string { return "approval" }
+
+func (s *approvalStage) wrap(next Handler) Handler {
+	d := s.d
 	return func(ctx context.Context, ts []*Trigger) {
 		p := d.p
 		for _, t := range ts {

@@ -16,16 +16,26 @@ import (
 )
 
 // claimStage claims each trigger's key in the ledger, runs the rest of the
-// chain on the ones it holds, keeping their messages and leases alive, and
-// commits what the effect stage delivered.
-func (g *gate) claimStage(next Handler) Handler {
+// chain on the ones it holds, keeping their messages and leases alive
+// (lease.go), and commits what the effect stage delivered.
+type claimStage struct {
+	g         *gate
+	volatile  bool                           // the claims may be kept in memory (ledger.BeginOptions.Volatile)
+	keepEvery func(t *Trigger) time.Duration // how often to renew a held trigger
+	flights   flights                        // the work this process holds
+}
+
+func (s *claimStage) name() string { return "claim" }
+
+func (s *claimStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		reqs := make([]ledger.BeginRequest, len(ts))
 		refs := make([]string, len(ts))
 		for i, t := range ts {
 			refs[i] = "#" + t.ref()
 			reqs[i] = ledger.BeginRequest{Key: t.key, Options: ledger.BeginOptions{
-				Owner: g.owner + refs[i], Fingerprint: t.fp, Lease: g.lease, Volatile: g.volatile,
+				Owner: g.owner + refs[i], Fingerprint: t.fp, Lease: g.lease, Volatile: s.volatile,
 			}}
 		}
 		var held, waiting []*Trigger
@@ -65,11 +75,11 @@ func (g *gate) claimStage(next Handler) Handler {
 		}
 		// The work this process holds is in flight: a duplicate of it here
 		// waits for it in the process rather than coming back later.
-		g.flights.start(held)
+		s.flights.start(held)
 		var local []*Trigger
 		for _, t := range waiting {
 			if g.pol.waitLocal {
-				if f := g.flights.get(t.key); f != nil {
+				if f := s.flights.get(t.key); f != nil {
 					t.flight = f
 					local = append(local, t)
 					continue
@@ -81,7 +91,7 @@ func (g *gate) claimStage(next Handler) Handler {
 			// The leases of held are ours until they are committed,
 			// released or failed.
 			g.c.obs.Leases(g.pipeline, len(held))
-			hctx, stop := g.hold(ctx, held)
+			hctx, stop := s.hold(ctx, held)
 			func() {
 				// A panic past the claim still leaves the leases to
 				// finish, which releases or records them.
@@ -90,7 +100,7 @@ func (g *gate) claimStage(next Handler) Handler {
 			}()
 			stop()
 			g.finish(ctx, held)
-			g.flights.end(held)
+			s.flights.end(held)
 			g.c.obs.Leases(g.pipeline, -len(held))
 		}
 		for _, t := range local {
@@ -121,7 +131,7 @@ func (g *gate) awaitLocal(ctx context.Context, t *Trigger) {
 	case <-f.done:
 		if f.committed {
 			t.committed = true // the window remembers it
-			g.duplicate(t, outcome.GuardLedger)
+			g.pol.duplicate(t, outcome.GuardLedger)
 			t.decide(ack(t.keyRef(), g.answer(t, f.fp, f.response)))
 			return
 		}
@@ -141,7 +151,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 			return false
 		}
 		t.committed = true // the window remembers it
-		g.duplicate(t, outcome.GuardLedger)
+		g.pol.duplicate(t, outcome.GuardLedger)
 		t.decide(ack(t.keyRef(), g.answer(t, c.Record.Fingerprint, c.Record.Result.Response)))
 		return false
 	case ledger.StatusHeld:
@@ -153,9 +163,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		// delivery, one the server delivered again meanwhile, and whose
 		// message another worker may have acked already; if that work
 		// fails, this message is what brings the intent back.
-		if g.n != nil {
-			g.n.held.Add(1)
-		}
+		g.pol.held()
 		own := strings.HasSuffix(c.Record.Owner, ref)
 		g.c.log.Debug("work held by another", "pipeline", g.pipeline, "key", t.intent.String(), "ref", ref, "holder", c.Record.Owner, "own", own, "for", c.RetryAfter)
 		d := c.RetryAfter + 10*time.Millisecond
@@ -168,7 +176,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		return false
 	case ledger.StatusFailed:
 		if g.pol.ackFailed != "" && c.Record.Reason == g.pol.ackFailed {
-			g.pol.counted(func(s *DispatchStats) { s.Cancelled++ })
+			g.pol.cancelled()
 			t.decide(ack(t.keyRef(), nil))
 			return false
 		}
@@ -183,8 +191,8 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		t.decide(dead(t.keyRef(), r, errors.New(why)))
 		return false
 	case ledger.StatusTakenOver:
-		if g.n != nil && !c.Released {
-			g.n.takenOver.Add(1)
+		if !c.Released {
+			g.pol.takenOver()
 		}
 	}
 	t.token.Store(c.Lease.Token)
@@ -201,7 +209,7 @@ func (g *gate) claimed(ctx context.Context, t *Trigger, ref string) bool {
 		// A dispatcher claimed this one-shot effect and stopped before
 		// recording the outcome. It may or may not have gone out, and a
 		// one-shot sink cannot be asked: report it, never resend it.
-		g.pol.counted(func(s *DispatchStats) { s.Unknown++ })
+		g.pol.unknown()
 		g.giveUp(ctx, t, dead(t.keyRef(), outcome.ReasonUnknownOutcome, errors.New("a dispatcher claimed this effect and stopped before recording the outcome; it may or may not have been sent, and a one-shot effect is not resent")))
 		return false
 	}
@@ -230,7 +238,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 		case t.lost.Load() && !t.effected:
 			// Taken over while it worked: the new holder answers for the
 			// intent; this message waits to see it done.
-			g.stale()
+			g.pol.stale()
 			t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
 		case t.effected:
 			res := ledger.Result{DownstreamID: string(t.res.Body), ModelRef: t.modelRef}
@@ -272,7 +280,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 			// redelivery of this very message, and if its work fails this
 			// one must still come back; its next delivery finds the work
 			// committed, or takes it over.
-			g.stale()
+			g.pol.stale()
 			t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
 		case err != nil:
 			// The effect went out and the ledger did not record it: that is
@@ -285,7 +293,7 @@ func (g *gate) finish(ctx context.Context, held []*Trigger) {
 			t.decide(g.unavailable(t, fmt.Errorf("ledger commit: %w", err)))
 		default:
 			t.committed = true
-			g.done(t)
+			g.pol.done(t)
 			t.decide(ack(t.keyRef(), commits[i].Result.Response))
 		}
 	}
@@ -319,7 +327,7 @@ func (g *gate) giveUp(ctx context.Context, t *Trigger, v verdict) {
 		// Put back rather than acked: the new holder may hold a redelivery
 		// of this very message; the next delivery finds the work
 		// committed, or failed, or takes it over.
-		g.stale()
+		g.pol.stale()
 		g.c.log.Info("gave up on work another worker has taken over; it answers for the intent", "pipeline", g.pipeline, "key", t.key.String(), "err", v.err)
 		t.decide(wait(t.keyRef(), g.lease, fmt.Errorf("another worker took the work over: %w", errOr(v.err))))
 		return

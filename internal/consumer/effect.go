@@ -11,19 +11,24 @@ import (
 	"github.com/oncegate/oncegate/internal/sink"
 )
 
-// model runs the model step of each trigger.
-func (g *gate) model(next Handler) Handler {
+// modelStage runs the model step of each trigger (step.go).
+type modelStage struct{ g *gate }
+
+func (s *modelStage) name() string { return "step" }
+
+func (s *modelStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		g.each(ts, stageModel, func(t *Trigger) {
 			if t.lm != nil && t.lm.skip {
-				g.n.skipped.Add(1)
+				g.pol.stepSkipped()
 				return // skip_when holds (a resolve): no call, nothing paid
 			}
 			t0 := time.Now()
 			sp := t.child(g, "chat "+g.step.model, trace.SpanKindClient)
 			ans, err := g.step.run(trace.ContextWithSpan(ctx, sp), t.intent, t.msg.Data())
 			traceModel(sp, g.step.model, ans, err)
-			g.n.modelCalls.Add(1)
+			g.pol.modelCall()
 			g.c.obs.Step(g.pipeline, g.step.cfg.Name, time.Since(t0))
 			if err != nil {
 				se, ok := errors.AsType[*stepError](err)
@@ -65,7 +70,7 @@ func (g *gate) effect(ctx context.Context, ts []*Trigger) {
 			// on a redelivery of this very message, and if it fails, the
 			// message must still come back. Its next delivery finds the
 			// work committed, or takes it over again.
-			g.stale()
+			g.pol.stale()
 			t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
 			continue
 		}
@@ -82,7 +87,7 @@ func (g *gate) effect(ctx context.Context, ts []*Trigger) {
 				e.Header = map[string]string{HeaderEffect: name} // the dispatcher's sink picks the effect's
 			}
 		}
-		if group := t.msg.Headers().Get(sink.DigestHeader); group != "" && g.n == nil {
+		if group := t.msg.Headers().Get(sink.DigestHeader); group != "" && g.pol.forwardDigest {
 			// An outbox entry of a digest: the sink gathers its group.
 			if e.Header == nil {
 				e.Header = map[string]string{}
@@ -146,11 +151,11 @@ func (g *gate) effectOutcome(t *Trigger, res sink.Result, err error, took time.D
 		// A one-shot sink that failed may have acted all the same (a
 		// timeout after the message went out): nothing is resent.
 		if errors.Is(err, sink.ErrPermanent) {
-			g.pol.counted(func(s *DispatchStats) { s.Failed++ })
+			g.pol.failed()
 			t.decide(dead(t.keyRef(), outcome.ReasonPermanentEffect, err))
 			result = "dead"
 		} else {
-			g.pol.counted(func(s *DispatchStats) { s.Unknown++ })
+			g.pol.unknown()
 			t.decide(dead(t.keyRef(), outcome.ReasonUnknownOutcome, err))
 			result = "retry"
 		}

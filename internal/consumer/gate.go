@@ -1,63 +1,48 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/ledger"
-	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
-	"github.com/oncegate/oncegate/pkg/dedupe"
-	"github.com/oncegate/oncegate/pkg/dedupe/window"
 )
 
-// A gate is the chain of stages of one pipeline or dispatcher: this file
-// builds it, runs a batch through it, and holds the stages before the
-// claim (keys, window). claim.go claims and settles the work in the
-// ledger, lease.go keeps held work alive, effect.go runs the model step
-// and the effect and flights.go lets a duplicate wait for local work.
+// A gate is the chain of stages of one pipeline or dispatcher (doc.go
+// draws it): this file holds what every stage shares, composes each
+// kind's chain, runs a batch through it, and holds the key stage. The
+// other stages are values in the files of what they do: window.go,
+// lifecycle.go (order), claim.go and lease.go (claim), routes.go (recall,
+// route), render.go (filter, the effects' bodies), effect.go (step and
+// the effect), approval.go (the dispatcher's waits), crash.go (the fault
+// points).
 
-// gate is the chain of stages of one pipeline or dispatcher (handler.go),
-// and what its stages need.
+// gate is the chain of stages of one pipeline or dispatcher, and what its
+// stages share.
 type gate struct {
 	c        *Consumer
 	pipeline string
-	n        *pipelineCounters // nil for a dispatcher
-	pol      policy            // what its outcomes mean for its effect
-
-	// keyOf sets t.key and t.intent, or returns the verdict on a trigger
-	// that cannot be keyed.
-	keyOf func(t *Trigger) *verdict
-
-	window     *window.Window // nil: none
-	windowOnly bool           // the window alone decides (gate-window mode)
-	windowFP   bool           // the window remembers key and payload (mismatch reject)
+	pol      policy // what its outcomes mean for its effect, and its counts
 
 	ledger     ledger.Ledger // nil in gate-window mode
 	owner      string
 	lease      time.Duration
-	volatile   bool
-	maxDeliver int                            // 0: no limit
-	keepEvery  func(t *Trigger) time.Duration // how often to renew a held trigger
+	maxDeliver int // 0: no limit
 
-	mile *mile // the last mile (mile.go); nil when the pipeline does not use it
-	// resolveWait is how long a resolve waits for its firing's outcome
-	// (lifecycle.go).
-	resolveWait time.Duration
-	// dispatchOrder is a dispatcher's ordering of an ordered pipeline's
-	// entries, after the claim; nil otherwise.
-	dispatchOrder Middleware
-	step          *step  // nil without a model step
-	stepName      string // for the effect's headers
-	sink          sink.Sink
-	js            *sink.JetStream // the sink, when it publishes asynchronously
-	sinkName      string
+	mile     *mile  // the last mile (render.go); nil when the pipeline does not use it
+	step     *step  // nil without a model step
+	stepName string // for the effect's headers
+	sink     sink.Sink
+	js       *sink.JetStream // the sink, when it publishes asynchronously
+	sinkName string
 	// sinkOf, if set, names the kind of t's effect for the metrics instead
 	// of sinkName: the dispatcher's, whose entries are of several effects.
 	sinkOf func(t *Trigger) string
@@ -70,51 +55,72 @@ type gate struct {
 	// effect the gate sends itself; nil: the pipeline's.
 	retry func(n int) time.Duration
 
-	set     *settler
-	h       Handler
-	flights flights // the work this process holds
+	set    *settler
+	stages []stage // the chain, outermost first (use)
+	h      Handler
 }
 
-// build composes the gate's stages.
-func (g *gate) build(wait Middleware) {
-	var window, answer Middleware
-	if g.window != nil {
-		window = g.windowStage
+// use composes the gate's chain of stages, the first outermost, around its
+// effect; nil stages (ones the pipeline or build does not have) are left
+// out.
+func (g *gate) use(stages ...stage) {
+	g.stages = g.stages[:0]
+	for _, s := range stages {
+		if s != nil {
+			g.stages = append(g.stages, s)
+		}
 	}
-	claim := Middleware(nil)
-	if g.ledger != nil {
-		claim = g.claimStage
+	g.h = chain(g.effect, g.stages)
+}
+
+// stageNames names the gate's stages, in order, and its effect last: the
+// chain as doc.go draws it.
+func (g *gate) stageNames() []string {
+	names := make([]string, 0, len(g.stages)+1)
+	for _, s := range g.stages {
+		names = append(names, s.name())
 	}
-	model := Middleware(nil)
-	if g.step != nil {
-		model, answer = g.model, faultAt(AfterAnswer, g.set)
+	return append(names, "effect")
+}
+
+// pipelineStages are the stages of pipeline p's gate g.
+func pipelineStages(p *pipeline, g *gate) []stage {
+	m := g.mile
+	s := []stage{&keyStage{g: g, keyOf: p.keyOf}, crashAt(faults.BeforeAck)}
+	if m != nil && m.filter != nil {
+		s = append(s, &filterStage{g: g, when: m.filter})
 	}
-	var afterClaim Middleware
-	if g.ledger != nil {
-		afterClaim = faultAt(g.pol.afterClaim, g.set)
-	}
-	filter, recall, decide := g.mileStages() // mile.go; nil without the last mile
-	var order Middleware
+	s = append(s, &windowStage{
+		g: g, w: p.window, only: p.cfg.Mode == config.ModeGateWindow,
+		fp: p.c.cfg.Ledger.Mismatch == config.MismatchReject,
+	})
 	if g.ordered() {
-		order = g.orderStage // lifecycle.go
+		s = append(s, &orderStage{g: g, resolveWait: cmp.Or(p.cfg.Key.ResolveWait, DefaultResolveWait)})
 	}
-	g.h = chain(g.effect,
-		g.keys,
-		faultAt(BeforeAck, g.set),
-		wait,
-		filter,
-		window,
-		order,
-		faultAt(AfterCommit, g.set),
-		claim,
-		afterClaim,
-		g.dispatchOrder,
-		recall,
-		model,
-		answer,
-		decide,
-		faultAt(AfterEffect, g.set),
-	)
+	s = append(s, crashAt(faults.AfterCommit))
+	if g.ledger != nil {
+		s = append(s, &claimStage{
+			g: g, keepEvery: p.keepEvery,
+			// A replayable effect redone after a crash is harmless, so its
+			// claim need not survive one: the ledger may keep it in memory
+			// (see ledger.BeginOptions.Volatile). A one-shot effect's
+			// outbox publish is replayable too; its dispatch claim is not.
+			//
+			// An ordered pipeline's claims are durable too: the resolve of
+			// an identity reads its firing's lease (lifecycle.go).
+			volatile: !p.cfg.HasClass(config.ClassOneShot) && (p.cfg.Key.Status == "" || p.cfg.Mode == config.ModeGateWindow),
+		}, crashAt(faults.AfterClaim))
+	}
+	if m != nil && g.ledger != nil && (len(m.routes) > 0 || m.skip != nil) {
+		s = append(s, &recallStage{g: g})
+	}
+	if g.step != nil {
+		s = append(s, &modelStage{g: g}, crashAt(faults.AfterAnswer))
+	}
+	if m != nil {
+		s = append(s, &routeStage{g: g}, crashAt(faults.AfterRoute))
+	}
+	return append(s, crashAt(faults.AfterEffect))
 }
 
 // run takes a batch of messages through the gate and settles each.
@@ -125,14 +131,7 @@ func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
 		ts[i] = newTrigger(m)
 		g.traceBegin(ctx, ts[i])
 	}
-	if g.n != nil {
-		g.n.deliveries.Add(int64(len(ts)))
-		g.c.obs.InFlight(g.pipeline, len(ts))
-		defer g.c.obs.InFlight(g.pipeline, -len(ts))
-		for range ts {
-			g.c.obs.Trigger(g.pipeline)
-		}
-	}
+	defer g.pol.arrived(len(ts))()
 	func() {
 		defer g.recoverBatch(ts, stageGate)
 		g.h(ctx, ts)
@@ -140,7 +139,7 @@ func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
 	for _, t := range ts {
 		if !t.decided {
 			if t.effected {
-				g.done(t)
+				g.pol.done(t)
 				t.decide(ack(t.keyRef(), nil))
 			} else {
 				t.decide(nak(t.keyRef(), 0, errors.New("no stage decided the trigger")))
@@ -153,9 +152,7 @@ func (g *gate) run(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		sp.End()
 		t.traceEnd()
-		if g.n != nil {
-			g.c.obs.SettleTime(g.pipeline, t.v.kind.String(), time.Since(t0))
-		}
+		g.pol.settled(t.v.kind, time.Since(t0))
 	}
 }
 
@@ -168,13 +165,23 @@ func pass(ctx context.Context, next Handler, ts []*Trigger) []*Trigger {
 	return rest
 }
 
-// keys derives each trigger's intent key.
-func (g *gate) keys(next Handler) Handler {
+// keyStage derives each trigger's intent key.
+type keyStage struct {
+	g *gate
+	// keyOf sets t.key and t.intent, or returns the verdict on a trigger
+	// that cannot be keyed.
+	keyOf func(t *Trigger) *verdict
+}
+
+func (s *keyStage) name() string { return "key" }
+
+func (s *keyStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		for _, t := range ts {
 			sp := t.child(g, "oncegate.key", trace.SpanKindInternal)
 			g.guard(t, stageKey, func() {
-				if v := g.keyOf(t); v != nil {
+				if v := s.keyOf(t); v != nil {
 					t.decide(*v)
 					endSpan(sp, v.err)
 					return
@@ -198,119 +205,4 @@ func (g *gate) exhausted(t *Trigger) bool {
 
 func (g *gate) exhaustedErr(t *Trigger) error {
 	return fmt.Errorf("delivered %d times (max_deliver %d); the last delivery did not finish (its process stopped)", t.deliveries(), g.maxDeliver)
-}
-
-// windowKey is t's key in the window. Under a mismatch policy of reject it
-// includes the payload fingerprint, so that a reused key with another
-// payload misses the window and reaches the ledger, which refuses it.
-func (g *gate) windowKey(t *Trigger) uint64 {
-	k := ledger.WindowKey(t.key)
-	if g.windowFP {
-		k ^= ledger.WindowKey(dedupe.Key(t.fp))*0x9e3779b97f4a7c15 | 1
-	}
-	return k
-}
-
-// windowStage drops the triggers whose key the window has seen.
-func (g *gate) windowStage(next Handler) Handler {
-	if g.windowOnly {
-		// The window alone decides: it remembers a key once its effect is
-		// out (Add after the effect, not SeenOrAdd before it). A key still
-		// at work is not yet a duplicate: acking on its word would trust a
-		// delivery that may have stalled past its ack wait and whose message
-		// the server delivered again (and this stage may be about to ack
-		// that redelivery). Two triggers of one key at work at once both
-		// publish, under one Nats-Msg-Id: the effect stream keeps one.
-		return func(ctx context.Context, ts []*Trigger) {
-			keys := make([]uint64, len(ts))
-			seen := make([]bool, len(ts))
-			for i, t := range ts {
-				keys[i] = g.windowKey(t)
-				seen[i] = g.window.Contains(keys[i])
-				g.traceWindow(t, seen[i])
-				switch {
-				case seen[i]:
-					g.duplicate(t, outcome.GuardWindow)
-					t.decide(ack(t.keyRef(), nil))
-				case g.exhausted(t):
-					t.decide(dead(t.keyRef(), outcome.ReasonExhausted, g.exhaustedErr(t)))
-				}
-			}
-			pass(ctx, next, ts)
-			for i, t := range ts {
-				if !seen[i] && t.effected {
-					g.window.Add(keys[i])
-					g.done(t)
-					if !t.decided {
-						t.decide(ack(t.keyRef(), nil))
-					}
-				}
-			}
-		}
-	}
-	return func(ctx context.Context, ts []*Trigger) {
-		for _, t := range ts {
-			seen := g.window.Contains(g.windowKey(t))
-			g.traceWindow(t, seen)
-			if seen {
-				g.duplicate(t, outcome.GuardWindow)
-				t.decide(ack(t.keyRef(), nil))
-			}
-		}
-		for _, t := range pass(ctx, next, ts) {
-			if t.committed {
-				g.window.Add(g.windowKey(t))
-			}
-		}
-	}
-}
-
-// done counts an effect performed and settled.
-func (g *gate) done(t *Trigger) {
-	if g.n == nil {
-		if !t.dropped {
-			g.pol.counted(func(s *DispatchStats) { s.Sent++ })
-		}
-		return
-	}
-	g.n.effects.Add(1)
-	if t.res.Duplicate {
-		g.n.dupStream.Add(1)
-		g.c.obs.Duplicate(g.pipeline, outcome.GuardStream)
-		g.logDuplicate(t, outcome.GuardStream)
-	}
-}
-
-// duplicate counts a trigger stopped as a duplicate by the window or the
-// ledger.
-func (g *gate) duplicate(t *Trigger, gd outcome.Guard) {
-	if g.n == nil {
-		return
-	}
-	g.logDuplicate(t, gd)
-	if gd == outcome.GuardWindow {
-		g.n.dupWindow.Add(1)
-	} else {
-		g.n.dupLedger.Add(1)
-	}
-	g.c.obs.Duplicate(g.pipeline, gd)
-}
-
-func (g *gate) stale() {
-	if g.n != nil {
-		g.n.stale.Add(1)
-	}
-}
-
-// logDuplicate says at debug level which guard caught a duplicate:
-// guard=window, ledger or stream (the effect stream's Nats-Msg-Id).
-func (g *gate) logDuplicate(t *Trigger, gd outcome.Guard) {
-	if !g.c.log.Enabled(context.Background(), slog.LevelDebug) {
-		return
-	}
-	var key string
-	if k := t.keyRef(); k != nil {
-		key = k.String()
-	}
-	g.c.log.Debug("duplicate dropped", "pipeline", g.pipeline, "guard", string(gd), "key", key, "msg", t.ref())
 }

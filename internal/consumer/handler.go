@@ -15,19 +15,9 @@ import (
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
-// Every path through Oncegate — a trigger on its own, a batch of triggers on
-// a gate pipeline, an outbox entry on its way to a one-shot sink — runs the
-// same gate: a chain of stages, each a Middleware over a batch of
-// Triggers, that decides one verdict per trigger; settle (settle.go) then
-// carries the verdict out, and is the only code that acks, naks or terms.
-//
-//	observe → key → [before-ack] → window → [after-commit] → claim → [after-claim] → step → [after-answer] → [after-effect] → effect
-//
-// A stage decides the triggers it can (a duplicate, a failure), passes the
-// others on, and may act on them when the rest of the chain returns (the
-// claim stage commits what the effect stage delivered; the window stage
-// remembers what was committed). The bracketed stages exist only in builds
-// with the oncegate_faults tag, which crash the process there.
+// A gate's chain and what runs through it: the Trigger, the stages that
+// decide its verdict, and the verdict that settle.go carries out. The
+// chain's diagram is in doc.go.
 
 // Trigger is one delivery on its way through a gate.
 type Trigger struct {
@@ -60,7 +50,7 @@ type Trigger struct {
 
 	flight *flight // the work in this process that holds the intent, for a duplicate of it
 
-	lm *mileState // the last mile's (mile.go); nil on pipelines without it
+	lm *mileState // the last mile's (render.go); nil on pipelines without it
 
 	tctx context.Context // carries span; nil when tracing is off
 	span trace.Span      // the trigger's root span (trace.go); nil when off
@@ -114,18 +104,20 @@ func (t *Trigger) keyRef() *dedupe.Key {
 // a batch of triggers. It decides triggers' verdicts; it never settles them.
 type Handler func(ctx context.Context, ts []*Trigger)
 
-// Middleware wraps a Handler with one stage.
-type Middleware func(next Handler) Handler
+// stage is one link of a gate's chain, as a middleware is of a Watermill
+// router's: a value with its own fields that wraps the rest of the chain.
+// Its name is the one the chain's diagram gives it (doc.go).
+type stage interface {
+	name() string
+	wrap(next Handler) Handler
+}
 
-// chain builds the handler that runs the middlewares, the first outermost,
-// around last. Nil middlewares (stages a pipeline or build does not have)
-// are skipped.
-func chain(last Handler, mws ...Middleware) Handler {
+// chain builds the handler that runs stages, the first outermost, around
+// last.
+func chain(last Handler, stages []stage) Handler {
 	h := last
-	for i := len(mws) - 1; i >= 0; i-- {
-		if mws[i] != nil {
-			h = mws[i](h)
-		}
+	for i := len(stages) - 1; i >= 0; i-- {
+		h = stages[i].wrap(h)
 	}
 	return h
 }

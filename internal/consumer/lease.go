@@ -17,7 +17,8 @@ import (
 // Renewals run on a timer, so work that ends before the first one is due
 // (most work: a renewal is due after a third of the ack wait or the lease)
 // costs no goroutine; the stop function waits for a renewal under way.
-func (g *gate) hold(ctx context.Context, held []*Trigger) (context.Context, func()) {
+func (s *claimStage) hold(ctx context.Context, held []*Trigger) (context.Context, func()) {
+	g := s.g
 	ctx, cancel := context.WithCancelCause(ctx)
 	until := held[0].claim.Lease.Until
 	for _, t := range held[1:] {
@@ -26,7 +27,7 @@ func (g *gate) hold(ctx context.Context, held []*Trigger) (context.Context, func
 		}
 	}
 	expire := time.AfterFunc(time.Until(until), func() { cancel(errLeaseExpired) })
-	every := max(g.keepEvery(held[0])/3, 50*time.Millisecond)
+	every := max(s.keepEvery(held[0])/3, 50*time.Millisecond)
 	var (
 		mu      sync.Mutex // held by a renewal under way, and by stop
 		stopped bool

@@ -93,7 +93,16 @@ func (g *gate) live(rec ledger.Record) bool {
 
 // orderStage holds back the resolves whose firing is at work, and records
 // that the others go.
-func (g *gate) orderStage(next Handler) Handler {
+type orderStage struct {
+	g *gate
+	// resolveWait is how long a resolve waits for its firing's outcome.
+	resolveWait time.Duration
+}
+
+func (s *orderStage) name() string { return "order" }
+
+func (s *orderStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		g.each(ts, stageRoute, func(t *Trigger) {
 			if t.decided || !g.closing(t) {
@@ -108,7 +117,7 @@ func (g *gate) orderStage(next Handler) Handler {
 			case err != nil || rec.State == ledger.StatePending:
 				// Its firing is at work, or not seen yet (it may be
 				// behind the resolve, redelivered out of order).
-				if left := g.resolveWait - g.age(t); left > 0 {
+				if left := s.resolveWait - g.age(t); left > 0 {
 					g.c.log.Debug("the resolve waits for its firing", "pipeline", g.pipeline, "identity", identity.String(), "left", left)
 					t.decide(wait(t.keyRef(), min(left, g.set.retryDelay(int(t.deliveries()))), errors.New("its firing is at work, or not seen yet")))
 					return
@@ -191,10 +200,7 @@ func (g *gate) resolvedFirst(ctx context.Context, t *Trigger) bool {
 		return true
 	}
 	g.c.log.Info("a firing not sent: its resolve went out first", "pipeline", g.pipeline, "identity", t.lm.identity.String(), "key", t.intent.String())
-	if g.n != nil {
-		g.n.afterResolve.Add(1)
-	}
-	g.filtered("after_resolve")
+	g.pol.afterResolve()
 	t.res, t.effected, t.dropped = sink.Result{Body: droppedResult}, true, true
 	return true
 }
@@ -218,12 +224,17 @@ func (g *gate) firingRoute(ctx context.Context, t *Trigger) (string, error) {
 	return r.Route, nil
 }
 
-// dispatchOrderStage orders an ordered pipeline's one-shot entries, once
+// entryOrderStage orders an ordered pipeline's one-shot entries, once
 // their dispatch is claimed: a firing's entry is dropped once its resolve
 // goes; a resolve's entry waits while its firing's dispatch holds a live
 // lease, and is dropped when the firing's message was not sent and will
 // not be.
-func (g *gate) dispatchOrderStage(next Handler) Handler {
+type entryOrderStage struct{ g *gate }
+
+func (s *entryOrderStage) name() string { return "order-entries" }
+
+func (s *entryOrderStage) wrap(next Handler) Handler {
+	g := s.g
 	return func(ctx context.Context, ts []*Trigger) {
 		g.each(ts, stageEffect, func(t *Trigger) {
 			h := t.msg.Headers()
@@ -242,7 +253,7 @@ func (g *gate) dispatchOrderStage(next Handler) Handler {
 					t.decide(nak(t.keyRef(), time.Second, fmt.Errorf("reading whether the resolve went out: %w", err)))
 				default:
 					g.c.log.Info("a firing's one-shot effect not sent: its resolve went out first", "pipeline", g.pipeline, "identity", identity.String(), "key", t.intent.String())
-					g.pol.counted(func(s *DispatchStats) { s.AfterResolve++ })
+					g.pol.afterResolve()
 					t.res, t.effected, t.dropped = sink.Result{Body: droppedResult}, true, true
 				}
 				return
@@ -275,7 +286,7 @@ func (g *gate) dispatchOrderStage(next Handler) Handler {
 			}
 			if drop {
 				g.c.log.Info("a resolve's one-shot effect not sent: its firing's was not", "pipeline", g.pipeline, "identity", identity.String(), "key", t.intent.String())
-				g.pol.counted(func(s *DispatchStats) { s.Unopened++ })
+				g.pol.unopened()
 				t.res, t.effected, t.dropped = sink.Result{Body: droppedResult}, true, true
 			}
 		})

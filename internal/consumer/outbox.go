@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -94,10 +95,9 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 	c, cfg := p.c, p.cfg
 	d := &dispatcher{p: p}
 	g := &gate{
-		c: c, pipeline: cfg.Name, pol: oneShotPolicy(d), keyOf: d.keyOf,
+		c: c, pipeline: cfg.Name, pol: oneShotPolicy(d),
 		ledger: pg.ledger, owner: c.opts.Owner, lease: pg.lease,
-		keepEvery: func(*Trigger) time.Duration { return min(d.ackWait(), pg.lease) },
-		sink:      oneShot, sinkName: cfg.Effect.Sink, stepName: pg.stepName,
+		sink: oneShot, sinkName: cfg.Effect.Sink, stepName: pg.stepName,
 		maxResult: pg.maxResult,
 	}
 	// An entry is counted under its effect's kind (its preset, else its
@@ -108,16 +108,26 @@ func newDispatcher(p *pipeline, pg *gate, oneShot sink.Sink) *dispatcher {
 	}
 	g.sinkOf = func(t *Trigger) string { return kinds[t.msg.Headers().Get(HeaderEffect)] }
 	g.set = &settler{
-		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, ledger: pg.ledger,
+		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, ledger: pg.ledger, counts: g.pol.counts,
 		retryDelay: cfg.RetryDelay, // maxDeliver 0: an entry waiting for its delay or approval is no failing try
 		effectOf: func(t *Trigger) string {
 			return cmp.Or(t.msg.Headers().Get(HeaderEffect), g.sinkOf(t)) + " (dispatch)"
 		},
 	}
+	var order stage
 	if pg.ordered() {
-		g.dispatchOrder = g.dispatchOrderStage // lifecycle.go
+		order = &entryOrderStage{g: g} // lifecycle.go
 	}
-	g.build(d.wait)
+	g.use(
+		&keyStage{g: g, keyOf: d.keyOf},
+		crashAt(faults.BeforeAck),
+		&approvalStage{d: d},
+		crashAt(faults.AfterCommit),
+		&claimStage{g: g, keepEvery: func(*Trigger) time.Duration { return min(d.ackWait(), pg.lease) }},
+		crashAt(faults.AfterDispatchClaim),
+		order,
+		crashAt(faults.AfterEffect),
+	)
 	d.gate = g
 	d.src = &source{
 		c: c, name: cfg.Name + "/dispatch", stream: OutboxStream(c.cfg.Stream.Name), durable: Durable(cfg.Name) + "-dispatch",

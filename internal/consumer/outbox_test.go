@@ -289,7 +289,7 @@ func chargesPipeline(url string) func(*config.Config) {
 	}
 }
 
-// TestDeadLetterRefusedThenKept (hole 10): a one-shot effect refused for
+// TestDeadLetterRefusedThenKept: a one-shot effect refused for
 // good is given up (its record failed) and dead-lettered; when the dead
 // letter cannot be published (its stream gone, a cluster node's fault),
 // the entry comes back. It used to be acked then, as "dead-lettered

@@ -70,7 +70,7 @@ func (g *gate) panicked(t *Trigger, stage string, r any, stack []byte) {
 		"key", keyString(t.keyRef()), "ref", t.ref(), "panic", fmt.Sprint(r), "stack", string(stack))
 	g.c.obs.Panic(g.pipeline)
 	if !g.pol.retryEffect && stage == stageEffect {
-		g.pol.counted(func(s *DispatchStats) { s.Unknown++ })
+		g.pol.unknown()
 		t.decide(dead(t.keyRef(), outcome.ReasonUnknownOutcome, fmt.Errorf("%w; the one-shot effect may or may not have been sent, and is not resent", err)))
 		return
 	}

@@ -104,23 +104,11 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		p.hasStatus = true
 	}
 	g := &gate{
-		c: c, pipeline: cfg.Name, n: &p.n, pol: replayablePolicy, keyOf: p.keyOf,
-		window: w, windowOnly: cfg.Mode == config.ModeGateWindow,
-		windowFP: c.cfg.Ledger.Mismatch == config.MismatchReject,
-		owner:    c.opts.Owner, lease: c.cfg.Ledger.Lease,
-		// A replayable effect redone after a crash is harmless, so its
-		// claim need not survive one: the ledger may keep it in memory
-		// (see ledger.BeginOptions.Volatile). A one-shot effect's
-		// outbox publish is replayable too; its dispatch claim is not.
-		//
-		// An ordered pipeline's claims are durable too: the resolve of an
-		// identity reads its firing's lease (lifecycle.go).
-		volatile:    !cfg.HasClass(config.ClassOneShot) && (cfg.Key.Status == "" || cfg.Mode == config.ModeGateWindow),
-		resolveWait: cmp.Or(cfg.Key.ResolveWait, DefaultResolveWait),
-		maxDeliver:  cfg.MaxDeliver,
-		keepEvery:   p.keepEvery,
-		sinkName:    cfg.Effect.Sink,
-		maxResult:   cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, ledger.DefaultMaxResultBytes),
+		c: c, pipeline: cfg.Name, pol: replayablePolicy(p),
+		owner: c.opts.Owner, lease: c.cfg.Ledger.Lease,
+		maxDeliver: cfg.MaxDeliver,
+		sinkName:   cfg.Effect.Sink,
+		maxResult:  cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, ledger.DefaultMaxResultBytes),
 	}
 	if cfg.Mode != config.ModeGateWindow {
 		if c.opts.Ledger == nil {
@@ -148,7 +136,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		g.stepName = cfg.Step.Name
 	}
 	if usesMile(cfg) {
-		// The last mile (mile.go): templates, named effects, routes,
+		// The last mile (render.go): templates, named effects, routes,
 		// filters. A one-shot effect is published to the outbox and sent
 		// by the dispatcher, with the sink its entry names.
 		m, oneShot, err := newMile(p, g.sink)
@@ -176,10 +164,10 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	}
 	g.set = &settler{
 		c: c, pipeline: cfg.Name, deadLetter: p.deadLetter, maxDeliver: cfg.MaxDeliver,
-		retryDelay: cfg.RetryDelay, ledger: g.ledger, n: &p.n,
+		retryDelay: cfg.RetryDelay, ledger: g.ledger, counts: g.pol.counts,
 		effectOf: func(*Trigger) string { return cmp.Or(cfg.Effect.Preset, g.sinkName) },
 	}
-	g.build(nil)
+	g.use(pipelineStages(p, g)...)
 	p.gate = g
 	workers := cfg.Concurrency
 	if batch > 1 {

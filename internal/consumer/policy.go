@@ -1,10 +1,13 @@
 package consumer
 
-// policy says what the gate's outcomes mean for the effect it guards. The
-// same stages run a pipeline's effect (replayable, or its keyed publish to
-// the outbox) and a dispatcher's one-shot send; where the two part, the
-// stages ask the policy, never which of the two they run.
+// policy says what the gate's outcomes mean for the effect it guards, and
+// counts them. The same stages run a pipeline's effect (replayable, or its
+// keyed publish to the outbox) and a dispatcher's one-shot send; where the
+// two part, the stages ask the policy, never which of the two they run.
 type policy struct {
+	// counts keeps the gate's figures: a pipeline's or a dispatcher's.
+	counts
+
 	// duplicates: a trigger that finds its intent committed is a duplicate,
 	// counted and answered with the stored result. For a dispatcher it is
 	// a redelivery of the entry it sent, acked and nothing else.
@@ -24,23 +27,23 @@ type policy struct {
 	// waitLocal: a duplicate of work this process holds waits for it in
 	// the process rather than coming back later.
 	waitLocal bool
-	// afterClaim is the crash point right after the claim.
-	afterClaim Point
-	// count receives the dispatcher's counts; nil for a pipeline.
-	count func(func(*DispatchStats))
+	// forwardDigest: a trigger's digest group (sink.DigestHeader) goes on
+	// to the sink, which gathers its group: an outbox entry of a digest.
+	forwardDigest bool
 }
 
-// replayablePolicy is a pipeline's.
-var replayablePolicy = policy{duplicates: true, redoTakenOver: true, retryEffect: true, waitLocal: true, afterClaim: AfterClaim}
+// replayablePolicy is the policy of pipeline p.
+func replayablePolicy(p *pipeline) policy {
+	return policy{
+		counts:     &pipelineCounts{c: p.c, pipeline: p.cfg.Name, n: &p.n},
+		duplicates: true, redoTakenOver: true, retryEffect: true, waitLocal: true,
+	}
+}
 
 // oneShotPolicy is the dispatcher d's.
 func oneShotPolicy(d *dispatcher) policy {
-	return policy{ackFailed: reasonCancelled, afterClaim: AfterDispatchClaim, count: d.count}
-}
-
-// counted adds to the dispatcher's counts, if the policy keeps them.
-func (p *policy) counted(f func(*DispatchStats)) {
-	if p.count != nil {
-		p.count(f)
+	return policy{
+		counts:    dispatchCounts{d},
+		ackFailed: reasonCancelled, forwardDigest: true,
 	}
 }

@@ -33,7 +33,7 @@ type settler struct {
 	maxDeliver int
 	retryDelay func(n int) time.Duration
 	ledger     ledger.Ledger // nil without one
-	n          *pipelineCounters
+	counts     counts        // the retries and dead letters are counted here
 	// effectOf names t's effect in the outcome lines (log.outcomes) of a
 	// pipeline without the last mile's; nil: none.
 	effectOf func(t *Trigger) string
@@ -78,9 +78,7 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 			} else {
 				d = s.retryDelay(int(deliveries))
 			}
-			if s.n != nil {
-				s.n.retries.Add(1)
-			}
+			s.counts.retried()
 			s.c.log.Info("retrying later", "pipeline", s.pipeline, "key", keyString(v.key), "ref", t.ref(), "deliveries", deliveries, "in", d, "err", v.err)
 		}
 		_ = m.NakWithDelay(d)
@@ -93,9 +91,7 @@ func (s *settler) settle(ctx context.Context, t *Trigger) {
 			s.c.obs.Settled(s.pipeline, "nak")
 			return
 		}
-		if s.n != nil {
-			s.n.dead.Add(1)
-		}
+		s.counts.dead()
 		s.c.obs.DeadLetter(s.pipeline, v.reason)
 		s.c.log.Warn("dead-lettered", "pipeline", s.pipeline, "reason", v.reason, "subject", s.deadLetter, "err", v.err)
 		_ = m.TermWithReason(string(v.reason))

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -152,8 +153,8 @@ func Live(cur *ledger.Record, now time.Time) *ledger.Record {
 }
 
 // checkCommitToken is the check of a Commit's token: CheckToken, except in
-// an oncegate_faults build asked for a broken ledger (broken_faults.go).
-var checkCommitToken = CheckToken
+// an oncegate_faults build asked for a broken ledger (faults.CommitTokenCheck).
+var checkCommitToken = faults.CommitTokenCheck(CheckToken)
 
 // CheckToken checks a Commit, Fail or Extend with token against cur, the
 // record the store read (nil if absent): it returns an error wrapping

@@ -25,8 +25,9 @@ import (
 	"github.com/oncegate/oncegate/internal/outcome"
 )
 
-// These tests kill a real consumer process to show a hole in "once"
-// closed; each failed before its fix.
+// Recovery after a real consumer process is killed: a crash on the last
+// delivery, a key reused after a crash, and a redo that would land past
+// the effect stream's duplicate window.
 
 // keyedTarget is an HTTP effect target with the Idempotency-Key semantics
 // of the IETF draft: the same key with the same body is a replay, with
@@ -139,7 +140,7 @@ func kill(t *testing.T, c *child) {
 	<-c.done
 }
 
-// TestLastDeliveryCrash (hole 1): a trigger fails on its first delivery,
+// TestLastDeliveryCrash: a trigger fails on its first delivery,
 // and its process dies during its last one, after a duplicate of it was
 // acked because the work was held. The server would not deliver it again
 // and nothing dead-lettered it: the work vanished. Oncegate now counts the
@@ -194,7 +195,7 @@ func TestLastDeliveryCrash(t *testing.T) {
 	}
 }
 
-// TestKeyReusedAfterCrash (hole 5): the process dies after the effect and
+// TestKeyReusedAfterCrash: the process dies after the effect and
 // before the commit; a reworded duplicate then sends its own body under
 // the key, and the target answers 422 (key used with another body). That
 // answer means the effect exists: the intent is committed, and neither
@@ -252,7 +253,7 @@ pipelines:
     max_deliver: 3
 `
 
-// TestRedoPastDuplicateWindow (hole 3): a process dies after publishing an
+// TestRedoPastDuplicateWindow: a process dies after publishing an
 // effect and before committing it; the redelivery, paced by the ack wait,
 // redoes the effect after the effect stream's duplicate window has passed,
 // and the stream keeps both. Such a configuration (a redelivery horizon

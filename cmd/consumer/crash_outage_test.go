@@ -11,12 +11,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/internal/outcome"
 )
 
-// These tests kill a real consumer process to show a hole of the second
-// ring (issue 21) closed; each failed before its fix.
+// A real consumer process killed around a ledger outage, and by a poison
+// trigger: the redo past the duplicate window is refused, and the kills a
+// poison causes are bounded by max_deliver.
 
 const outageConfig = `
 data_dir: %s
@@ -33,7 +35,7 @@ pipelines:
     max_deliver: 3
 `
 
-// TestOutagePastDuplicateWindow (hole 1): the process dies after the
+// TestOutagePastDuplicateWindow: the process dies after the
 // effect's PubAck and before the commit, and comes back after longer than
 // the effect stream's duplicate window (a crash-looping pod's back-off).
 // The claim was volatile, kept in memory only, so the redelivery found the
@@ -106,7 +108,7 @@ pipelines:
     max_deliver: 5
 `
 
-// TestPoisonKillIsBounded (hole 2b): a trigger whose work kills its
+// TestPoisonKillIsBounded: a trigger whose work kills its
 // process (here SIGKILL, as an out-of-memory kill would) with max_deliver
 // 2. Its claim was volatile: the record died with the process, its
 // attempts started again at 1 on every restart, and the server, which
@@ -133,7 +135,7 @@ func TestPoisonKillIsBounded(t *testing.T) {
 	waitDurable(t, js, first, "orders")
 	poison := nats.NewMsg("triggers.tickets")
 	poison.Data = []byte(`{"ticket":"T-poison"}`)
-	poison.Header.Set(consumer.HeaderFault, "kill")
+	poison.Header.Set(faults.HeaderFault, "kill")
 	if _, err := js.PublishMsg(context.Background(), poison); err != nil {
 		t.Fatal(err)
 	}
