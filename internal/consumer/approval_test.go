@@ -43,6 +43,7 @@ func (l *failLedger) Fail(ctx context.Context, k dedupe.Key, token uint64, reaso
 // says "unknown", and the entry is dead-lettered unknown_outcome, never
 // sent.
 func TestCancelAfterDispatcherDied(t *testing.T) {
+	slowTest(t)
 	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
 	hs := httptest.NewServer(target)
 	defer hs.Close()
@@ -198,6 +199,7 @@ func parkedWithDeadApproval(t *testing.T, id string) (*fixture, dedupe.Key, *one
 // trigger had settled. The request that hears the effect settled now
 // finishes the approval claim left behind.
 func TestApprovalClaimIsNotLeftPending(t *testing.T) {
+	slowTest(t)
 	f, k, target := parkedWithDeadApproval(t, "m-approve-died")
 	ctx := context.Background()
 	reply, err := f.nc.Request(consumer.CancelSubject("messages"), []byte(k.String()), 5*time.Second)
@@ -287,6 +289,7 @@ func (r *commitRefuser) Commit(ctx context.Context, k dedupe.Key, token uint64, 
 // the approval is recorded, its claim is not left pending, and the effect
 // goes out once.
 func TestApprovalCommitOutlastsABlip(t *testing.T) {
+	slowTest(t)
 	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
 	hs := httptest.NewServer(target)
 	defer hs.Close()

@@ -371,6 +371,7 @@ func TestBadInputIsDeadLettered(t *testing.T) {
 // TestModelFailuresRetry: the model fails half the time; every alert still
 // gets exactly one effect, after retries.
 func TestModelFailuresRetry(t *testing.T) {
+	slowTest(t)
 	f := start(t, func(c *config.Config) {
 		c.Pipelines[0].MaxDeliver = 20
 		// Retries come back after 300ms (a plain NAK would come back at

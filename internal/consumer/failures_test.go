@@ -220,6 +220,7 @@ func (l *outageLedger) Get(ctx context.Context, k dedupe.Key) (ledger.Record, er
 // the consumer reports not ready and counts the refusals, and when the
 // ledger is back the effect happens once and nothing is dead-lettered.
 func TestLedgerOutageIsNoTry(t *testing.T) {
+	slowTest(t)
 	obs := newLeaseObserver()
 	var ol *outageLedger
 	f := start(t, nil, standin.Options{}, func(o *consumer.Options) {
@@ -253,6 +254,7 @@ func TestLedgerOutageIsNoTry(t *testing.T) {
 // dead letter goes out before the failure is recorded: the trigger waits,
 // and the intent ends with the effect or a dead letter, never both.
 func TestDeadLetterWaitsForTheFailure(t *testing.T) {
+	slowTest(t)
 	var refuse atomic.Bool
 	refuse.Store(true)
 	var calls, effects atomic.Int64

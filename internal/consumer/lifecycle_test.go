@@ -31,6 +31,7 @@ func pageAll(wait time.Duration) func(p *config.Pipeline) {
 // dropped by PagerDuty (no open alert) and the page, retried after it,
 // would open an incident nobody resolves.
 func TestResolveWaitsForItsFiring(t *testing.T) {
+	slowTest(t)
 	r := startRecipe(t, standin.Options{}, pageAll(time.Minute))
 	r.pd.Fail(8, 500, 0) // more than one delivery's attempts
 	r.publish("triggers.alerts", amAlert("w1", "page", "firing", 0))
@@ -56,6 +57,7 @@ func TestResolveWaitsForItsFiring(t *testing.T) {
 // after it, finds its resolve gone out and is dropped and counted — never
 // sent, so no incident re-opens after its resolve.
 func TestFiringAfterItsResolveIsDropped(t *testing.T) {
+	slowTest(t)
 	r := startRecipe(t, standin.Options{}, pageAll(time.Second))
 	r.pd.HoldTriggers(r.identity(t, "race1"))
 	r.publish("triggers.alerts", amAlert("race1", "page", "firing", 0))
@@ -78,6 +80,7 @@ func TestFiringAfterItsResolveIsDropped(t *testing.T) {
 // from the firing's recorded route, and nowhere else. A resolve whose
 // alert never fired here (its firing left no route) sends nothing.
 func TestResolveGoesWhereItsFiringWent(t *testing.T) {
+	slowTest(t)
 	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) { p.Key.ResolveWait = time.Second })
 	const n = 12
 	for i := range n {
@@ -181,6 +184,7 @@ func (f *fixture) outboxDone(pipeline string) bool {
 // retry schedule (effect.retry), not a backoff later. The time from the
 // end of the outage to the last page is reported.
 func TestPagesFastAfterOutage(t *testing.T) {
+	slowTest(t)
 	const slow = 30 * time.Second
 	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) {
 		pageAll(time.Minute)(p)
@@ -229,6 +233,7 @@ func TestPagesFastAfterOutage(t *testing.T) {
 // limit 124 of 300 were refused; the test allows a tenth. The time to
 // drain is reported.
 func TestStormWithinQuota(t *testing.T) {
+	slowTest(t)
 	const n, quota, per = 300, 120, time.Second
 	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) {
 		pageAll(time.Minute)(p)

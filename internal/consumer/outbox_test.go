@@ -296,6 +296,7 @@ func chargesPipeline(url string) func(*config.Config) {
 // before", and vanished; it is dead-lettered again now, until the dead
 // letter is kept.
 func TestDeadLetterRefusedThenKept(t *testing.T) {
+	slowTest(t)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such recipient", http.StatusBadRequest)
 	}))

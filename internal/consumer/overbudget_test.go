@@ -57,6 +57,7 @@ func TestOverBudgetDeadLetter(t *testing.T) {
 // at least fall in one period, so one at least is refused) all get their
 // effect, with no dead letter.
 func TestOverBudgetWait(t *testing.T) {
+	slowTest(t)
 	const max = 200 // dollars, at a dollar a token: one alert's call a period
 	f := start(t, overBudget(max, 2*time.Second, config.OverBudgetWait), standin.Options{})
 	for _, fp := range []string{"w1", "w2", "w3"} {

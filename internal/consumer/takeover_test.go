@@ -36,6 +36,7 @@ import (
 // replica, which found the lease run out and reported the effect as an
 // unknown outcome while it was being sent.
 func TestSlowDispatchKeepsItsLease(t *testing.T) {
+	slowTest(t)
 	release := make(chan struct{})
 	calls := make(chan struct{}, 4)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -268,6 +269,7 @@ func (s *stallCalls) Deliver(ctx context.Context, e sink.Effect) (sink.Result, e
 // any more. A duplicate of held work now waits instead, and the intent is
 // done once.
 func TestStaleHolderLosesNothing(t *testing.T) {
+	slowTest(t)
 	var f *fixture
 	held := func(n int64) func() bool {
 		return func() bool { s := f.stats("webhooks"); return s.Held+s.DuplicatesLedger >= n }
@@ -404,6 +406,7 @@ func (s *slowSink) Deliver(ctx context.Context, e sink.Effect) (sink.Result, err
 // after the second's lease ran out at 6.5s: the work was cancelled and
 // another delivery took it over.
 func TestSlowRenewalKeepsTheLease(t *testing.T) {
+	slowTest(t)
 	const lease = 3 * time.Second
 	var f *fixture
 	out := &slowSink{took: 8500 * time.Millisecond}
@@ -461,6 +464,7 @@ func (l *pausingLedger) CommitBatch(ctx context.Context, reqs []ledger.CommitReq
 // clock; the intent ends as the other replica left it, dead-lettered, with
 // no effect.
 func TestPausedHolderSendsNothing(t *testing.T) {
+	slowTest(t)
 	var pl *pausingLedger
 	f := start(t, func(c *config.Config) {
 		c.Ledger.Lease = time.Second
