@@ -336,7 +336,7 @@ func (g *gate) giveUp(ctx context.Context, t *Trigger, v verdict) {
 		// could take the work over and do it after the dead letter said it
 		// was not done. The trigger waits, and gives up again when the
 		// ledger answers.
-		t.decide(g.unavailable(t, fmt.Errorf("recording the failure (%s: %v) in the ledger: %w", v.reason, v.err, err)))
+		t.decide(g.unavailable(t, fmt.Errorf("recording the failure (%s: %v) in the ledger: %w", v.reason, v.err, err))) //nolint:errorlint // the ledger's error decides; the failure is told, not matched
 		return
 	}
 	t.decide(v)

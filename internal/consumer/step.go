@@ -208,12 +208,12 @@ func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte) (answer, e
 func (s *step) check(text string) (any, error) {
 	v, err := tmpl.DecodeJSON([]byte(text))
 	if err != nil {
-		return nil, fmt.Errorf("not JSON: %v", err)
+		return nil, fmt.Errorf("not JSON: %w", err)
 	}
 	// The validator wants numbers as it decodes them itself.
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 	if err != nil {
-		return nil, fmt.Errorf("not JSON: %v", err)
+		return nil, fmt.Errorf("not JSON: %w", err)
 	}
 	if err := s.schema.Validate(doc); err != nil {
 		msg := strings.Join(strings.Fields(err.Error()), " ")

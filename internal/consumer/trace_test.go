@@ -77,10 +77,10 @@ func TestTracePerTrigger(t *testing.T) {
 		}
 	}
 	if v, _ := attr(model.Attributes, "gen_ai.usage.output_tokens"); v.AsInt64() <= 0 {
-		t.Errorf("model span's output tokens = %v", v.Emit())
+		t.Errorf("model span's output tokens = %v", v.String())
 	}
 	if v, _ := attr(children["oncegate.ledger.claim"].Attributes, "oncegate.claim.status"); v.AsString() != "new" {
-		t.Errorf("claim span's status = %q, want new", v.Emit())
+		t.Errorf("claim span's status = %q, want new", v.String())
 	}
 
 	// The effect message carries the trace, as a child of the effect span.
@@ -98,7 +98,7 @@ func TestTracePerTrigger(t *testing.T) {
 		t.Errorf("the duplicate's root span is not a new trace: %v parent %v", dup.SpanContext.TraceID(), dup.Parent)
 	}
 	if v, _ := attr(dup.Attributes, "oncegate.verdict"); v.AsString() != "ack" {
-		t.Errorf("duplicate's verdict = %q", v.Emit())
+		t.Errorf("duplicate's verdict = %q", v.String())
 	}
 	for _, s := range spans {
 		if s.Parent.SpanID() == dup.SpanContext.SpanID() && (s.Name == "oncegate.effect" || s.Name == "chat "+f.cfg.LLM.Model) {
