@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
@@ -38,7 +39,7 @@ func TestInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options()})
+	l, err := badgerstore.New(db, badgerstore.Options{Options: app.LedgerOptions(cfg.Ledger)})
 	if err != nil {
 		t.Fatal(err)
 	}

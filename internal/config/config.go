@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
@@ -160,15 +159,6 @@ type Ledger struct {
 	// the first holder's. A claim within MaxClockSkew of the window counts
 	// as past it. The default is 1s.
 	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
-}
-
-// Options returns the ledger options this configuration asks for.
-func (l *Ledger) Options() ledger.Options {
-	o := ledger.Options{Retention: l.Retention}
-	if l.Mismatch == MismatchReject {
-		o.Mismatch = ledger.MismatchReject
-	}
-	return o
 }
 
 // KV configures the JetStream KV ledger.

@@ -120,7 +120,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		maxDeliver:  cfg.MaxDeliver,
 		keepEvery:   p.keepEvery,
 		sinkName:    cfg.Effect.Sink,
-		maxResult:   cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, ledger.DefaultMaxResultBytes),
+		maxResult:   ledger.DefaultMaxResultBytes, // the configuration sets none (app.LedgerOptions)
 	}
 	if cfg.Mode != config.ModeGateWindow {
 		if c.opts.Ledger == nil {
