@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // Config is the whole configuration of one consumer process. The YAML keys
@@ -454,28 +452,6 @@ type Pipeline struct {
 	Concurrency int `yaml:"concurrency"`
 }
 
-// gateStep is the step name of the key spec of a pipeline without a step.
-const gateStep = "gate"
-
-// KeySpec returns the key spec of the pipeline's step (or, for a gate
-// pipeline, of its gate).
-func (p *Pipeline) KeySpec() dedupe.KeySpec {
-	ks := dedupe.KeySpec{
-		Pipeline: p.Name,
-		Step:     gateStep,
-		Fields:   p.Key.Fields,
-		Volatile: p.Key.Volatile,
-		Version:  p.Key.Version,
-	}
-	if p.Step != nil {
-		ks.Step = p.Step.Name
-	}
-	ks.PerRun = p.Key.Scope == ScopeRun
-	ks.SHA256 = p.Key.Hash == HashSHA256
-	ks.Headers = p.Key.Headers
-	return ks
-}
-
 // RetryDelay is the wait Oncegate asks for before delivery n+1 after a
 // retryable failure of delivery n: the pipeline's backoff if it has one
 // (the last step repeating), or 250ms doubling up to 30s.
@@ -597,8 +573,8 @@ type Step struct {
 	// System is the system message, a text/template like Prompt.
 	System string `yaml:"system"`
 	// Prompt is a text/template executed with the trigger's JSON decoded
-	// into a map ({{.alert.labels.alertname}}); see Step.Templates.
-	// Required.
+	// into a map ({{.alert.labels.alertname}}), with the template functions
+	// of docs/effects.md; a key the trigger lacks is an error. Required.
 	Prompt string `yaml:"prompt"`
 	// Temperature is the sampling temperature, 0 to 2. The default is 0.
 	Temperature float64 `yaml:"temperature"`

@@ -8,27 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"text/template"
-
-	"github.com/oncegate/oncegate/internal/tmpl"
 )
-
-// Templates parses the step's system and prompt templates into one set
-// (package tmpl: its functions, and missingkey=error, so that a prompt
-// naming a key the trigger lacks fails rather than sending "<no value>" to
-// the model). Execute the templates named "system" and "prompt" with the
-// trigger's JSON decoded into a map[string]any. Validate has parsed them
-// already: for a validated Config the error is nil.
-func (s *Step) Templates() (*template.Template, error) {
-	t, err := tmpl.Parse("prompt", s.Prompt)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := t.New("system").Parse(s.System); err != nil {
-		return nil, &tmpl.Error{Name: "system", Err: err}
-	}
-	return t, nil
-}
 
 // Explain writes a summary of the effective configuration to w, for
 // people: the process-wide settings, then each pipeline's flow (subject →

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/oncegate/oncegate/internal/tmpl"
 	"github.com/oncegate/oncegate/pkg/canon"
-	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // Validate reports every problem with c, joined with errors.Join; each is a
@@ -452,7 +452,6 @@ func (v *validator) pipeline(i int) {
 
 func (v *validator) key(at func(string) string, p *Pipeline) {
 	k := &p.Key
-	n := len(v.issues)
 	pointer := func(path, s string) {
 		if _, err := canon.ParsePointer(s); err != nil {
 			v.add(path, invalid("%q is not a JSON Pointer: %v", s, err))
@@ -481,16 +480,18 @@ func (v *validator) key(at func(string) string, p *Pipeline) {
 		}
 	}
 	v.oneOf(at("key.hash"), k.Hash, HashXXH, HashSHA256)
+	seen := map[string]bool{}
 	for j, h := range k.Headers {
 		if !validHeaderName(h) {
 			v.add(indexPath(at("key.headers"), j), invalid("%q is not a header name", h))
+			continue
 		}
-	}
-	if len(v.issues) > n || p.Name == "" || (p.Step != nil && p.Step.Name == "") {
-		return
-	}
-	if _, err := dedupe.NewKeyer(p.KeySpec()); err != nil {
-		v.add(at("key"), invalid("%v", err))
+		// Header names are not case-sensitive: the key reads each once.
+		if c := http.CanonicalHeaderKey(h); seen[c] {
+			v.add(at("key"), invalid("header %q is named twice", h))
+		} else {
+			seen[c] = true
+		}
 	}
 }
 

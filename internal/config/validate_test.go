@@ -128,6 +128,7 @@ func TestValidateRules(t *testing.T) {
 		{"run id not a pointer", func(c *Config) { k := &alerts(c).Key; k.Scope, k.RunIDField = ScopeRun, "run" }, "pipelines[alerts].key.run_id_field", ErrInvalid, ""},
 		{"run id with input scope", func(c *Config) { alerts(c).Key.RunIDField = "/run" }, "pipelines[alerts].key.run_id_field", ErrInvalid, "scope run"},
 		{"hash unknown", func(c *Config) { alerts(c).Key.Hash = "md5" }, "pipelines[alerts].key.hash", ErrInvalid, ""},
+		{"key header named twice", func(c *Config) { webhooks(c).Key.Headers = []string{"X-Tenant", "x-tenant"} }, "pipelines[webhooks].key", ErrInvalid, "named twice"},
 
 		// Steps.
 		{"step name empty", func(c *Config) { alerts(c).Step.Name = "" }, "pipelines[alerts].step.name", ErrMissing, ""},

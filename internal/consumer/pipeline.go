@@ -77,7 +77,7 @@ type pipeline struct {
 
 func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	at := func(err error) error { return fmt.Errorf("consumer: pipeline %s: %w", cfg.Name, err) }
-	spec := cfg.KeySpec()
+	spec := KeySpec(cfg)
 	keyer, err := dedupe.NewKeyer(spec)
 	if err != nil {
 		return nil, at(err)
