@@ -8,8 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -52,335 +50,6 @@ type Config struct {
 // BadgerDir is the directory of the Badger database that holds the ledger
 // (when Ledger.Store is StoreBadger) and the LLM cache: DataDir/badger.
 func (c *Config) BadgerDir() string { return filepath.Join(c.DataDir, "badger") }
-
-// NATS says which NATS server to use and how to authenticate to it.
-//
-// Secrets are never read from the file: a password or token is read from a
-// file named here, or from the environment variable ONCEGATE_NATS_PASSWORD
-// or ONCEGATE_NATS_TOKEN. A "password" or "token" key is an error.
-//
-// With the embedded server (URL empty), NKeySeedFile, User or the token
-// are what the server requires of every client, the consumer included;
-// CredsFile and TLS need a deployment (see embedded_auth.go).
-type NATS struct {
-	// URL is the server to connect to: one URL, or several separated by
-	// commas ("nats://a:4222,nats://b:4222"). It must not carry a user or
-	// password. Empty (the default) starts an embedded server with
-	// JetStream, listening on loopback only, with its data in
-	// Embedded.StoreDir.
-	URL string `yaml:"url"`
-	// Embedded configures the embedded server; it is ignored when URL is
-	// set.
-	Embedded Embedded `yaml:"embedded"`
-	// CredsFile is a NATS credentials file (user JWT and nkey seed).
-	CredsFile string `yaml:"creds_file"`
-	// NKeySeedFile is a file holding an nkey seed.
-	NKeySeedFile string `yaml:"nkey_seed_file"`
-	// User is the user name for user and password authentication. The
-	// password comes from PasswordFile or ONCEGATE_NATS_PASSWORD.
-	User string `yaml:"user"`
-	// PasswordFile is a file holding User's password.
-	PasswordFile string `yaml:"password_file"`
-	// TokenFile is a file holding an authentication token. The token may
-	// also come from ONCEGATE_NATS_TOKEN.
-	TokenFile string `yaml:"token_file"`
-	// TLS configures TLS to the server; empty means the URL's scheme
-	// decides.
-	TLS TLS `yaml:"tls"`
-	// ConnectTimeout bounds the dial of each server. The default is 5s.
-	ConnectTimeout time.Duration `yaml:"connect_timeout"`
-}
-
-// Embedded configures the embedded NATS server.
-type Embedded struct {
-	// Listen is the loopback address the embedded server listens on. The
-	// default is "127.0.0.1:4222". A loopback listener is used even
-	// in-process: an in-process-only connection stalls under async publish
-	// load.
-	Listen string `yaml:"listen"`
-	// StoreDir is where the server keeps JetStream data. The default is
-	// DataDir/nats.
-	StoreDir string `yaml:"store_dir"`
-	// SyncInterval is how often JetStream data is fsynced, or "always" to
-	// fsync every write. The default is 100ms.
-	SyncInterval SyncInterval `yaml:"sync_interval"`
-}
-
-// TLS names the files of a TLS client configuration.
-type TLS struct {
-	// CAFile is a PEM file of the CAs that sign the server's certificate.
-	CAFile string `yaml:"ca_file"`
-	// CertFile and KeyFile are the client certificate and its key, for
-	// mutual TLS; set both or neither.
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
-}
-
-// Ledger stores.
-const (
-	// StoreBadger keeps the ledger in the local Badger database: one
-	// process owns it.
-	StoreBadger = "badger"
-	// StoreKV keeps the ledger in a JetStream KV bucket, shared by every
-	// consumer replica.
-	StoreKV = "kv"
-)
-
-// Mismatch policies; see ledger.MismatchPolicy.
-const (
-	MismatchAccept = "accept"
-	MismatchReject = "reject"
-)
-
-// Ledger configures the durable idempotency ledger.
-type Ledger struct {
-	// Store is StoreBadger (the default) or StoreKV.
-	Store string `yaml:"store"`
-	// Retention is how long a record lives after its last change. It must
-	// exceed every pipeline's redelivery horizon (see Validate). The
-	// default is 168h (7 days).
-	Retention time.Duration `yaml:"retention"`
-	// Lease is how long a claim holds before another worker may take the
-	// work over; workers renew it while they work. The default is 30s.
-	Lease time.Duration `yaml:"lease"`
-	// KV configures the bucket, when Store is StoreKV.
-	KV KV `yaml:"kv"`
-	// Mismatch is what happens when a key comes back with a different
-	// payload: MismatchAccept (the default: count it, dedupe it) or
-	// MismatchReject (fail the trigger).
-	Mismatch string `yaml:"mismatch"`
-	// MaxClockSkew is how far apart the clocks of the processes sharing
-	// the ledger may be. Fencing does not depend on clocks, but one guard
-	// does: work taken over from a holder that began it longer ago than
-	// the effect target's duplicate window is not redone (the redo would
-	// not be dropped), and the age of that work is the taker's clock minus
-	// the first holder's. A claim within MaxClockSkew of the window counts
-	// as past it. The default is 1s.
-	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
-}
-
-// KV configures the JetStream KV ledger.
-type KV struct {
-	// Bucket is the KV bucket's name. The default is "oncegate-ledger".
-	Bucket string `yaml:"bucket"`
-	// Replicas is the bucket's replication factor, 1 to 5. The default is
-	// 1.
-	Replicas int `yaml:"replicas"`
-}
-
-// LLM configures the model endpoint and the response cache.
-type LLM struct {
-	// BaseURL is an OpenAI-compatible endpoint (OpenAI, Azure, vLLM,
-	// Ollama, llama.cpp server). Empty (the default) is no endpoint: a
-	// configuration with a model step, or the proxy, then needs Standin,
-	// or it is refused at start and by config check.
-	BaseURL string `yaml:"base_url"`
-	// Standin answers the model steps (and the proxy) with the built-in
-	// offline stand-in model, which makes its answers up and labels them
-	// as such, instead of an endpoint: for trying a configuration out,
-	// never for real work. It must be asked for by name (true), and it
-	// excludes BaseURL. The default is false; the demo sets it.
-	Standin bool `yaml:"standin"`
-	// APIKeyEnv names the environment variable holding the API key; the
-	// key itself is never in the file. The variable must be set when
-	// BaseURL is not on loopback (set it empty, or APIKeyEnv to "", for an
-	// endpoint that takes no key). The default is "OPENAI_API_KEY".
-	APIKeyEnv string `yaml:"api_key_env"`
-	// Model is the model steps use unless they name one. The default is
-	// "gpt-4o-mini".
-	Model string `yaml:"model"`
-	// Timeout bounds one model call. The default is 60s.
-	Timeout time.Duration `yaml:"timeout"`
-	// Cache configures the response cache.
-	Cache Cache `yaml:"cache"`
-	// RateLimit is the endpoint's request and token budgets; off by
-	// default. See ratelimit.go.
-	RateLimit RateLimit `yaml:"rate_limit"`
-	// Prices are the USD prices per million tokens, by model, for the
-	// cost and savings figures and the spend limits (step.max_budget,
-	// proxy.max_budget). The entry "*" prices every model not listed. A
-	// prices key in the file replaces the whole list. The default, used
-	// only when the file names no prices, is one built-in example
-	// (gpt-4o-mini at OpenAI's list price of July 2024), marked as such
-	// by config check: prices change, so set your provider's.
-	Prices map[string]Price `yaml:"prices"`
-}
-
-// Cache configures the LLM response cache.
-type Cache struct {
-	// TTL is how long an answer is kept. The default is 24h.
-	TTL time.Duration `yaml:"ttl"`
-	// MaxEntryBytes bounds one cached answer; larger answers are returned
-	// but not cached. The default is 1MiB.
-	MaxEntryBytes ByteSize `yaml:"max_entry_bytes"`
-	// BudgetTokens caps the tokens spent on one intent key, across all its
-	// retries; 0 (the default) means no cap. Steps inherit it.
-	BudgetTokens int64 `yaml:"budget_tokens"`
-	// Store is where answers and budgets are kept: StoreBadger (the local
-	// Badger directory, one process) or StoreKV (JetStream KV buckets
-	// shared by every replica, with one model call per miss across them).
-	// The default is StoreKV when ledger.store is StoreKV, else
-	// StoreBadger. See cache_store.go.
-	Store string `yaml:"store"`
-	// Endpoint names the model endpoint in cache keys, so that answers
-	// from one endpoint are never served for another. The default, empty,
-	// is llm.base_url (the stand-in model is "oncegate-standin").
-	Endpoint string `yaml:"endpoint"`
-	// KV configures the buckets, when Store is StoreKV.
-	KV CacheKV `yaml:"kv"`
-}
-
-// Price is what a model costs, in USD per million tokens.
-type Price struct {
-	// PromptPerMTok is the price of a million prompt tokens, in USD.
-	PromptPerMTok float64 `yaml:"prompt_per_mtok"`
-	// CompletionPerMTok is the price of a million completion tokens, in
-	// USD.
-	CompletionPerMTok float64 `yaml:"completion_per_mtok"`
-	// MaxOutputTokens is the most completion tokens the model writes in
-	// one answer (its output limit, from the provider's model card); 0
-	// (the default) means unknown. A proxy call under a spend limit that
-	// sets no max_tokens reserves this many completion tokens per choice
-	// (or proxy.completion_tokens, if smaller).
-	MaxOutputTokens int64 `yaml:"max_output_tokens"`
-}
-
-// Metrics configures the Prometheus endpoint.
-type Metrics struct {
-	// Listen is the address of the metrics, health and readiness
-	// endpoints. The default is "127.0.0.1:9464"; an explicit empty
-	// string ("") disables them.
-	Listen string `yaml:"listen"`
-}
-
-// Log formats and levels.
-const (
-	LogText = "text"
-	LogJSON = "json"
-)
-
-// Log configures the structured log.
-type Log struct {
-	// Format is LogText (the default) or LogJSON.
-	Format string `yaml:"format"`
-	// Level is debug, info (the default), warn or error.
-	Level string `yaml:"level"`
-	// Outcomes adds an INFO line per trigger's outcome, and per one-shot
-	// effect's, for people who read logs: msg=outcome with its pipeline,
-	// key, route, effect and result (done, the target had it, no effect,
-	// dead and the reason). Off by default: the metrics count them.
-	Outcomes bool `yaml:"outcomes"`
-}
-
-// Stream configures the JetStream stream triggers arrive on.
-type Stream struct {
-	// Name is the stream's name. The default is "ONCEGATE".
-	Name string `yaml:"name"`
-	// Subjects are the subjects the stream captures; they must not
-	// overlap. The default is ["triggers.>"].
-	Subjects []string `yaml:"subjects"`
-	// Retention is RetentionLimits (the default: triggers stay until
-	// MaxAge, acked or not, and pipelines may share subjects; a recreated
-	// durable consumer replays them, and the ledger, whose retention
-	// exceeds MaxAge, answers every replayed trigger whose work is done) or
-	// RetentionWorkQueue (a trigger is removed once its pipeline acks it, so
-	// nothing is ever replayed and a backlog waits however long it must;
-	// each trigger subject belongs to one pipeline; the server writes a
-	// tombstone per ack, which cost about 15% more CPU per trigger in
-	// bench/e2e). The outbox of one-shot effects is always a work queue.
-	Retention string `yaml:"retention"`
-	// Duplicates is the Nats-Msg-Id duplicate window of the streams
-	// Oncegate creates: the trigger stream, and the effect and outbox
-	// streams that take the effects' keyed publishes. It must cover every
-	// redelivery horizon of a pipeline whose effect it dedupes. The
-	// default is 5m.
-	Duplicates time.Duration `yaml:"duplicates"`
-	// MaxAge is how long the stream keeps a trigger, acked or not: a
-	// trigger not consumed by then (a consumer down that long) is gone. It
-	// must exceed every pipeline's redelivery horizon (a trigger aged out
-	// before its last redelivery would be lost without a dead letter), and
-	// the ledger's retention must exceed it. 0 means no limit, which only a
-	// work queue allows. The default is 72h, or 0 with a work queue.
-	MaxAge time.Duration `yaml:"max_age"`
-	// ReplyPrefixes are the subject prefixes on which Oncegate publishes a
-	// trigger's stored result when the trigger names a subject in its
-	// Oncegate-Reply header. A reply to any other subject is refused and
-	// counted: a trigger must not make Oncegate publish into an effect,
-	// outbox or KV subject, or call the JetStream API. No subject Oncegate
-	// reads or writes may lie under a prefix (the trigger stream's and the
-	// pipelines' subjects, effect, dead-letter and approval subjects, the
-	// ingress sources' subjects, "oncegate.>", '$' subjects and the
-	// server's "_R_." and "_GR_." reply mappings), wildcards taken into
-	// account: Validate refuses such a prefix (ReplyOverlapError). The
-	// default is ["_INBOX."], where request-reply clients listen.
-	ReplyPrefixes []string `yaml:"reply_prefixes"`
-	// DeadLetterSubject is where a trigger goes, with the reason, after
-	// its last delivery fails. "{pipeline}" is replaced by the pipeline's
-	// name. It must not be consumed by any pipeline. The default is
-	// "oncegate.dead.{pipeline}".
-	DeadLetterSubject string `yaml:"dead_letter_subject"`
-	// Replicas is the number of copies the server keeps of each stream
-	// Oncegate creates (triggers, effects, dead letters, outbox): 1, or 3
-	// or 5 on a cluster. The default is 1.
-	Replicas int `yaml:"replicas"`
-	// Storage is StorageFile (the default) or StorageMemory, for every
-	// stream Oncegate creates. Memory streams lose their messages when the
-	// server stops.
-	Storage string `yaml:"storage"`
-	// MaxBytes bounds the trigger stream's size; 0 (the default) means no
-	// bound. What happens at the bound is Discard's.
-	MaxBytes ByteSize `yaml:"max_bytes"`
-	// Discard is DiscardNew (the default: a publish to a full trigger
-	// stream is refused, so the publisher knows and retries, and nothing
-	// stored is dropped) or DiscardOld (the oldest triggers make room,
-	// acked or not).
-	Discard string `yaml:"discard"`
-	// Manage is whether Oncegate creates and updates the streams. With
-	// false it uses the streams that exist as they are, and refuses to
-	// start, saying why, unless they are compatible: the trigger stream
-	// captures every pipeline's subject, its retention and max age suit the
-	// configuration, and the stream each effect lands in has a duplicate
-	// window that covers the pipeline's redelivery horizon. The default is
-	// true.
-	Manage bool `yaml:"manage"`
-}
-
-// Stream storage kinds and discard policies.
-const (
-	StorageFile   = "file"
-	StorageMemory = "memory"
-	DiscardNew    = "new"
-	DiscardOld    = "old"
-)
-
-// ReplyAllowed reports whether Oncegate may publish a trigger's result to
-// subject: under one of ReplyPrefixes, never on a subject the server or
-// Oncegate owns, never on a wildcard. That a prefix reaches no subject
-// Oncegate reads or writes is Validate's to check, once, not this
-// function's on every reply.
-func (s *Stream) ReplyAllowed(subject string) bool {
-	if subject == "" || strings.HasPrefix(subject, "$") || strings.HasPrefix(subject, "oncegate.") ||
-		strings.ContainsAny(subject, "*> \t\r\n") {
-		return false
-	}
-	for _, p := range s.ReplyPrefixes {
-		if strings.HasPrefix(subject, p) && len(subject) > len(p) {
-			return true
-		}
-	}
-	return false
-}
-
-// Stream retention policies.
-const (
-	RetentionWorkQueue = "workqueue"
-	RetentionLimits    = "limits"
-)
-
-// DeadLetter returns the dead-letter subject of the named pipeline.
-func (s *Stream) DeadLetter(pipeline string) string {
-	return strings.ReplaceAll(s.DeadLetterSubject, "{pipeline}", pipeline)
-}
 
 // Pipeline modes.
 const (
@@ -860,102 +529,6 @@ type Window struct {
 	Capacity int `yaml:"capacity"`
 }
 
-// SyncInterval is how often the embedded server fsyncs JetStream data: a
-// positive duration, or SyncAlways. Its text form is a Go duration
-// ("100ms") or "always".
-type SyncInterval time.Duration
-
-// SyncAlways fsyncs every write.
-const SyncAlways SyncInterval = -1
-
-func (s SyncInterval) String() string {
-	if s == SyncAlways {
-		return "always"
-	}
-	return formatDuration(time.Duration(s))
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (s SyncInterval) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (s *SyncInterval) UnmarshalText(b []byte) error {
-	if string(b) == "always" {
-		*s = SyncAlways
-		return nil
-	}
-	d, err := parseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("%w, or \"always\"", err)
-	}
-	*s = SyncInterval(d)
-	return nil
-}
-
-// ByteSize is a size in bytes. Its text form is a whole number with an
-// optional unit: B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers
-// of 1024): "1MiB", "512KiB", "65536".
-type ByteSize int64
-
-var byteUnits = []struct {
-	suffix string
-	n      int64
-}{
-	{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
-	{"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1},
-}
-
-func (s ByteSize) String() string {
-	for _, u := range byteUnits[:3] {
-		if s != 0 && int64(s)%u.n == 0 {
-			return strconv.FormatInt(int64(s)/u.n, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(int64(s), 10)
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (s ByteSize) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (s *ByteSize) UnmarshalText(b []byte) error {
-	t := strings.TrimSpace(string(b))
-	mul := int64(1)
-	for _, u := range byteUnits {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mul = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.n
-			break
-		}
-	}
-	n, err := strconv.ParseInt(strings.ReplaceAll(t, "_", ""), 10, 64)
-	if err != nil || n < 0 || n > (1<<63-1)/mul {
-		return fmt.Errorf("invalid size %q: want a whole number of bytes, optionally with a unit such as KiB or MiB", b)
-	}
-	*s = ByteSize(n * mul)
-	return nil
-}
-
-// parseDuration is time.ParseDuration that also takes a bare "0".
-func parseDuration(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("invalid duration %q: want a Go duration such as \"30s\", \"10m\" or \"168h\"", s)
-	}
-	return d, nil
-}
-
-// formatDuration prints d without zero units: "168h", "2m30s", "100ms".
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
-}
-
 // Load reads the configuration file at path and returns the effective
 // configuration: the file, overridden by the ONCEGATE_* variables of the
 // process environment (see Config.LoadEnv), with the defaults filled in,
@@ -1006,4 +579,66 @@ func (c *Config) finish(environ []string) (*Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	// Listen is the address of the metrics, health and readiness
+	// endpoints. The default is "127.0.0.1:9464"; an explicit empty
+	// string ("") disables them.
+	Listen string `yaml:"listen"`
+}
+
+// Log formats and levels.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
+
+// Log configures the structured log.
+type Log struct {
+	// Format is LogText (the default) or LogJSON.
+	Format string `yaml:"format"`
+	// Level is debug, info (the default), warn or error.
+	Level string `yaml:"level"`
+	// Outcomes adds an INFO line per trigger's outcome, and per one-shot
+	// effect's, for people who read logs: msg=outcome with its pipeline,
+	// key, route, effect and result (done, the target had it, no effect,
+	// dead and the reason). Off by default: the metrics count them.
+	Outcomes bool `yaml:"outcomes"`
+}
+
+// Defaults of the top-level settings.
+const (
+	DefaultDataDir       = "./oncegate-data"
+	DefaultMetricsListen = "127.0.0.1:9464"
+)
+
+func (v *validator) top() {
+	if v.c.DataDir == "" {
+		v.add("data_dir", missing("a directory is required"))
+	}
+	if l := v.c.Metrics.Listen; l != "" {
+		if err := checkListen(l, false); err != nil {
+			v.add("metrics.listen", err)
+		}
+	}
+	v.oneOf("log.format", v.c.Log.Format, LogText, LogJSON)
+	v.oneOf("log.level", v.c.Log.Level, "debug", "info", "warn", "error")
+}
+
+// metrics explains the metrics section.
+func (x *explainer) metrics() {
+	c := x.c
+	metrics := "disabled"
+	if c.Metrics.Listen != "" {
+		metrics = "http://" + c.Metrics.Listen + "/metrics, health and readiness endpoints"
+	}
+	x.row("metrics", x.d("metrics.listen", c.Metrics.Listen, metrics))
+}
+
+// log explains the log section.
+func (x *explainer) log() {
+	c := x.c
+	x.row("log", x.d("log.format", c.Log.Format, c.Log.Format)+", level "+x.d("log.level", c.Log.Level, c.Log.Level))
 }

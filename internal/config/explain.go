@@ -59,150 +59,6 @@ func orNone(s, none string) string {
 	return s
 }
 
-func (x *explainer) process() {
-	c := x.c
-	x.row("data_dir", x.d("data_dir", c.DataDir, c.DataDir))
-	if k := c.Encryption.KeyFile; k != "" {
-		var what []string
-		switch {
-		case c.Ledger.Store == StoreBadger && c.LLM.Cache.Store == StoreBadger:
-			what = append(what, "Badger ledger and cache encrypted at rest")
-		case c.Ledger.Store == StoreBadger:
-			what = append(what, "Badger ledger encrypted at rest", "LLM cache answers sealed (AES-GCM) in JetStream KV")
-		case c.LLM.Cache.Store == StoreBadger:
-			what = append(what, "Badger LLM cache encrypted at rest")
-		default:
-			what = append(what, "LLM cache answers sealed (AES-GCM) in JetStream KV")
-		}
-		what[len(what)-1] += " with the key in " + x.d("encryption.key_file", k, k)
-		if c.Ledger.Store == StoreKV {
-			what = append(what, "not the KV ledger's records (results may hold the model's answer)")
-		}
-		what = append(what, "not the JetStream streams (triggers, effects, dead letters): encrypt those in the NATS server")
-		x.row("encryption", what...)
-	}
-
-	n := &c.NATS
-	if n.URL == "" {
-		x.row("nats", "embedded server with JetStream on "+x.d("nats.embedded.listen", n.Embedded.Listen, n.Embedded.Listen),
-			"store "+x.d("nats.embedded.store_dir", n.Embedded.StoreDir, n.Embedded.StoreDir),
-			"fsync "+x.d("nats.embedded.sync_interval", n.Embedded.SyncInterval, syncText(n.Embedded.SyncInterval)))
-		x.row("", "clients must present: "+natsAuth(n))
-	} else {
-		urls := strings.Split(n.URL, ",")
-		for i, u := range urls {
-			urls[i] = redactURL(strings.TrimSpace(u))
-		}
-		x.row("nats", "server "+strings.Join(urls, ", "),
-			"connect timeout "+x.d("nats.connect_timeout", n.ConnectTimeout, formatDuration(n.ConnectTimeout)))
-		x.row("", "auth: "+natsAuth(n))
-		if n.TLS != (TLS{}) {
-			var t []string
-			if n.TLS.CAFile != "" {
-				t = append(t, "CA file "+n.TLS.CAFile)
-			}
-			if n.TLS.CertFile != "" {
-				t = append(t, "client certificate "+n.TLS.CertFile+", key file "+n.TLS.KeyFile)
-			}
-			x.row("", "tls: "+strings.Join(t, "; "))
-		}
-	}
-
-	l := &c.Ledger
-	where := "badger in " + c.BadgerDir()
-	if l.Store == StoreKV {
-		where = fmt.Sprintf("JetStream KV bucket %s, %s",
-			x.d("ledger.kv.bucket", l.KV.Bucket, l.KV.Bucket),
-			x.d("ledger.kv.replicas", l.KV.Replicas, plural(l.KV.Replicas, "replica")))
-	}
-	x.row("ledger", x.d("ledger.store", l.Store, where),
-		"retention "+x.d("ledger.retention", l.Retention, formatDuration(l.Retention)),
-		"lease "+x.d("ledger.lease", l.Lease, formatDuration(l.Lease)),
-		"on payload mismatch "+x.d("ledger.mismatch", l.Mismatch, l.Mismatch),
-		"clocks apart by up to "+x.d("ledger.max_clock_skew", l.MaxClockSkew, formatDuration(l.MaxClockSkew)))
-
-	m := &c.LLM
-	endpoint := x.d("llm.base_url", m.BaseURL, c.ModelEndpoint())
-	if m.Standin {
-		endpoint = x.d("llm.standin", m.Standin, c.ModelEndpoint())
-	}
-	x.row("llm", endpoint,
-		"model "+x.d("llm.model", m.Model, m.Model),
-		"timeout "+x.d("llm.timeout", m.Timeout, formatDuration(m.Timeout)))
-	key := "no API key"
-	if m.APIKeyEnv != "" {
-		key = "API key from $" + m.APIKeyEnv
-	}
-	x.row("", x.d("llm.api_key_env", m.APIKeyEnv, key))
-	x.row("llm cache", "ttl "+x.d("llm.cache.ttl", m.Cache.TTL, formatDuration(m.Cache.TTL)),
-		"max entry "+x.d("llm.cache.max_entry_bytes", m.Cache.MaxEntryBytes, m.Cache.MaxEntryBytes.String()),
-		"token budget per intent "+x.d("llm.cache.budget_tokens", m.Cache.BudgetTokens, budgetText(m.Cache.BudgetTokens)))
-	x.explainRateLimit()
-	if t := c.Tracing; t.On() {
-		x.row("tracing", "OTLP/HTTP to "+t.OTLPEndpoint, "sample ratio "+x.d("tracing.sample_ratio", t.SampleRatio, fmt.Sprint(t.SampleRatio)),
-			"service "+x.d("tracing.service_name", t.ServiceName, t.ServiceName))
-	} else {
-		x.row("tracing", "off (set tracing.otlp_endpoint to trace each trigger)")
-	}
-	if len(m.Prices) == 0 {
-		x.row("prices", "none (costs are not reported)")
-	}
-	for i, model := range slices.Sorted(mapKeys(m.Prices)) {
-		label := ""
-		if i == 0 {
-			label = "prices"
-		}
-		p := m.Prices[model]
-		text := fmt.Sprintf("%s: $%v prompt, $%v completion per million tokens", model, p.PromptPerMTok, p.CompletionPerMTok)
-		if p.MaxOutputTokens > 0 {
-			text += fmt.Sprintf(", at most %d output tokens", p.MaxOutputTokens)
-		}
-		if x.c.meta.isDefault("llm.prices", m.Prices) {
-			text += " (built-in example, OpenAI's list price of " + DefaultPricesAsOf + ": set your provider's)"
-		}
-		x.row(label, text)
-	}
-
-	metrics := "disabled"
-	if c.Metrics.Listen != "" {
-		metrics = "http://" + c.Metrics.Listen + "/metrics, health and readiness endpoints"
-	}
-	x.row("metrics", x.d("metrics.listen", c.Metrics.Listen, metrics))
-	x.row("log", x.d("log.format", c.Log.Format, c.Log.Format)+", level "+x.d("log.level", c.Log.Level, c.Log.Level))
-
-	s := &c.Stream
-	maxAge := "none"
-	if s.MaxAge > 0 {
-		maxAge = formatDuration(s.MaxAge)
-	}
-	x.row("stream", x.d("stream.name", s.Name, s.Name)+" on "+x.d("stream.subjects", s.Subjects, strings.Join(s.Subjects, ", ")),
-		"retention "+x.d("stream.retention", s.Retention, s.Retention),
-		"replicas "+x.d("stream.replicas", s.Replicas, fmt.Sprint(s.Replicas))+", "+x.d("stream.storage", s.Storage, s.Storage)+" storage",
-		"managed "+x.d("stream.manage", s.Manage, fmt.Sprint(s.Manage)),
-		"duplicate window "+x.d("stream.duplicates", s.Duplicates, formatDuration(s.Duplicates)),
-		"max age "+x.d("stream.max_age", s.MaxAge, maxAge))
-	x.row("dead letters", x.d("stream.dead_letter_subject", s.DeadLetterSubject, s.DeadLetterSubject))
-	x.ingress()
-	x.recovery()
-	x.proxy()
-}
-
-func natsAuth(n *NATS) string {
-	switch {
-	case n.CredsFile != "":
-		return "credentials file " + n.CredsFile
-	case n.NKeySeedFile != "":
-		return "nkey seed file " + n.NKeySeedFile
-	case n.User != "" && n.PasswordFile != "":
-		return "user " + n.User + ", password from file " + n.PasswordFile
-	case n.User != "":
-		return "user " + n.User + ", password from $ONCEGATE_NATS_PASSWORD"
-	case n.TokenFile != "":
-		return "token from file " + n.TokenFile
-	}
-	return "token from $ONCEGATE_NATS_TOKEN if set, else none"
-}
-
 func (x *explainer) pipeline(i int) {
 	c := x.c
 	p := &c.Pipelines[i]
@@ -329,13 +185,6 @@ func (x *explainer) pipeline(i int) {
 	tw.Flush()
 }
 
-func syncText(s SyncInterval) string {
-	if s == SyncAlways {
-		return "on every write"
-	}
-	return "every " + s.String()
-}
-
 func budgetText(n int64) string {
 	if n == 0 {
 		return "unlimited"
@@ -459,4 +308,21 @@ func (x *explainer) effect(path, name string, e *Effect) []string {
 		effect = append(effect, "messages of one group within "+formatDuration(e.Digest.Window)+" sent as one (digest)")
 	}
 	return effect
+}
+
+func (x *explainer) process() {
+	c := x.c
+	x.row("data_dir", x.d("data_dir", c.DataDir, c.DataDir))
+	x.encryption()
+	x.nats()
+	x.ledger()
+	x.llm()
+	x.tracing()
+	x.prices()
+	x.metrics()
+	x.log()
+	x.stream()
+	x.ingress()
+	x.recovery()
+	x.proxy()
 }
