@@ -2,7 +2,6 @@ package config
 
 import (
 	"reflect"
-	"time"
 )
 
 const defaultName = "built-in default"
@@ -106,35 +105,7 @@ func (c *Config) applyDefaults() {
 	setDefault(c, "log.level", &c.Log.Level, "info")
 	c.streamDefaults()
 	for i := range c.Pipelines {
-		p := &c.Pipelines[i]
-		at := func(field string) string { return joinPath(indexPath("pipelines", i), field) }
-		mode := ModeGateLedger
-		if p.Step != nil {
-			mode = ModeFull
-		}
-		setDefault(c, at("mode"), &p.Mode, mode)
-		setDefault(c, at("key.scope"), &p.Key.Scope, ScopeInput)
-		setDefault(c, at("key.hash"), &p.Key.Hash, HashXXH)
-		if p.Key.Status != "" {
-			setDefault(c, at("key.resolve_wait"), &p.Key.ResolveWait, DefaultResolveWait)
-		}
-		if p.Step != nil {
-			setDefault(c, at("step.model"), &p.Step.Model, c.LLM.Model)
-			setDefault(c, at("step.temperature"), &p.Step.Temperature, 0)
-			setDefault(c, at("step.max_tokens"), &p.Step.MaxTokens, 0)
-			setDefault(c, at("step.budget_tokens"), &p.Step.BudgetTokens, c.LLM.Cache.BudgetTokens)
-		}
-		c.pipelineEffectDefaults(at, p)
-		setDefault(c, at("window.ttl"), &p.Window.TTL, DefaultWindowTTL)
-		setDefault(c, at("window.capacity"), &p.Window.Capacity, DefaultWindowCapacity)
-		ackWait := DefaultAckWait
-		if len(p.Backoff) > 0 {
-			ackWait = p.Backoff[0]
-		}
-		setDefault(c, at("ack_wait"), &p.AckWait, ackWait)
-		setDefault(c, at("max_deliver"), &p.MaxDeliver, DefaultMaxDeliver)
-		setDefault(c, at("max_ack_pending"), &p.MaxAckPending, DefaultMaxAckPending)
-		setDefault(c, at("concurrency"), &p.Concurrency, DefaultConcurrency)
+		c.pipelineDefaults(i)
 	}
 	c.ingressDefaults()
 	c.tracingDefaults()
@@ -142,14 +113,3 @@ func (c *Config) applyDefaults() {
 	c.spendDefaults()
 	c.recoveryDefaults()
 }
-
-// Defaults of a pipeline.
-const (
-	DefaultWindowTTL      = 10 * time.Minute
-	DefaultWindowCapacity = 1_000_000
-	DefaultAckWait        = 30 * time.Second
-	DefaultResolveWait    = time.Minute
-	DefaultMaxDeliver     = 5
-	DefaultMaxAckPending  = 1000
-	DefaultConcurrency    = 64
-)

@@ -77,6 +77,7 @@ func (c *Config) ledgerDefaults() {
 	setDefault(c, "ledger.mismatch", &l.Mismatch, MismatchAccept)
 }
 
+// ledger checks the ledger section.
 func (v *validator) ledger() {
 	l := &v.c.Ledger
 	v.oneOf("ledger.store", l.Store, StoreBadger, StoreKV)

@@ -122,6 +122,8 @@ func (c *Config) llmDefaults() {
 	setDefault(c, "llm.prices", &m.Prices, defaultPrices())
 }
 
+// llm checks the llm section: the endpoint, its key, the cache, the rate
+// limit and the prices.
 func (v *validator) llm() {
 	m := &v.c.LLM
 	if m.BaseURL != "" {

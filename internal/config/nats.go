@@ -119,6 +119,8 @@ func (c *Config) natsDefaults() {
 	setDefault(c, "nats.connect_timeout", &n.ConnectTimeout, DefaultConnectTimeout)
 }
 
+// nats checks the nats section: the embedded server, or the URLs of a
+// deployment, and that the credentials are one consistent set.
 func (v *validator) nats() {
 	n := &v.c.NATS
 	v.positive("nats.connect_timeout", n.ConnectTimeout)

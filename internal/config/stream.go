@@ -147,6 +147,9 @@ func (c *Config) streamDefaults() {
 	setDefault(c, "stream.manage", &s.Manage, true)
 }
 
+// stream checks the stream section: the name, the subjects (which must
+// not overlap), the retention and the dead letters' subject, which no
+// pipeline may consume.
 func (v *validator) stream() {
 	s := &v.c.Stream
 	if err := checkStreamName(s.Name); err != nil {
