@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"time"
 )
@@ -359,4 +360,13 @@ func (x *explainer) effect(path, name string, e *Effect) []string {
 		effect = append(effect, "messages of one group within "+formatDuration(e.Digest.Window)+" sent as one (digest)")
 	}
 	return effect
+}
+
+// An effect's secret-looking keys are refused with their reason: secrets are not read from the file.
+func init() {
+	refused[reflect.TypeFor[Effect]()] = map[string]string{
+		"routing_key": "the routing key is a secret and is not read from the config file: use routing_key_env or routing_key_file",
+		"token":       "a token is a secret and is not read from the config file: use token_env or token_file",
+		"password":    "a password is a secret and is not read from the config file: use headers_env, or token_env for the jira preset",
+	}
 }

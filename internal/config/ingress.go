@@ -225,63 +225,6 @@ func (v *validator) source(at func(string) string, s *Source) {
 	}
 }
 
-// tolerance checks the ingress's timestamp tolerance against the trigger
-// stream's duplicate window. A signed timestamp t is accepted while the
-// ingress's clock reads t-Tolerance to t+Tolerance: for twice the
-// tolerance, and a request replayed at its end may come that long after
-// the real one was stored. Past the duplicate window the replay would be a
-// second trigger (for a gate-window pipeline, whose own window a restart
-// empties, a second effect), so the window must cover both sides.
-func (v *validator) tolerance() {
-	in, dup := &v.c.Ingress, v.c.Stream.Duplicates
-	if in.Tolerance <= 0 || dup <= 0 || 2*in.Tolerance <= dup {
-		return
-	}
-	for _, s := range in.Sources {
-		if r := s.Resolved(); r.SignsTimestamp() {
-			what := cmp.Or(s.Kind, "source "+s.Name)
-			v.add("ingress.tolerance", invalid("%s accepts a signed timestamp for %s (%s either side of the clock), longer than stream.duplicates %s: a %s delivery replayed inside the tolerance but past the trigger stream's duplicate window would be stored as a second trigger; lower ingress.tolerance to %s or raise stream.duplicates to %s",
-				formatDuration(in.Tolerance), formatDuration(2*in.Tolerance), formatDuration(in.Tolerance), formatDuration(dup), what, formatDuration(dup/2), formatDuration(2*in.Tolerance)))
-			return
-		}
-	}
-}
-
-// unsignedKeys refuses, while the ingress serves, a pipeline that keys on
-// a header an ingress source feeding it takes from unsigned request data
-// (see spec.Source.UnsignedHeader). Anyone who holds one signed body (a log, a proxy,
-// a delivery seen once) can post it again with any value there; the
-// ingress stores it as another message (it cannot be told from a real
-// delivery of that value), and a key that depends on the value would make
-// it new work. A key on the body, which the signature covers, finds the
-// replay's intent committed. Without the ingress the built-in sources are
-// not served (-ingress validates again), so the check waits for Listen.
-func (v *validator) unsignedKeys() {
-	in := &v.c.Ingress
-	if in.Listen == "" {
-		return
-	}
-	for i := range v.c.Pipelines {
-		p := &v.c.Pipelines[i]
-		if checkSubject(p.Subject, false) != nil {
-			continue
-		}
-		for j, h := range p.Key.Headers {
-			for k := range in.Sources {
-				s := &in.Sources[k]
-				from := s.UnsignedHeader(h)
-				if from == "" || checkSubject(s.Subject, true) != nil || !subjectsCollide(p.Subject, s.Subject) {
-					continue
-				}
-				v.add(indexPath(joinPath(indexPath("pipelines", i), "key.headers"), j),
-					invalid("%s is set by the ingress from %s, which a %s provider does not sign (source %q publishes to %s, which pipeline %q consumes): anyone holding one signed body could post it again under another value, as new work; key on fields of the body, which the signature covers",
-						h, from, cmp.Or(s.Kind, s.Name), s.Name, s.Subject, p.Name))
-				break
-			}
-		}
-	}
-}
-
 // ingressSubject checks a source's subject: literal, covered by the
 // stream, consumed by some pipeline.
 func (v *validator) ingressSubject(path, subj string) {

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"time"
 )
@@ -215,5 +216,12 @@ func (x *explainer) prices() {
 			text += " (built-in example, OpenAI's list price of " + DefaultPricesAsOf + ": set your provider's)"
 		}
 		x.row(label, text)
+	}
+}
+
+// The llm section's api_key are refused with their reason: secrets are not read from the file.
+func init() {
+	refused[reflect.TypeFor[LLM]()] = map[string]string{
+		"api_key": "the API key is not read from the config file: name the environment variable that holds it with api_key_env (default OPENAI_API_KEY)",
 	}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -211,4 +212,14 @@ func syncText(s SyncInterval) string {
 		return "on every write"
 	}
 	return "every " + s.String()
+}
+
+// The nats section's secret-looking keys are refused with their reason: secrets are not read from the file.
+func init() {
+	refused[reflect.TypeFor[NATS]()] = map[string]string{
+		"password": "secrets are not read from the config file: use password_file, or the environment variable ONCEGATE_NATS_PASSWORD",
+		"token":    "secrets are not read from the config file: use token_file, or the environment variable ONCEGATE_NATS_TOKEN",
+		"nkey":     "secrets are not read from the config file: use nkey_seed_file",
+		"seed":     "secrets are not read from the config file: use nkey_seed_file",
+	}
 }
