@@ -33,6 +33,25 @@ func (c *Config) Explain(w io.Writer) error {
 	return err
 }
 
+// process explains the process-wide settings, a few rows per section; the
+// sections' files write them.
+func (x *explainer) process() {
+	c := x.c
+	x.row("data_dir", x.d("data_dir", c.DataDir, c.DataDir))
+	x.encryption()
+	x.nats()
+	x.ledger()
+	x.llm()
+	x.tracing()
+	x.prices()
+	x.metrics()
+	x.log()
+	x.stream()
+	x.ingress()
+	x.recovery()
+	x.proxy()
+}
+
 type explainer struct {
 	c  *Config
 	b  strings.Builder
@@ -103,21 +122,4 @@ func retentionCovers(c *Config, p *Pipeline) string {
 		s += ", stream max age " + formatDuration(c.Stream.MaxAge)
 	}
 	return s
-}
-
-func (x *explainer) process() {
-	c := x.c
-	x.row("data_dir", x.d("data_dir", c.DataDir, c.DataDir))
-	x.encryption()
-	x.nats()
-	x.ledger()
-	x.llm()
-	x.tracing()
-	x.prices()
-	x.metrics()
-	x.log()
-	x.stream()
-	x.ingress()
-	x.recovery()
-	x.proxy()
 }
