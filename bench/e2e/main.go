@@ -675,7 +675,7 @@ func (b *bench) startNoSync(ctx context.Context, cfg *config.Config) (*consumer.
 			return nil, nil, err
 		}
 		closers = append(closers, func() { _ = db.Close() })
-		l, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options(), NoSync: true})
+		l, err := badgerstore.New(db, badgerstore.Options{Options: app.LedgerOptions(cfg.Ledger), NoSync: true})
 		if err != nil {
 			closeAll()
 			return nil, nil, err

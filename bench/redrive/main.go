@@ -58,6 +58,7 @@ import (
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
@@ -158,7 +159,7 @@ func run(args []string) error {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	keyer, err := dedupe.NewKeyer(cfg.Pipelines[0].KeySpec())
+	keyer, err := dedupe.NewKeyer(consumer.KeySpec(&cfg.Pipelines[0]))
 	if err != nil {
 		return err
 	}

@@ -725,7 +725,7 @@ func (h *harness) keyer(pipeline string) (*dedupe.Keyer, error) {
 	}
 	for i := range cfg.Pipelines {
 		if p := &cfg.Pipelines[i]; p.Name == pipeline {
-			return dedupe.NewKeyer(p.KeySpec())
+			return dedupe.NewKeyer(consumer.KeySpec(p))
 		}
 	}
 	return nil, fmt.Errorf("no pipeline %s in the configuration under test", pipeline)

@@ -54,7 +54,7 @@ func TestWorkloadKeys(t *testing.T) {
 	keyers := map[string]*dedupe.Keyer{}
 	for i := range cfg.Pipelines {
 		p := &cfg.Pipelines[i]
-		if keyers[p.Name], err = dedupe.NewKeyer(p.KeySpec()); err != nil {
+		if keyers[p.Name], err = dedupe.NewKeyer(consumer.KeySpec(p)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -375,7 +375,7 @@ func TestAlertsWorkload(t *testing.T) {
 	var keyer *dedupe.Keyer
 	for i := range cfg.Pipelines {
 		if p := &cfg.Pipelines[i]; p.Name == pAlerts {
-			if keyer, err = dedupe.NewKeyer(p.KeySpec()); err != nil {
+			if keyer, err = dedupe.NewKeyer(consumer.KeySpec(p)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -20,8 +20,6 @@ import (
 	"github.com/oncegate/oncegate/internal/faults"
 	"github.com/oncegate/oncegate/internal/jsretry"
 	"github.com/oncegate/oncegate/internal/ledger"
-	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
-	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/internal/natsrun"
 )
 
@@ -152,57 +150,32 @@ func openAdmin(ctx context.Context, cfg *config.Config, command string) (*adminC
 	return conn, nil
 }
 
-// openLocalLedger opens the ledger for a command run with no consumer:
-// nil if no pipeline has one.
+// openLocalLedger opens the ledger for a command run with no consumer, as
+// the consumer opens it (app.OpenLedger): nil if no pipeline has one. A
+// Badger ledger must exist already: a command does not make one.
 func openLocalLedger(ctx context.Context, cfg *config.Config, nc *nats.Conn) (ledger.Ledger, func(), error) {
-	need := false
-	for _, p := range cfg.Pipelines {
-		need = need || p.Mode != config.ModeGateWindow
-	}
-	if !need {
+	if !app.NeedsLedger(cfg) {
 		return nil, nil, nil
 	}
+	var js jetstream.JetStream
 	if cfg.Ledger.Store == config.StoreKV {
-		js, err := jetstream.New(nc)
-		if err != nil {
+		var err error
+		if js, err = jetstream.New(nc); err != nil {
 			return nil, nil, err
 		}
-		kv, err := jskvstore.New(ctx, js, jskvstore.Options{Options: cfg.Ledger.Options(), Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas})
-		if err != nil {
-			return nil, nil, err
-		}
-		// In an oncegate_faults build the soak records this process's
-		// ledger operations (a redrive's Clear) beside the replicas'.
-		var l ledger.Ledger = kv
-		if wrap := faults.WrapLedger(); wrap != nil {
-			if l, err = wrap(kv); err != nil {
-				kv.Close()
-				return nil, nil, err
-			}
-		}
-		return l, func() { l.Close() }, nil
-	}
-	if err := haveData(cfg.BadgerDir()); err != nil {
+	} else if err := haveData(cfg.BadgerDir()); err != nil {
 		return nil, nil, err
 	}
-	key, err := app.EncryptionKey(cfg) // its length and permissions
-	clear(key)
+	// In an oncegate_faults build the soak records this process's ledger
+	// operations (a redrive's Clear) beside the replicas'.
+	l, closeLedger, err := app.OpenLedger(ctx, cfg, js, app.OpenLedgerOptions{Wrap: faults.WrapLedger()})
+	if errors.Is(err, app.ErrLedgerInUse) {
+		return nil, nil, fmt.Errorf("%s is held by a running consumer whose admin service does not answer (is admin.off set, or -nats-url wrong?): %w", cfg.BadgerDir(), err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	db, err := badgerstore.Open(cfg.BadgerDir(), badgerstore.OpenOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
-	if err != nil {
-		if errors.Is(err, badgerstore.ErrLocked) {
-			return nil, nil, fmt.Errorf("%s is held by a running consumer whose admin service does not answer (is admin.off set, or -nats-url wrong?): %w", cfg.BadgerDir(), err)
-		}
-		return nil, nil, err
-	}
-	l, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options()})
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	return l, func() { l.Close(); db.Close() }, nil
+	return l, func() { closeLedger() }, nil
 }
 
 // helloTimeout bounds one Hello; helloFor all of them, and noServiceFor

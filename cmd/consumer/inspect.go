@@ -16,6 +16,7 @@ import (
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/dirlock"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/llmcache"
@@ -84,7 +85,7 @@ func runInspect(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		if err != nil {
 			return fmt.Errorf("inspect: %w", err)
 		}
-		keyer, err := dedupe.NewKeyer(p.KeySpec())
+		keyer, err := dedupe.NewKeyer(consumer.KeySpec(p))
 		if err != nil {
 			return err
 		}

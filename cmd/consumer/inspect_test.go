@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -21,7 +23,7 @@ func TestInspect(t *testing.T) {
 	cfg := config.Default()
 	cfg.DataDir = dir
 	p := &cfg.Pipelines[0]
-	keyer, err := dedupe.NewKeyer(p.KeySpec())
+	keyer, err := dedupe.NewKeyer(consumer.KeySpec(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +40,7 @@ func TestInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options()})
+	l, err := badgerstore.New(db, badgerstore.Options{Options: app.LedgerOptions(cfg.Ledger)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/pkg/canon"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -51,7 +52,7 @@ func runKey(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	if err != nil {
 		return fmt.Errorf("key: %w", err)
 	}
-	spec := p.KeySpec()
+	spec := consumer.KeySpec(p)
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["step"] {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
@@ -190,7 +191,7 @@ func TestKeyCommandUsesConfig(t *testing.T) {
 	wantKey := func(cfg *config.Config, name string) string {
 		for _, p := range cfg.Pipelines {
 			if p.Name == name {
-				k, err := dedupe.NewKeyer(p.KeySpec())
+				k, err := dedupe.NewKeyer(consumer.KeySpec(&p))
 				if err != nil {
 					t.Fatal(err)
 				}

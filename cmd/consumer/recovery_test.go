@@ -20,6 +20,7 @@ import (
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
@@ -110,7 +111,7 @@ func orderKey(t *testing.T, cfgPath, order string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := dedupe.NewKeyer(cfg.Pipelines[0].KeySpec())
+	k, err := dedupe.NewKeyer(consumer.KeySpec(&cfg.Pipelines[0]))
 	if err != nil {
 		t.Fatal(err)
 	}

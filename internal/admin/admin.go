@@ -199,7 +199,7 @@ func (a *Admin) Record(ctx context.Context, r RecordRequest) (RecordReply, error
 			return reply, errorf(ErrBadRequest, "admin: %v", err)
 		}
 	} else {
-		keyer, err := dedupe.NewKeyer(p.KeySpec())
+		keyer, err := dedupe.NewKeyer(consumer.KeySpec(p))
 		if err != nil {
 			return reply, err
 		}

@@ -155,7 +155,7 @@ func (f *fixture) publish(order, note string) string {
 		f.t.Fatal(err)
 	}
 	p := &f.app.Config.Pipelines[0]
-	k, err := dedupe.NewKeyer(p.KeySpec())
+	k, err := dedupe.NewKeyer(consumer.KeySpec(p))
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -406,7 +406,7 @@ func TestRedriveUnknownOutcome(t *testing.T) {
 
 func (f *fixture) keyOf(payload []byte) dedupe.Key {
 	f.t.Helper()
-	k, err := dedupe.NewKeyer(f.app.Config.Pipelines[0].KeySpec())
+	k, err := dedupe.NewKeyer(consumer.KeySpec(&f.app.Config.Pipelines[0]))
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	badger "github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	openai "github.com/sashabaranov/go-openai"
@@ -25,8 +24,6 @@ import (
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ingress"
 	"github.com/oncegate/oncegate/internal/ledger"
-	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
-	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/proxy"
@@ -215,16 +212,13 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 	}
 
 	// Ledger.
-	if needsLedger(cfg) {
-		if a.Ledger, err = a.openLedger(ctx, o.Clock); err != nil {
+	if NeedsLedger(cfg) {
+		l, closeLedger, err := OpenLedger(ctx, cfg, a.JS, OpenLedgerOptions{Clock: o.Clock, Wrap: o.WrapLedger})
+		if err != nil {
 			return nil, err
 		}
-		if o.WrapLedger != nil {
-			if a.Ledger, err = o.WrapLedger(a.Ledger); err != nil {
-				return nil, fmt.Errorf("app: ledger: %w", err)
-			}
-			a.closers = append(a.closers, a.Ledger.Close)
-		}
+		a.Ledger = l
+		a.closers = append(a.closers, closeLedger)
 	}
 
 	// Model and cache.
@@ -365,15 +359,6 @@ func connect(ctx context.Context, cfg *config.Config, url string, retry bool, lo
 	}
 }
 
-func needsLedger(cfg *config.Config) bool {
-	for _, p := range cfg.Pipelines {
-		if p.Mode != config.ModeGateWindow {
-			return true
-		}
-	}
-	return false
-}
-
 // stepConcurrency is how many model calls the pipelines may have in
 // flight at once.
 func stepConcurrency(cfg *config.Config) int {
@@ -396,68 +381,6 @@ func needsModel(cfg *config.Config) bool {
 		}
 	}
 	return false
-}
-
-func (a *App) openLedger(ctx context.Context, clock ledger.Clock) (ledger.Ledger, error) {
-	cfg := a.Config
-	lo := cfg.Ledger.Options()
-	if clock != nil {
-		lo.Clock = clock
-	}
-	switch cfg.Ledger.Store {
-	case config.StoreKV:
-		l, err := jskvstore.New(ctx, a.JS, jskvstore.Options{
-			Options: lo, Bucket: cfg.Ledger.KV.Bucket, Replicas: cfg.Ledger.KV.Replicas,
-		})
-		if err != nil {
-			return nil, err
-		}
-		a.closers = append(a.closers, l.Close)
-		return l, nil
-	default:
-		dir := cfg.BadgerDir()
-		if _, err := EncryptionKey(cfg); err != nil {
-			return nil, err
-		}
-		db, err := badgerstore.Open(dir, badgerstore.OpenOptions{EncryptionKeyFile: cfg.Encryption.KeyFile})
-		if err != nil {
-			if errors.Is(err, badgerstore.ErrLocked) {
-				return nil, fmt.Errorf("%w: %s is held by another Oncegate process. A Badger ledger serves one process; "+
-					"to run several replicas on one durable consumer, set ledger.store: kv (the JetStream KV ledger): %w", ErrLedgerInUse, dir, err)
-			}
-			return nil, keyError(cfg, "ledger", dir, err)
-		}
-		a.closers = append(a.closers, db.Close)
-		l, err := badgerstore.New(db, badgerstore.Options{Options: lo})
-		if err != nil {
-			return nil, err
-		}
-		a.closers = append(a.closers, l.Close)
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			collect(db, stop)
-		}()
-		// Runs before the DB closes (closers run in reverse).
-		a.closers = append(a.closers, func() error { close(stop); <-done; return nil })
-		return l, nil
-	}
-}
-
-// collect runs Badger's value log GC every ten minutes until stop closes.
-func collect(db *badger.DB, stop <-chan struct{}) {
-	t := time.NewTicker(10 * time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			for db.RunValueLogGC(0.5) == nil {
-			}
-		}
-	}
 }
 
 func (a *App) openModel(ctx context.Context, cfg *config.Config, o Options) (*openai.Client, error) {

@@ -1,18 +1,13 @@
 package config
 
 import (
-	"encoding/json"
 	"errors"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/oncegate/oncegate/pkg/dedupe"
 )
-
-func newKeyer(p Pipeline) (*dedupe.Keyer, error) { return dedupe.NewKeyer(p.KeySpec()) }
 
 // fieldErrors returns the *FieldErrors joined in err.
 func fieldErrors(t *testing.T, err error) []*FieldError {
@@ -85,37 +80,6 @@ func TestDefaultValidates(t *testing.T) {
 	}
 }
 
-// TestDefaultKeysDeriveFromExample checks the alert pipeline's key spec
-// against the example payloads: a re-delivery of the same alert occurrence
-// (new delivery id and timestamp, reordered members) has the same key.
-func TestDefaultKeysDeriveFromExample(t *testing.T) {
-	first, err := os.ReadFile("../../examples/alert.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	retry, err := os.ReadFile("../../examples/alert-retry.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range Default().Pipelines {
-		k, err := newKeyer(p)
-		if err != nil {
-			t.Fatalf("pipeline %s: %v", p.Name, err)
-		}
-		i1, err := k.Intent(first)
-		if err != nil {
-			t.Fatalf("pipeline %s: Intent(alert.json) error = %v", p.Name, err)
-		}
-		i2, err := k.Intent(retry)
-		if err != nil {
-			t.Fatalf("pipeline %s: Intent(alert-retry.json) error = %v", p.Name, err)
-		}
-		if p.Name == "alerts" && i1.Key != i2.Key {
-			t.Errorf("pipeline alerts: retry key %v != first key %v", i2.Key, i1.Key)
-		}
-	}
-}
-
 func TestExampleFileEqualsDefault(t *testing.T) {
 	data, err := os.ReadFile("../../examples/oncegate.yaml")
 	if err != nil {
@@ -168,34 +132,6 @@ func TestFieldErrorFormat(t *testing.T) {
 		if got := tt.fe.Error(); got != tt.want {
 			t.Errorf("FieldError%+v.Error() = %q; want %q", tt.fe, got, tt.want)
 		}
-	}
-}
-
-func TestDefaultPromptRenders(t *testing.T) {
-	data, err := os.ReadFile("../../examples/alert.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var trigger map[string]any
-	if err := json.Unmarshal(data, &trigger); err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := Default().Pipelines[0].Step.Templates()
-	if err != nil {
-		t.Fatalf("Templates() error = %v", err)
-	}
-	var b strings.Builder
-	if err := tmpl.ExecuteTemplate(&b, "prompt", trigger); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"DiskAlmostFull on db-2:9100 (severity page)", "occurrence 3", "https://runbooks.example/disk"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("rendered prompt lacks %q:\n%s", want, b.String())
-		}
-	}
-	b.Reset()
-	if err := tmpl.ExecuteTemplate(&b, "system", trigger); err != nil || !strings.Contains(b.String(), "site reliability") {
-		t.Errorf("system template: %q, %v", b.String(), err)
 	}
 }
 

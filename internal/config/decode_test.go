@@ -277,7 +277,7 @@ pipelines:
 	if c.Metrics.Listen != "" {
 		t.Errorf("Metrics.Listen = %q; an explicit empty string must disable metrics, not take the default", c.Metrics.Listen)
 	}
-	if c.Ledger.Options().Mismatch != 1 || c.Ledger.KV.Replicas != 3 {
+	if c.Ledger.Mismatch != MismatchReject || c.Ledger.KV.Replicas != 3 {
 		t.Errorf("Ledger = %+v", c.Ledger)
 	}
 	a, b := c.Pipelines[0], c.Pipelines[1]

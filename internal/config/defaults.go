@@ -1,54 +1,8 @@
 package config
 
 import (
-	"path/filepath"
 	"reflect"
-	"time"
 )
-
-// Defaults of the fields that have one. Each field's doc states its
-// default too.
-const (
-	DefaultDataDir           = "./oncegate-data"
-	DefaultEmbeddedListen    = "127.0.0.1:4222"
-	DefaultSyncInterval      = SyncInterval(100 * time.Millisecond)
-	DefaultConnectTimeout    = 5 * time.Second
-	DefaultRetention         = 7 * 24 * time.Hour
-	DefaultLease             = 30 * time.Second
-	DefaultMaxClockSkew      = time.Second
-	DefaultKVBucket          = "oncegate-ledger"
-	DefaultAPIKeyEnv         = "OPENAI_API_KEY"
-	DefaultModel             = "gpt-4o-mini"
-	DefaultLLMTimeout        = 60 * time.Second
-	DefaultCacheTTL          = 24 * time.Hour
-	DefaultMaxEntryBytes     = ByteSize(1 << 20)
-	DefaultMetricsListen     = "127.0.0.1:9464"
-	DefaultStreamName        = "ONCEGATE"
-	DefaultStreamSubject     = "triggers.>"
-	DefaultDuplicates        = 5 * time.Minute
-	DefaultMaxAge            = 72 * time.Hour
-	DefaultDeadLetterSubject = "oncegate.dead.{pipeline}"
-	DefaultWindowTTL         = 10 * time.Minute
-	DefaultWindowCapacity    = 1_000_000
-	DefaultAckWait           = 30 * time.Second
-	DefaultResolveWait       = time.Minute
-	DefaultMaxDeliver        = 5
-	DefaultMaxAckPending     = 1000
-	DefaultConcurrency       = 64
-)
-
-// defaultPrices are the prices filled in when the file has no llm.prices:
-// one example, not a price list to trust. Explain and config check mark
-// it as built in, with its date.
-func defaultPrices() map[string]Price {
-	return map[string]Price{
-		"gpt-4o-mini": {PromptPerMTok: 0.15, CompletionPerMTok: 0.60, MaxOutputTokens: 16_384},
-	}
-}
-
-// DefaultPricesAsOf is when the built-in example price (defaultPrices) was
-// OpenAI's list price.
-const DefaultPricesAsOf = "2024-07"
 
 const defaultName = "built-in default"
 
@@ -138,90 +92,20 @@ func setDefault[T any](c *Config, path string, dst *T, val T) {
 }
 
 // applyDefaults fills in every field the file and the environment left
-// unset. It may run more than once.
+// unset, section by section (an order some defaults depend on: the
+// embedded store below data_dir, a step's model from llm.model, the
+// tolerance from stream.duplicates). It may run more than once.
 func (c *Config) applyDefaults() {
 	setDefault(c, "data_dir", &c.DataDir, DefaultDataDir)
-
-	n := &c.NATS
-	setDefault(c, "nats.url", &n.URL, "")
-	setDefault(c, "nats.embedded.listen", &n.Embedded.Listen, DefaultEmbeddedListen)
-	setDefault(c, "nats.embedded.store_dir", &n.Embedded.StoreDir, filepath.Join(c.DataDir, "nats"))
-	setDefault(c, "nats.embedded.sync_interval", &n.Embedded.SyncInterval, DefaultSyncInterval)
-	setDefault(c, "nats.connect_timeout", &n.ConnectTimeout, DefaultConnectTimeout)
-
-	l := &c.Ledger
-	setDefault(c, "ledger.store", &l.Store, StoreBadger)
-	setDefault(c, "ledger.retention", &l.Retention, DefaultRetention)
-	setDefault(c, "ledger.lease", &l.Lease, DefaultLease)
-	setDefault(c, "ledger.max_clock_skew", &l.MaxClockSkew, DefaultMaxClockSkew)
-	setDefault(c, "ledger.kv.bucket", &l.KV.Bucket, DefaultKVBucket)
-	setDefault(c, "ledger.kv.replicas", &l.KV.Replicas, 1)
-	setDefault(c, "ledger.mismatch", &l.Mismatch, MismatchAccept)
-
-	m := &c.LLM
-	setDefault(c, "llm.base_url", &m.BaseURL, "")
-	setDefault(c, "llm.api_key_env", &m.APIKeyEnv, DefaultAPIKeyEnv)
-	setDefault(c, "llm.model", &m.Model, DefaultModel)
-	setDefault(c, "llm.timeout", &m.Timeout, DefaultLLMTimeout)
-	setDefault(c, "llm.cache.ttl", &m.Cache.TTL, DefaultCacheTTL)
-	setDefault(c, "llm.cache.max_entry_bytes", &m.Cache.MaxEntryBytes, DefaultMaxEntryBytes)
-	setDefault(c, "llm.cache.budget_tokens", &m.Cache.BudgetTokens, 0)
-	c.cacheStoreDefaults()
-	c.rateLimitDefaults()
-	setDefault(c, "llm.prices", &m.Prices, defaultPrices())
-
+	c.natsDefaults()
+	c.ledgerDefaults()
+	c.llmDefaults()
 	setDefault(c, "metrics.listen", &c.Metrics.Listen, DefaultMetricsListen)
 	setDefault(c, "log.format", &c.Log.Format, LogText)
 	setDefault(c, "log.level", &c.Log.Level, "info")
-
-	s := &c.Stream
-	setDefault(c, "stream.name", &s.Name, DefaultStreamName)
-	setDefault(c, "stream.subjects", &s.Subjects, []string{DefaultStreamSubject})
-	setDefault(c, "stream.retention", &s.Retention, RetentionLimits)
-	setDefault(c, "stream.duplicates", &s.Duplicates, DefaultDuplicates)
-	maxAge := DefaultMaxAge
-	if s.Retention == RetentionWorkQueue {
-		maxAge = 0 // a work queue keeps a trigger until it is acked
-	}
-	setDefault(c, "stream.max_age", &s.MaxAge, maxAge)
-	setDefault(c, "stream.dead_letter_subject", &s.DeadLetterSubject, DefaultDeadLetterSubject)
-	setDefault(c, "stream.reply_prefixes", &s.ReplyPrefixes, []string{"_INBOX."})
-	setDefault(c, "stream.replicas", &s.Replicas, 1)
-	setDefault(c, "stream.storage", &s.Storage, StorageFile)
-	setDefault(c, "stream.max_bytes", &s.MaxBytes, 0)
-	setDefault(c, "stream.discard", &s.Discard, DiscardNew)
-	setDefault(c, "stream.manage", &s.Manage, true)
-
+	c.streamDefaults()
 	for i := range c.Pipelines {
-		p := &c.Pipelines[i]
-		at := func(field string) string { return joinPath(indexPath("pipelines", i), field) }
-		mode := ModeGateLedger
-		if p.Step != nil {
-			mode = ModeFull
-		}
-		setDefault(c, at("mode"), &p.Mode, mode)
-		setDefault(c, at("key.scope"), &p.Key.Scope, ScopeInput)
-		setDefault(c, at("key.hash"), &p.Key.Hash, HashXXH)
-		if p.Key.Status != "" {
-			setDefault(c, at("key.resolve_wait"), &p.Key.ResolveWait, DefaultResolveWait)
-		}
-		if p.Step != nil {
-			setDefault(c, at("step.model"), &p.Step.Model, c.LLM.Model)
-			setDefault(c, at("step.temperature"), &p.Step.Temperature, 0)
-			setDefault(c, at("step.max_tokens"), &p.Step.MaxTokens, 0)
-			setDefault(c, at("step.budget_tokens"), &p.Step.BudgetTokens, c.LLM.Cache.BudgetTokens)
-		}
-		c.pipelineEffectDefaults(at, p)
-		setDefault(c, at("window.ttl"), &p.Window.TTL, DefaultWindowTTL)
-		setDefault(c, at("window.capacity"), &p.Window.Capacity, DefaultWindowCapacity)
-		ackWait := DefaultAckWait
-		if len(p.Backoff) > 0 {
-			ackWait = p.Backoff[0]
-		}
-		setDefault(c, at("ack_wait"), &p.AckWait, ackWait)
-		setDefault(c, at("max_deliver"), &p.MaxDeliver, DefaultMaxDeliver)
-		setDefault(c, at("max_ack_pending"), &p.MaxAckPending, DefaultMaxAckPending)
-		setDefault(c, at("concurrency"), &p.Concurrency, DefaultConcurrency)
+		c.pipelineDefaults(i)
 	}
 	c.ingressDefaults()
 	c.tracingDefaults()

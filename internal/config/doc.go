@@ -19,6 +19,18 @@
 // naming the field's path and the line (or environment variable) its value
 // came from.
 //
+// # Layout
+//
+// Each section of the file has a file of its own here (nats.go, ledger.go,
+// llm.go, stream.go, pipeline.go, key.go, step.go, effect.go, ingress.go,
+// proxy.go, tracing.go, ...) holding its type, its defaults, its checks and
+// its rows in Explain, so that an option is added in one place. Rules that
+// span sections (the redelivery horizon against the ledger's retention and
+// the streams' windows, the ingress's tolerance against the duplicate
+// window, keys on unsigned headers) are in validate.go. The configuration
+// describes and checks; it imports none of the packages it configures:
+// internal/app and the consumer translate it into their Options.
+//
 // # Secrets
 //
 // Secrets never live in the file. The NATS password and token come from

@@ -27,3 +27,27 @@ type Encryption struct {
 	// default, empty, stores in plain text.
 	KeyFile string `yaml:"key_file"`
 }
+
+// encryption explains what encryption.key_file encrypts, and what not.
+func (x *explainer) encryption() {
+	c := x.c
+	if k := c.Encryption.KeyFile; k != "" {
+		var what []string
+		switch {
+		case c.Ledger.Store == StoreBadger && c.LLM.Cache.Store == StoreBadger:
+			what = append(what, "Badger ledger and cache encrypted at rest")
+		case c.Ledger.Store == StoreBadger:
+			what = append(what, "Badger ledger encrypted at rest", "LLM cache answers sealed (AES-GCM) in JetStream KV")
+		case c.LLM.Cache.Store == StoreBadger:
+			what = append(what, "Badger LLM cache encrypted at rest")
+		default:
+			what = append(what, "LLM cache answers sealed (AES-GCM) in JetStream KV")
+		}
+		what[len(what)-1] += " with the key in " + x.d("encryption.key_file", k, k)
+		if c.Ledger.Store == StoreKV {
+			what = append(what, "not the KV ledger's records (results may hold the model's answer)")
+		}
+		what = append(what, "not the JetStream streams (triggers, effects, dead letters): encrypt those in the NATS server")
+		x.row("encryption", what...)
+	}
+}

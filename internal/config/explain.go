@@ -4,31 +4,10 @@ import (
 	"fmt"
 	"io"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"text/template"
-
-	"github.com/oncegate/oncegate/internal/tmpl"
 )
-
-// Templates parses the step's system and prompt templates into one set
-// (package tmpl: its functions, and missingkey=error, so that a prompt
-// naming a key the trigger lacks fails rather than sending "<no value>" to
-// the model). Execute the templates named "system" and "prompt" with the
-// trigger's JSON decoded into a map[string]any. Validate has parsed them
-// already: for a validated Config the error is nil.
-func (s *Step) Templates() (*template.Template, error) {
-	t, err := tmpl.Parse("prompt", s.Prompt)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := t.New("system").Parse(s.System); err != nil {
-		return nil, &tmpl.Error{Name: "system", Err: err}
-	}
-	return t, nil
-}
 
 // Explain writes a summary of the effective configuration to w, for
 // people: the process-wide settings, then each pipeline's flow (subject →
@@ -54,6 +33,25 @@ func (c *Config) Explain(w io.Writer) error {
 	return err
 }
 
+// process explains the process-wide settings, a few rows per section; the
+// sections' files write them.
+func (x *explainer) process() {
+	c := x.c
+	x.row("data_dir", x.d("data_dir", c.DataDir, c.DataDir))
+	x.encryption()
+	x.nats()
+	x.ledger()
+	x.llm()
+	x.tracing()
+	x.prices()
+	x.metrics()
+	x.log()
+	x.stream()
+	x.ingress()
+	x.recovery()
+	x.proxy()
+}
+
 type explainer struct {
 	c  *Config
 	b  strings.Builder
@@ -77,283 +75,6 @@ func orNone(s, none string) string {
 		return none
 	}
 	return s
-}
-
-func (x *explainer) process() {
-	c := x.c
-	x.row("data_dir", x.d("data_dir", c.DataDir, c.DataDir))
-	if k := c.Encryption.KeyFile; k != "" {
-		var what []string
-		switch {
-		case c.Ledger.Store == StoreBadger && c.LLM.Cache.Store == StoreBadger:
-			what = append(what, "Badger ledger and cache encrypted at rest")
-		case c.Ledger.Store == StoreBadger:
-			what = append(what, "Badger ledger encrypted at rest", "LLM cache answers sealed (AES-GCM) in JetStream KV")
-		case c.LLM.Cache.Store == StoreBadger:
-			what = append(what, "Badger LLM cache encrypted at rest")
-		default:
-			what = append(what, "LLM cache answers sealed (AES-GCM) in JetStream KV")
-		}
-		what[len(what)-1] += " with the key in " + x.d("encryption.key_file", k, k)
-		if c.Ledger.Store == StoreKV {
-			what = append(what, "not the KV ledger's records (results may hold the model's answer)")
-		}
-		what = append(what, "not the JetStream streams (triggers, effects, dead letters): encrypt those in the NATS server")
-		x.row("encryption", what...)
-	}
-
-	n := &c.NATS
-	if n.URL == "" {
-		x.row("nats", "embedded server with JetStream on "+x.d("nats.embedded.listen", n.Embedded.Listen, n.Embedded.Listen),
-			"store "+x.d("nats.embedded.store_dir", n.Embedded.StoreDir, n.Embedded.StoreDir),
-			"fsync "+x.d("nats.embedded.sync_interval", n.Embedded.SyncInterval, syncText(n.Embedded.SyncInterval)))
-		x.row("", "clients must present: "+natsAuth(n))
-	} else {
-		urls := strings.Split(n.URL, ",")
-		for i, u := range urls {
-			urls[i] = redactURL(strings.TrimSpace(u))
-		}
-		x.row("nats", "server "+strings.Join(urls, ", "),
-			"connect timeout "+x.d("nats.connect_timeout", n.ConnectTimeout, formatDuration(n.ConnectTimeout)))
-		x.row("", "auth: "+natsAuth(n))
-		if n.TLS != (TLS{}) {
-			var t []string
-			if n.TLS.CAFile != "" {
-				t = append(t, "CA file "+n.TLS.CAFile)
-			}
-			if n.TLS.CertFile != "" {
-				t = append(t, "client certificate "+n.TLS.CertFile+", key file "+n.TLS.KeyFile)
-			}
-			x.row("", "tls: "+strings.Join(t, "; "))
-		}
-	}
-
-	l := &c.Ledger
-	where := "badger in " + c.BadgerDir()
-	if l.Store == StoreKV {
-		where = fmt.Sprintf("JetStream KV bucket %s, %s",
-			x.d("ledger.kv.bucket", l.KV.Bucket, l.KV.Bucket),
-			x.d("ledger.kv.replicas", l.KV.Replicas, plural(l.KV.Replicas, "replica")))
-	}
-	x.row("ledger", x.d("ledger.store", l.Store, where),
-		"retention "+x.d("ledger.retention", l.Retention, formatDuration(l.Retention)),
-		"lease "+x.d("ledger.lease", l.Lease, formatDuration(l.Lease)),
-		"on payload mismatch "+x.d("ledger.mismatch", l.Mismatch, l.Mismatch),
-		"clocks apart by up to "+x.d("ledger.max_clock_skew", l.MaxClockSkew, formatDuration(l.MaxClockSkew)))
-
-	m := &c.LLM
-	endpoint := x.d("llm.base_url", m.BaseURL, c.ModelEndpoint())
-	if m.Standin {
-		endpoint = x.d("llm.standin", m.Standin, c.ModelEndpoint())
-	}
-	x.row("llm", endpoint,
-		"model "+x.d("llm.model", m.Model, m.Model),
-		"timeout "+x.d("llm.timeout", m.Timeout, formatDuration(m.Timeout)))
-	key := "no API key"
-	if m.APIKeyEnv != "" {
-		key = "API key from $" + m.APIKeyEnv
-	}
-	x.row("", x.d("llm.api_key_env", m.APIKeyEnv, key))
-	x.row("llm cache", "ttl "+x.d("llm.cache.ttl", m.Cache.TTL, formatDuration(m.Cache.TTL)),
-		"max entry "+x.d("llm.cache.max_entry_bytes", m.Cache.MaxEntryBytes, m.Cache.MaxEntryBytes.String()),
-		"token budget per intent "+x.d("llm.cache.budget_tokens", m.Cache.BudgetTokens, budgetText(m.Cache.BudgetTokens)))
-	x.explainRateLimit()
-	if t := c.Tracing; t.On() {
-		x.row("tracing", "OTLP/HTTP to "+t.OTLPEndpoint, "sample ratio "+x.d("tracing.sample_ratio", t.SampleRatio, fmt.Sprint(t.SampleRatio)),
-			"service "+x.d("tracing.service_name", t.ServiceName, t.ServiceName))
-	} else {
-		x.row("tracing", "off (set tracing.otlp_endpoint to trace each trigger)")
-	}
-	if len(m.Prices) == 0 {
-		x.row("prices", "none (costs are not reported)")
-	}
-	for i, model := range slices.Sorted(mapKeys(m.Prices)) {
-		label := ""
-		if i == 0 {
-			label = "prices"
-		}
-		p := m.Prices[model]
-		text := fmt.Sprintf("%s: $%v prompt, $%v completion per million tokens", model, p.PromptPerMTok, p.CompletionPerMTok)
-		if p.MaxOutputTokens > 0 {
-			text += fmt.Sprintf(", at most %d output tokens", p.MaxOutputTokens)
-		}
-		if x.c.meta.isDefault("llm.prices", m.Prices) {
-			text += " (built-in example, OpenAI's list price of " + DefaultPricesAsOf + ": set your provider's)"
-		}
-		x.row(label, text)
-	}
-
-	metrics := "disabled"
-	if c.Metrics.Listen != "" {
-		metrics = "http://" + c.Metrics.Listen + "/metrics, health and readiness endpoints"
-	}
-	x.row("metrics", x.d("metrics.listen", c.Metrics.Listen, metrics))
-	x.row("log", x.d("log.format", c.Log.Format, c.Log.Format)+", level "+x.d("log.level", c.Log.Level, c.Log.Level))
-
-	s := &c.Stream
-	maxAge := "none"
-	if s.MaxAge > 0 {
-		maxAge = formatDuration(s.MaxAge)
-	}
-	x.row("stream", x.d("stream.name", s.Name, s.Name)+" on "+x.d("stream.subjects", s.Subjects, strings.Join(s.Subjects, ", ")),
-		"retention "+x.d("stream.retention", s.Retention, s.Retention),
-		"replicas "+x.d("stream.replicas", s.Replicas, fmt.Sprint(s.Replicas))+", "+x.d("stream.storage", s.Storage, s.Storage)+" storage",
-		"managed "+x.d("stream.manage", s.Manage, fmt.Sprint(s.Manage)),
-		"duplicate window "+x.d("stream.duplicates", s.Duplicates, formatDuration(s.Duplicates)),
-		"max age "+x.d("stream.max_age", s.MaxAge, maxAge))
-	x.row("dead letters", x.d("stream.dead_letter_subject", s.DeadLetterSubject, s.DeadLetterSubject))
-	x.ingress()
-	x.recovery()
-	x.proxy()
-}
-
-func natsAuth(n *NATS) string {
-	switch {
-	case n.CredsFile != "":
-		return "credentials file " + n.CredsFile
-	case n.NKeySeedFile != "":
-		return "nkey seed file " + n.NKeySeedFile
-	case n.User != "" && n.PasswordFile != "":
-		return "user " + n.User + ", password from file " + n.PasswordFile
-	case n.User != "":
-		return "user " + n.User + ", password from $ONCEGATE_NATS_PASSWORD"
-	case n.TokenFile != "":
-		return "token from file " + n.TokenFile
-	}
-	return "token from $ONCEGATE_NATS_TOKEN if set, else none"
-}
-
-func (x *explainer) pipeline(i int) {
-	c := x.c
-	p := &c.Pipelines[i]
-	at := func(field string) string { return joinPath(indexPath("pipelines", i), field) }
-	fmt.Fprintf(&x.b, "\npipeline %s: mode %s\n", p.Name, x.d(at("mode"), p.Mode, p.Mode))
-	tw := tabwriter.NewWriter(&x.b, 0, 4, 2, ' ', 0)
-	x.tw = tw
-	row := func(label string, parts ...string) { x.row("  "+label, parts...) }
-
-	row("1 subject", p.Subject+" (stream "+c.Stream.Name+")")
-
-	k := &p.Key
-	var key []string
-	switch {
-	case len(k.Fields) > 0:
-		key = append(key, "fields "+strings.Join(k.Fields, ", "))
-	case len(k.Volatile) > 0:
-		key = append(key, "the whole payload less "+strings.Join(k.Volatile, ", "))
-	default:
-		key = append(key, "the whole payload")
-	}
-	if k.Version != "" {
-		key = append(key, "version "+k.Version)
-	}
-	scope := x.d(at("key.scope"), k.Scope, k.Scope)
-	if k.Scope == ScopeRun {
-		scope += ", run id " + k.RunIDField
-	}
-	key = append(key, "scope "+scope, "hash "+x.d(at("key.hash"), k.Hash, k.Hash))
-	row("2 key", key...)
-
-	if p.When != "" {
-		row("  filter", "when "+p.When+" (else acked, counted as filtered, never claimed or paid for)")
-	}
-	if k.Status != "" {
-		row("  status", k.Status+" is part of the key; the key less it is the identity a firing and its resolve share",
-			"a resolve waits for its firing's outcome up to resolve_wait "+x.d(at("key.resolve_wait"), k.ResolveWait, formatDuration(k.ResolveWait))+
-				", goes where its firing went, and a firing whose resolve went out first is dropped")
-	}
-	row("3 window", "ttl "+x.d(at("window.ttl"), p.Window.TTL, formatDuration(p.Window.TTL)),
-		"capacity "+x.d(at("window.capacity"), p.Window.Capacity, strconv.Itoa(p.Window.Capacity)+" keys"))
-
-	if p.Mode == ModeGateWindow {
-		row("4 ledger", "none: mode gate-window trusts the window and the target stream's Nats-Msg-Id duplicate window")
-	} else {
-		claims := "claims written before the effect"
-		if c.Ledger.Store == StoreBadger && !p.HasClass(ClassOneShot) {
-			claims = "claims kept in memory (a replayable effect is redone after a crash), commits written"
-		}
-		row("4 ledger", c.Ledger.Store, "lease "+formatDuration(c.Ledger.Lease), claims,
-			retentionCovers(c, p))
-	}
-
-	if s := p.Step; s == nil {
-		row("5 step", "none")
-	} else {
-		maxTok := "unset (the model decides)"
-		if s.MaxTokens > 0 {
-			maxTok = strconv.Itoa(s.MaxTokens)
-		}
-		parts := []string{
-			s.Name + " on model " + x.d(at("step.model"), s.Model, s.Model),
-			"temperature " + x.d(at("step.temperature"), s.Temperature, strconv.FormatFloat(s.Temperature, 'g', -1, 64)),
-			"max_tokens " + x.d(at("step.max_tokens"), s.MaxTokens, maxTok),
-		}
-		if s.Seed != nil {
-			parts = append(parts, "seed "+strconv.FormatInt(*s.Seed, 10))
-		}
-		parts = append(parts, "token budget per intent "+x.d(at("step.budget_tokens"), s.BudgetTokens, budgetText(s.BudgetTokens)))
-		if s.MaxBudget > 0 {
-			parts = append(parts, spendLimit(s.MaxBudget, s.BudgetDuration)+", then "+x.d(at("step.over_budget"), s.OverBudget, s.OverBudget))
-		}
-		if len(s.Schema) > 0 {
-			parts = append(parts, fmt.Sprintf("structured output: a JSON answer valid against the schema, %d calls at most", s.AnswerAttempts))
-		}
-		if s.SkipWhen != "" {
-			parts = append(parts, "skipped when "+s.SkipWhen)
-		}
-		switch {
-		case c.LLM.Standin:
-			parts = append(parts, "served by the stand-in model (llm.standin)")
-		case c.LLM.BaseURL == "":
-			parts = append(parts, "no model to serve it: set llm.base_url, or llm.standin: true")
-		}
-		row("5 step", parts...)
-	}
-
-	for _, ne := range p.AllEffects() {
-		label, epath := "6 effect", at("effect")
-		if ne.Name != "" {
-			label, epath = "6 effect "+ne.Name, keyPath(at("effects"), ne.Name)
-		}
-		row(label, x.effect(epath, ne.Name, ne.Effect)...)
-	}
-	for i, r := range p.Routes {
-		label := ""
-		if i == 0 {
-			label = "  routes"
-		}
-		when := "always"
-		if r.When != "" {
-			when = "when " + r.When
-		}
-		row(label, fmt.Sprintf("%d. %s: %s → %s", i+1, r.Name, when, strings.Join(r.Effects, " + ")))
-	}
-	if len(p.Routes) > 0 {
-		row("", "the first route that holds is taken, recorded in the ledger before any effect, and taken again by a redelivery; no route: acked, counted as filtered (rule routes); with key.status a resolve takes its firing's route")
-	}
-
-	backoff := "none (each redelivery after ack_wait)"
-	if len(p.Backoff) > 0 {
-		bs := make([]string, len(p.Backoff))
-		for j, b := range p.Backoff {
-			bs[j] = formatDuration(b)
-		}
-		backoff = strings.Join(bs, ", ") + " (the last repeats)"
-	}
-	row("7 ack", "ack_wait "+x.d(at("ack_wait"), p.AckWait, formatDuration(p.AckWait)),
-		"max_deliver "+x.d(at("max_deliver"), p.MaxDeliver, strconv.Itoa(p.MaxDeliver)),
-		"backoff "+backoff,
-		"max_ack_pending "+x.d(at("max_ack_pending"), p.MaxAckPending, strconv.Itoa(p.MaxAckPending)),
-		"concurrency "+x.d(at("concurrency"), p.Concurrency, strconv.Itoa(p.Concurrency)))
-	row("  then", "dead letter to "+c.Stream.DeadLetter(p.Name))
-	tw.Flush()
-}
-
-func syncText(s SyncInterval) string {
-	if s == SyncAlways {
-		return "on every write"
-	}
-	return "every " + s.String()
 }
 
 func budgetText(n int64) string {
@@ -401,82 +122,4 @@ func retentionCovers(c *Config, p *Pipeline) string {
 		s += ", stream max age " + formatDuration(c.Stream.MaxAge)
 	}
 	return s
-}
-
-// effect explains one effect; secrets are named by where they come from.
-func (x *explainer) effect(path, name string, e *Effect) []string {
-	var effect []string
-	key := "intent key"
-	if name != "" {
-		key = "the effect's key (from the intent key and " + name + ")"
-	}
-	if e.Preset != "" {
-		effect = append(effect, "preset "+e.Preset)
-	}
-	switch e.Sink {
-	case SinkJetStream:
-		subj := e.Subject
-		if e.SubjectSuffix != "" {
-			subj += ".<subject_suffix>"
-		}
-		effect = append(effect, "jetstream publish to "+subj+" with Nats-Msg-Id = "+key)
-	case SinkHTTP:
-		target := redactURL(e.URL)
-		switch {
-		case e.URLEnv != "":
-			target = "the URL in $" + e.URLEnv
-		case e.URLFile != "":
-			target = "the URL in file " + e.URLFile
-		}
-		method := e.Method
-		if method == "" {
-			method = "POST"
-		}
-		effect = append(effect, "http "+method+" to "+target+" with Idempotency-Key = "+key)
-		for _, h := range slices.Sorted(mapKeys(e.HeadersEnv)) {
-			effect = append(effect, "header "+h+" from $"+e.HeadersEnv[h])
-		}
-		for _, h := range slices.Sorted(mapKeys(e.Headers)) {
-			effect = append(effect, "header "+h+": "+e.Headers[h])
-		}
-		switch {
-		case e.RoutingKeyEnv != "":
-			effect = append(effect, "routing key from $"+e.RoutingKeyEnv)
-		case e.RoutingKeyFile != "":
-			effect = append(effect, "routing key from file "+e.RoutingKeyFile)
-		}
-		if e.Preset == PresetJira {
-			effect = append(effect, "basic auth from "+orNone(e.UserEnv, e.UserFile)+" and "+orNone(e.TokenEnv, e.TokenFile))
-		}
-	case SinkFile:
-		effect = append(effect, "file in "+e.Dir+", written under a temporary name and renamed")
-	default:
-		effect = append(effect, "sink "+e.Sink)
-	}
-	if e.Body != "" {
-		effect = append(effect, "body from a template")
-	}
-	class := x.d(joinPath(path, "class"), e.Class, e.Class)
-	if e.Class == ClassOneShot {
-		class += " (through the ledger's outbox)"
-	}
-	effect = append(effect, "class "+class)
-	if e.Delay > 0 {
-		effect = append(effect, "held "+formatDuration(e.Delay)+" to collapse duplicates")
-	}
-	if e.ApprovalSubject != "" {
-		effect = append(effect, "approval on "+e.ApprovalSubject+" within "+formatDuration(e.ApprovalTimeout)+" (else dead-lettered not_approved)")
-	}
-	if e.Retry.Backoff > 0 {
-		effect = append(effect, "a failure retried after "+formatDuration(e.Retry.Backoff)+" doubling to "+formatDuration(e.Retry.MaxBackoff)+
-			x.d(joinPath(path, "retry.backoff"), e.Retry.Backoff, ""))
-	}
-	if e.RateLimit.Requests > 0 {
-		effect = append(effect, fmt.Sprintf("at most %d requests in any %s (rate_limit; a 429 waited out)%s", e.RateLimit.Requests, formatDuration(e.RateLimit.Per),
-			x.d(joinPath(path, "rate_limit.requests"), e.RateLimit.Requests, "")))
-	}
-	if e.Digest.Window > 0 {
-		effect = append(effect, "messages of one group within "+formatDuration(e.Digest.Window)+" sent as one (digest)")
-	}
-	return effect
 }

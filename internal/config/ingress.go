@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"reflect"
 	"slices"
 	"strconv"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/ingress/spec"
-	"github.com/oncegate/oncegate/pkg/canon"
 )
 
 // Ingress source kinds: the presets of the providers Oncegate knows
@@ -206,284 +204,24 @@ func (v *validator) ingress() {
 }
 
 // source validates one source's scheme, credentials and ids, as the
-// ingress will run them (Resolved).
+// ingress will run them (spec.Source.Validate), with the configuration's
+// rules for the environment variables and the URL it names.
 func (v *validator) source(at func(string) string, s *Source) {
-	if s.Kind != "" {
-		if _, ok := spec.Lookup(s.Kind); !ok {
-			v.add(at("kind"), invalid("%q is not one of %s; leave kind out to spell the scheme out", s.Kind, strings.Join(spec.Kinds(), ", ")))
-			return
-		}
+	checks := spec.Checks{
+		EnvName: checkEnvName,
+		URL:     func(u string) error { return checkURL(u, "https", "http") },
 	}
-	r := s.Resolved()
-	if r.Auth == "" {
-		v.add(at("signature.header"), missing("a source without a kind that signs needs signature.header, or an auth of token, bearer or basic; to accept unsigned requests, write auth: none"))
-		return
-	}
-	if !v.oneOf(at("auth"), r.Auth, spec.Auths...) {
-		return
-	}
-	for _, e := range []struct{ path, name string }{{at("secret_env"), s.SecretEnv}, {at("previous_secret_env"), s.PreviousSecretEnv}} {
-		if e.name != "" {
-			if err := checkEnvName(e.name); err != nil {
-				v.add(e.path, err)
-			}
-		}
-	}
-	if s.SecretEnv != "" && s.SecretFile != "" {
-		v.add(at("secret_file"), invalid("set secret_env or secret_file, not both"))
-	}
-	if s.PreviousSecretEnv != "" && s.PreviousSecretFile != "" {
-		v.add(at("previous_secret_file"), invalid("set previous_secret_env or previous_secret_file, not both"))
-	}
-	hasSecret := s.SecretEnv != "" || s.SecretFile != ""
-	hasPrevious := s.PreviousSecretEnv != "" || s.PreviousSecretFile != ""
-	switch {
-	case r.Auth == AuthNone && (hasSecret || hasPrevious || s.Tenanted()):
-		v.add(at("auth"), invalid("auth: none accepts unsigned requests; remove the secret, or the auth: none"))
-	case s.Tenanted() && (hasSecret || hasPrevious):
-		v.add(at("secret_env"), invalid("a source with per-tenant secrets (tenant_secret_dir, tenant_secret_env) takes no secret of its own"))
-	case r.Auth != AuthNone && !hasSecret && !s.Tenanted():
-		v.add(at("secret_env"), missing("a source needs secret_env or secret_file (or per-tenant secrets); to accept unsigned requests, write auth: none"))
-	}
-	if s.TenantSecretDir != "" && len(s.TenantSecretEnv) > 0 {
-		v.add(at("tenant_secret_env"), invalid("set tenant_secret_dir or tenant_secret_env, not both"))
-	}
-	for _, t := range slices.Sorted(maps.Keys(s.TenantSecretEnv)) {
-		if !spec.ValidTenant(t) {
-			v.add(keyPath(at("tenant_secret_env"), t), invalid("%q is not a tenant name: 1 to 64 letters, digits, '-', '_' and '.', not starting with '.' or '-'", t))
-		} else if err := checkEnvName(s.TenantSecretEnv[t]); err != nil {
-			v.add(keyPath(at("tenant_secret_env"), t), err)
-		}
-	}
-	if s.User != "" && r.Auth != AuthBasic {
-		v.add(at("user"), invalid("user is for auth: basic"))
-	}
-	if r.Auth == AuthBasic && s.User == "" {
-		v.add(at("user"), missing("auth: basic needs a user"))
-	}
-	if r.Auth == AuthToken && !spec.ValidHeaderName(r.TokenHeader) {
-		v.add(at("token_header"), missing("auth: token needs the header that carries the token"))
-	}
-	if s.TokenHeader != "" && r.Auth != AuthToken {
-		v.add(at("token_header"), invalid("token_header is for auth: token"))
-	}
-	if s.Kind != KindHMAC {
-		for _, h := range []struct{ path, val string }{{at("header"), s.Header}, {at("delivery_header"), s.DeliveryHeader}, {at("event_header"), s.EventHeader}} {
-			if h.val != "" {
-				v.add(h.path, invalid("only an hmac source takes it; otherwise write signature.header, delivery and event"))
-			}
-		}
-	} else {
-		for _, h := range []struct{ path, val string }{{at("header"), s.Header}, {at("delivery_header"), s.DeliveryHeader}, {at("event_header"), s.EventHeader}} {
-			if h.val != "" && !validHeaderName(h.val) {
-				v.add(h.path, invalid("%q is not an HTTP header name", h.val))
-			}
-		}
-	}
-	parts := v.signature(at, &r)
-	for j, f := range r.Delivery {
-		from, err := spec.ParseFrom(f)
-		if err == nil && from.Kind == spec.FromSignature {
-			err = errors.New("signature: is for timestamps")
-		}
-		if err != nil {
-			v.add(indexPath(at("delivery"), j), invalid("%v", err))
-		}
-	}
-	if len(r.Delivery) == 0 && r.Split == "" {
-		v.add(at("delivery"), missing("a source needs a delivery id: header:Name, body:/pointer or digest"))
-	}
-	for j, f := range r.Event {
-		from, err := spec.ParseFrom(f)
-		if err == nil && (from.Kind == spec.FromSignature || from.Kind == spec.FromDigest) {
-			err = errors.New("an event type comes from header:Name or body:/pointer")
-		}
-		if err != nil {
-			v.add(indexPath(at("event"), j), invalid("%v", err))
-		}
-	}
-	for j, h := range r.CopyHeaders {
+	for _, fe := range s.Validate(checks) {
+		err := fe.Err
 		switch {
-		case !validHeaderName(h):
-			v.add(indexPath(at("copy_headers"), j), invalid("%q is not an HTTP header name", h))
-		case reservedTriggerHeader(h):
-			v.add(indexPath(at("copy_headers"), j), invalid("%s is set by Oncegate; copy another header", h))
+		case errors.Is(err, ErrInvalid), errors.Is(err, ErrMissing):
+			// One of checks': the configuration's own.
+		case errors.Is(err, spec.ErrMissing):
+			err = missing("%v", err)
+		default:
+			err = invalid("%v", err)
 		}
-	}
-	if r.Handshake.Echo != "" {
-		if _, err := canon.ParsePointer(r.Handshake.Echo); err != nil || r.Handshake.Event == "" {
-			v.add(at("handshake.echo"), invalid("echo is a JSON Pointer into the handshake's body, and needs handshake.event"))
-		}
-	}
-	if r.FormPayload != "" && !r.Form {
-		v.add(at("form_payload"), invalid("form_payload needs form: true"))
-	}
-	if r.Split != "" {
-		v.oneOf(at("split"), r.Split, spec.SplitAlertmanager)
-	}
-	if r.PublicURL != "" {
-		if err := checkURL(r.PublicURL, "https", "http"); err != nil {
-			v.add(at("public_url"), err)
-		}
-	}
-	if spec.Has(parts, spec.URL) && r.PublicURL == "" {
-		v.add(at("public_url"), missing("a signature over {url} needs the public URL the provider calls (scheme and host, and any path before /hooks/)"))
-	}
-}
-
-// signature validates a resolved source's signature scheme and returns
-// its parsed template (nil when the source does not sign).
-func (v *validator) signature(at func(string) string, r *Source) []spec.Part {
-	sig := &r.Signature
-	if r.Auth != AuthSignature {
-		return nil
-	}
-	if !validHeaderName(sig.Header) {
-		v.add(at("signature.header"), invalid("%q is not an HTTP header name", sig.Header))
-	}
-	v.oneOf(at("signature.algorithm"), sig.Algorithm, spec.HMACSHA256, spec.HMACSHA1, spec.HMACSHA512, spec.Ed25519)
-	v.oneOf(at("signature.encoding"), sig.Encoding, spec.Hex, spec.Base64, spec.Base64URL)
-	v.oneOf(at("signature.secret_encoding"), sig.SecretEncoding, spec.SecretText, spec.SecretBase64, spec.SecretHex, spec.SecretWhsec)
-	if sig.Separator != "" && sig.Separator != " " && sig.Separator != "," && sig.Separator != ";" {
-		v.add(at("signature.separator"), invalid("%q is not one of \",\", \";\" or \" \"", sig.Separator))
-	}
-	parts, err := spec.ParseTemplate(sig.Signed)
-	if err != nil {
-		v.add(at("signature.signed"), invalid("%v", err))
-		return nil
-	}
-	if !spec.Has(parts, spec.Body) && !spec.Has(parts, spec.Form) {
-		v.add(at("signature.signed"), invalid("%q does not cover the body: add {body} (or {form})", sig.Signed))
-	}
-	if sig.Timestamp == "" {
-		if spec.Has(parts, spec.Timestamp) {
-			v.add(at("signature.timestamp"), missing("the signed string has {timestamp}: say where it is (header:Name, body:/pointer or signature:t=)"))
-		}
-		return parts
-	}
-	ts, err := spec.ParseFrom(sig.Timestamp)
-	switch {
-	case err != nil:
-		v.add(at("signature.timestamp"), invalid("%v", err))
-	case ts.Kind == spec.FromDigest:
-		v.add(at("signature.timestamp"), invalid("a timestamp comes from header:Name, body:/pointer or signature:prefix"))
-	case ts.Kind == spec.FromSignature && sig.Separator == "":
-		v.add(at("signature.timestamp"), invalid("a timestamp in the signature header needs signature.separator"))
-	case !spec.TimestampCovered(parts, ts):
-		v.add(at("signature.timestamp"), invalid("the signed string %q does not cover the timestamp from %s: checking it would prove nothing; add {timestamp}", sig.Signed, ts.Describe()))
-	}
-	v.oneOf(at("signature.timestamp_unit"), sig.TimestampUnit, spec.Seconds, spec.Milliseconds)
-	return parts
-}
-
-// reservedTriggerHeader reports whether the ingress sets header h on a
-// trigger itself.
-func reservedTriggerHeader(h string) bool {
-	h = http.CanonicalHeaderKey(h)
-	return strings.HasPrefix(h, "Oncegate-") || strings.HasPrefix(h, "Nats-") || h == "Traceparent" || h == "Tracestate"
-}
-
-// tolerance checks the ingress's timestamp tolerance against the trigger
-// stream's duplicate window. A signed timestamp t is accepted while the
-// ingress's clock reads t-Tolerance to t+Tolerance: for twice the
-// tolerance, and a request replayed at its end may come that long after
-// the real one was stored. Past the duplicate window the replay would be a
-// second trigger (for a gate-window pipeline, whose own window a restart
-// empties, a second effect), so the window must cover both sides.
-func (v *validator) tolerance() {
-	in, dup := &v.c.Ingress, v.c.Stream.Duplicates
-	if in.Tolerance <= 0 || dup <= 0 || 2*in.Tolerance <= dup {
-		return
-	}
-	for _, s := range in.Sources {
-		if r := s.Resolved(); r.SignsTimestamp() {
-			what := cmp.Or(s.Kind, "source "+s.Name)
-			v.add("ingress.tolerance", invalid("%s accepts a signed timestamp for %s (%s either side of the clock), longer than stream.duplicates %s: a %s delivery replayed inside the tolerance but past the trigger stream's duplicate window would be stored as a second trigger; lower ingress.tolerance to %s or raise stream.duplicates to %s",
-				formatDuration(in.Tolerance), formatDuration(2*in.Tolerance), formatDuration(in.Tolerance), formatDuration(dup), what, formatDuration(dup/2), formatDuration(2*in.Tolerance)))
-			return
-		}
-	}
-}
-
-// unsignedHeader returns the request header the ingress sets trigger
-// header h from for source s when the provider's signature does not cover
-// it, or "". A value from a header the signed string does not name is the
-// request's word (GitHub's X-GitHub-Event and X-GitHub-Delivery, Sentry's,
-// an hmac source's headers, every header under token, bearer or basic
-// auth); a value from the body is the body's (Stripe's event id, an
-// Alertmanager alert's fingerprint), and Standard Webhooks sign webhook-id
-// as {id}. The trace context is the request's for every source; the tenant
-// is the path's, authenticated by the tenant's own secret.
-func unsignedHeader(s *Source, h string) string {
-	switch {
-	case strings.EqualFold(h, "traceparent"), strings.EqualFold(h, "tracestate"):
-		return "the request's " + strings.ToLower(h) + " header"
-	case s.Auth == AuthNone:
-		return "" // nothing is signed; auth: none says so already
-	}
-	r := s.Resolved()
-	var parts []spec.Part
-	if r.Auth == AuthSignature {
-		parts, _ = spec.ParseTemplate(r.Signature.Signed)
-	}
-	uncovered := func(list []string, delivery bool) string {
-		for _, f := range list {
-			if from, err := spec.ParseFrom(f); err == nil && !spec.Covered(parts, from, delivery) {
-				return from.Name
-			}
-		}
-		return ""
-	}
-	switch {
-	case strings.EqualFold(h, "Oncegate-Event"):
-		if r.Split == "" {
-			return uncovered(r.Event, false)
-		}
-	case strings.EqualFold(h, "Oncegate-Delivery"):
-		if r.Split == "" {
-			return uncovered(r.Delivery, true)
-		}
-	}
-	for _, c := range r.CopyHeaders {
-		if strings.EqualFold(c, h) && !spec.Covered(parts, spec.From{Kind: spec.FromHeader, Name: c}, false) {
-			return c
-		}
-	}
-	return ""
-}
-
-// unsignedKeys refuses, while the ingress serves, a pipeline that keys on
-// a header an ingress source feeding it takes from unsigned request data
-// (see unsignedHeader). Anyone who holds one signed body (a log, a proxy,
-// a delivery seen once) can post it again with any value there; the
-// ingress stores it as another message (it cannot be told from a real
-// delivery of that value), and a key that depends on the value would make
-// it new work. A key on the body, which the signature covers, finds the
-// replay's intent committed. Without the ingress the built-in sources are
-// not served (-ingress validates again), so the check waits for Listen.
-func (v *validator) unsignedKeys() {
-	in := &v.c.Ingress
-	if in.Listen == "" {
-		return
-	}
-	for i := range v.c.Pipelines {
-		p := &v.c.Pipelines[i]
-		if checkSubject(p.Subject, false) != nil {
-			continue
-		}
-		for j, h := range p.Key.Headers {
-			for k := range in.Sources {
-				s := &in.Sources[k]
-				from := unsignedHeader(s, h)
-				if from == "" || checkSubject(s.Subject, true) != nil || !subjectsCollide(p.Subject, s.Subject) {
-					continue
-				}
-				v.add(indexPath(joinPath(indexPath("pipelines", i), "key.headers"), j),
-					invalid("%s is set by the ingress from %s, which a %s provider does not sign (source %q publishes to %s, which pipeline %q consumes): anyone holding one signed body could post it again under another value, as new work; key on fields of the body, which the signature covers",
-						h, from, cmp.Or(s.Kind, s.Name), s.Name, s.Subject, p.Name))
-				break
-			}
-		}
+		v.add(at(fe.Field), err)
 	}
 }
 

@@ -31,3 +31,26 @@ func TestLowLevelPackagesDoNotImportConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigIsALeaf checks the other direction: the configuration imports
+// none of the runtime packages it configures (the ledger, the dedupe
+// keys), so that it only describes and checks; internal/app and the
+// consumer translate it into their Options (app.LedgerOptions,
+// consumer.KeySpec).
+func TestConfigIsALeaf(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to list dependencies with")
+	}
+	const module = "github.com/oncegate/oncegate/"
+	out, err := exec.Command("go", "list", "-deps", module+"internal/config").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps internal/config: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, runtime := range []string{"internal/ledger", "pkg/dedupe"} {
+			if dep == module+runtime || strings.HasPrefix(dep, module+runtime+"/") {
+				t.Errorf("go list -deps internal/config includes %s; translate the configuration in internal/app instead", dep)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -150,4 +151,16 @@ func (c *Config) SetByFlag(path, flag string) {
 		c.meta = newMeta("")
 	}
 	c.meta.setByEnv(path, flag)
+}
+
+// Defaulted returns the values the defaults filled in, by path: the path
+// as in the file, with list elements by index ("pipelines[0].ack_wait") and
+// map entries by key ("proxy.clients[ci].max_budget"). It is for tools
+// that document the defaults (the reference, docs/config.md); nil for a
+// Config built in Go.
+func (c *Config) Defaulted() map[string]any {
+	if c.meta == nil {
+		return nil
+	}
+	return maps.Clone(c.meta.defaulted)
 }

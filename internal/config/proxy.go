@@ -2,11 +2,12 @@ package config
 
 import (
 	"fmt"
-	"github.com/oncegate/oncegate/internal/secretfile"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/secretfile"
 )
 
 // Proxy configures the OpenAI-compatible proxy: an HTTP endpoint that

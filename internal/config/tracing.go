@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"net/url"
 )
 
@@ -63,5 +64,16 @@ func (v *validator) tracing() {
 	}
 	if t.ServiceName == "" {
 		v.add("tracing.service_name", missing("a service name"))
+	}
+}
+
+// tracing explains the tracing section.
+func (x *explainer) tracing() {
+	c := x.c
+	if t := c.Tracing; t.On() {
+		x.row("tracing", "OTLP/HTTP to "+t.OTLPEndpoint, "sample ratio "+x.d("tracing.sample_ratio", t.SampleRatio, fmt.Sprint(t.SampleRatio)),
+			"service "+x.d("tracing.service_name", t.ServiceName, t.ServiceName))
+	} else {
+		x.row("tracing", "off (set tracing.otlp_endpoint to trace each trigger)")
 	}
 }

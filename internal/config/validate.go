@@ -1,20 +1,12 @@
 package config
 
 import (
-	"errors"
+	"cmp"
 	"fmt"
 	"math"
-	"net"
-	"net/url"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/oncegate/oncegate/internal/tmpl"
-	"github.com/oncegate/oncegate/pkg/canon"
-	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // Validate reports every problem with c, joined with errors.Join; each is a
@@ -91,442 +83,6 @@ func (v *validator) oneOf(path, s string, allowed ...string) bool {
 	return false
 }
 
-func (v *validator) top() {
-	if v.c.DataDir == "" {
-		v.add("data_dir", missing("a directory is required"))
-	}
-	if l := v.c.Metrics.Listen; l != "" {
-		if err := checkListen(l, false); err != nil {
-			v.add("metrics.listen", err)
-		}
-	}
-	v.oneOf("log.format", v.c.Log.Format, LogText, LogJSON)
-	v.oneOf("log.level", v.c.Log.Level, "debug", "info", "warn", "error")
-}
-
-func (v *validator) nats() {
-	n := &v.c.NATS
-	v.positive("nats.connect_timeout", n.ConnectTimeout)
-	if n.URL == "" {
-		if err := checkListen(n.Embedded.Listen, true); err != nil {
-			v.add("nats.embedded.listen", err)
-		}
-		if n.Embedded.StoreDir == "" {
-			v.add("nats.embedded.store_dir", missing("a directory is required"))
-		}
-		if s := n.Embedded.SyncInterval; s != SyncAlways && s <= 0 {
-			v.add("nats.embedded.sync_interval", invalid("must be positive or \"always\", got %s", formatDuration(time.Duration(s))))
-		}
-		v.embeddedAuth()
-	} else {
-		for u := range strings.SplitSeq(n.URL, ",") {
-			if err := checkURL(strings.TrimSpace(u), "nats", "tls", "ws", "wss"); err != nil {
-				v.add("nats.url", err)
-			}
-		}
-	}
-	if n.CredsFile != "" && n.NKeySeedFile != "" {
-		v.add("nats.nkey_seed_file", invalid("set creds_file or nkey_seed_file, not both"))
-	}
-	if n.TokenFile != "" && (n.CredsFile != "" || n.NKeySeedFile != "" || n.User != "") {
-		v.add("nats.token_file", invalid("a token is an alternative to creds_file, nkey_seed_file and user; set one"))
-	}
-	if n.PasswordFile != "" && n.User == "" {
-		v.add("nats.user", missing("password_file needs a user"))
-	}
-	if (n.TLS.CertFile == "") != (n.TLS.KeyFile == "") {
-		p := "nats.tls.key_file"
-		if n.TLS.CertFile == "" {
-			p = "nats.tls.cert_file"
-		}
-		v.add(p, missing("a client certificate needs both cert_file and key_file"))
-	}
-}
-
-func (v *validator) ledger() {
-	l := &v.c.Ledger
-	v.oneOf("ledger.store", l.Store, StoreBadger, StoreKV)
-	v.positive("ledger.retention", l.Retention)
-	v.positive("ledger.lease", l.Lease)
-	if l.MaxClockSkew < 0 {
-		v.add("ledger.max_clock_skew", invalid("must not be negative, got %s", formatDuration(l.MaxClockSkew)))
-	}
-	if d := v.c.Stream.Duplicates; d > 0 && l.MaxClockSkew >= d {
-		v.add("ledger.max_clock_skew", invalid("%s is not shorter than stream.duplicates %s: no work could ever be taken over and redone", formatDuration(l.MaxClockSkew), formatDuration(d)))
-	}
-	if l.Lease > 0 && l.Retention > 0 && l.Lease >= l.Retention {
-		v.add("ledger.lease", invalid("lease %s must be shorter than retention %s", formatDuration(l.Lease), formatDuration(l.Retention)))
-	}
-	v.oneOf("ledger.mismatch", l.Mismatch, MismatchAccept, MismatchReject)
-	if l.KV.Replicas < 1 || l.KV.Replicas > 5 {
-		v.add("ledger.kv.replicas", invalid("must be 1 to 5, got %d", l.KV.Replicas))
-	}
-	if l.Store == StoreKV {
-		if err := checkBucketName(l.KV.Bucket); err != nil {
-			v.add("ledger.kv.bucket", err)
-		}
-		if v.c.NATS.URL == "" && l.KV.Replicas > 1 {
-			v.add("ledger.kv.replicas", invalid("the embedded server is a single node: replicas must be 1, got %d", l.KV.Replicas))
-		}
-	}
-}
-
-func (v *validator) llm() {
-	m := &v.c.LLM
-	if m.BaseURL != "" {
-		if err := checkURL(m.BaseURL, "http", "https"); err != nil {
-			v.add("llm.base_url", err)
-		}
-		if m.Standin {
-			v.add("llm.standin", invalid("the stand-in model answers instead of llm.base_url's endpoint: set one, not both"))
-		}
-	}
-	if m.APIKeyEnv != "" {
-		if err := checkEnvName(m.APIKeyEnv); err != nil {
-			v.add("llm.api_key_env", err)
-		}
-	}
-	if m.Model == "" {
-		v.add("llm.model", missing("a model is required"))
-	}
-	v.positive("llm.timeout", m.Timeout)
-	v.positive("llm.cache.ttl", m.Cache.TTL)
-	if m.Cache.MaxEntryBytes <= 0 {
-		v.add("llm.cache.max_entry_bytes", invalid("must be positive, got %d", m.Cache.MaxEntryBytes))
-	}
-	if m.Cache.BudgetTokens < 0 {
-		v.add("llm.cache.budget_tokens", invalid("must be 0 (no cap) or positive, got %d", m.Cache.BudgetTokens))
-	}
-	v.cacheStore()
-	v.rateLimit()
-	for _, model := range slices.Sorted(mapKeys(m.Prices)) {
-		p := m.Prices[model]
-		at := keyPath("llm.prices", model)
-		if model == "" {
-			v.add(at, invalid("a price needs a model name"))
-		}
-		for _, f := range []struct {
-			key string
-			val float64
-		}{{"prompt_per_mtok", p.PromptPerMTok}, {"completion_per_mtok", p.CompletionPerMTok}} {
-			if f.val < 0 || math.IsInf(f.val, 0) || math.IsNaN(f.val) {
-				v.add(joinPath(at, f.key), invalid("must be a finite price of 0 or more, got %v", f.val))
-			}
-		}
-		if p.MaxOutputTokens < 0 {
-			v.add(joinPath(at, "max_output_tokens"), invalid("must be 0 (unknown) or more, got %d", p.MaxOutputTokens))
-		}
-	}
-}
-
-func (v *validator) stream() {
-	s := &v.c.Stream
-	if err := checkStreamName(s.Name); err != nil {
-		v.add("stream.name", err)
-	}
-	if len(s.Subjects) == 0 {
-		v.add("stream.subjects", missing("at least one subject is required"))
-	}
-	var valid []int // indexes of the valid subjects
-	for i, subj := range s.Subjects {
-		at := indexPath("stream.subjects", i)
-		if err := checkSubject(subj, false); err != nil {
-			v.add(at, err)
-			continue
-		}
-		for _, j := range valid {
-			if subjectsCollide(s.Subjects[j], subj) {
-				v.add(at, invalid("%q overlaps %q: a stream's subjects must not overlap", subj, s.Subjects[j]))
-				break
-			}
-		}
-		valid = append(valid, i)
-	}
-	v.positive("stream.duplicates", s.Duplicates)
-	if s.MaxAge < 0 {
-		v.add("stream.max_age", invalid("must be 0 (no limit) or positive, got %s", formatDuration(s.MaxAge)))
-	}
-	owned := v.c.ownedSubjects()
-	for i, p := range s.ReplyPrefixes {
-		at := indexPath("stream.reply_prefixes", i)
-		if !strings.HasSuffix(p, ".") || checkSubject(strings.TrimSuffix(p, "."), true) != nil {
-			v.add(at, invalid("%q: want literal subject tokens ending in '.', such as \"_INBOX.\"", p))
-		} else if err := v.c.replyOverlap(p, owned); err != nil {
-			v.add(at, err)
-		}
-	}
-	if s.Replicas < 1 || s.Replicas > 5 {
-		v.add("stream.replicas", invalid("%d: want 1 to 5", s.Replicas))
-	}
-	v.oneOf("stream.storage", s.Storage, StorageFile, StorageMemory)
-	v.oneOf("stream.discard", s.Discard, DiscardNew, DiscardOld)
-	if s.MaxBytes < 0 {
-		v.add("stream.max_bytes", invalid("must be 0 (no bound) or positive, got %s", s.MaxBytes))
-	}
-	switch s.Retention {
-	case RetentionWorkQueue:
-		// Each trigger belongs to one pipeline: their subjects must not
-		// overlap, or the server refuses the second consumer.
-		for i := range v.c.Pipelines {
-			for j := range i {
-				a, b := &v.c.Pipelines[j], &v.c.Pipelines[i]
-				if checkSubject(a.Subject, false) == nil && checkSubject(b.Subject, false) == nil && subjectsCollide(a.Subject, b.Subject) {
-					v.add(joinPath(indexPath("pipelines", i), "subject"), invalid("%q overlaps pipeline %q's %q: on a work-queue stream each trigger belongs to one pipeline; use stream.retention: limits (with a max_age) for pipelines that share triggers", b.Subject, a.Name, a.Subject))
-				}
-			}
-		}
-	case RetentionLimits:
-		if s.MaxAge == 0 {
-			v.add("stream.max_age", missing("required with retention limits: without it every trigger is kept for ever, and a recreated consumer replays them all"))
-		}
-	default:
-		v.add("stream.retention", invalid("%q: want %s or %s", s.Retention, RetentionWorkQueue, RetentionLimits))
-	}
-	if s.MaxAge > 0 && s.Duplicates > s.MaxAge {
-		v.add("stream.duplicates", invalid("the duplicate window %s is longer than max_age %s", formatDuration(s.Duplicates), formatDuration(s.MaxAge)))
-	}
-	if s.DeadLetterSubject == "" {
-		v.add("stream.dead_letter_subject", missing("a subject is required: failed triggers are dead-lettered, never dropped"))
-		return
-	}
-	probe := strings.ReplaceAll(s.DeadLetterSubject, "{pipeline}", "p")
-	if strings.ContainsAny(probe, "{}") {
-		v.add("stream.dead_letter_subject", invalid("%q: the only placeholder is {pipeline}", s.DeadLetterSubject))
-		return
-	}
-	if err := checkSubject(probe, true); err != nil {
-		v.add("stream.dead_letter_subject", err)
-		return
-	}
-	// Each distinct valid pipeline subject, split, with the first pipeline
-	// that has it.
-	type consumer struct {
-		toks []string
-		name string
-	}
-	var consumers []consumer
-	seen := map[string]bool{}
-	for i := range v.c.Pipelines {
-		q := &v.c.Pipelines[i]
-		if !seen[q.Subject] && checkSubject(q.Subject, false) == nil {
-			seen[q.Subject] = true
-			consumers = append(consumers, consumer{strings.Split(q.Subject, "."), q.Name})
-		}
-	}
-	for i := range v.c.Pipelines {
-		p := &v.c.Pipelines[i]
-		dl := s.DeadLetter(p.Name)
-		if checkSubject(dl, true) != nil {
-			continue // a bad name, reported with the pipeline
-		}
-		dlToks := strings.Split(dl, ".")
-		for _, q := range consumers {
-			if tokensCover(q.toks, dlToks) {
-				v.add("stream.dead_letter_subject", invalid("dead letters of pipeline %q go to %q, which pipeline %q consumes: they would come back as triggers", p.Name, dl, q.name))
-				break
-			}
-		}
-	}
-}
-
-var nameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
-
-func checkName(s string) error {
-	if s == "" {
-		return missing("a name is required")
-	}
-	if len(s) > 64 || !nameRE.MatchString(s) {
-		return invalid("%q: want 1 to 64 lower-case letters, digits and '-'", s)
-	}
-	return nil
-}
-
-func (v *validator) pipelines() {
-	if len(v.c.Pipelines) == 0 {
-		switch {
-		case !v.c.ProxyOn():
-			v.add("pipelines", missing("at least one pipeline is required (or none, with the proxy alone: proxy.listen)"))
-		case v.c.IngressOn():
-			v.add("ingress.listen", invalid("the ingress feeds the pipelines, and there are none: add a pipeline, or leave the ingress off"))
-		case v.c.Console.Listen != "":
-			v.add("console.listen", invalid("the console shows the pipelines' dead letters and records, and there are none: add a pipeline, or leave the console off"))
-		}
-	}
-	first := make(map[string]int, len(v.c.Pipelines))
-	for i := range v.c.Pipelines {
-		v.pipeline(i)
-		name := v.c.Pipelines[i].Name
-		if j, dup := first[name]; dup && name != "" {
-			v.add(joinPath(indexPath("pipelines", i), "name"), invalid("pipeline %q is defined twice (also pipelines[%d])", name, j))
-		} else if !dup {
-			first[name] = i
-		}
-	}
-}
-
-func (v *validator) pipeline(i int) {
-	p := &v.c.Pipelines[i]
-	at := func(field string) string { return joinPath(indexPath("pipelines", i), field) }
-
-	if err := checkName(p.Name); err != nil {
-		v.add(at("name"), err)
-	}
-
-	subjectOK := false
-	if err := checkSubject(p.Subject, false); err != nil {
-		v.add(at("subject"), err)
-	} else {
-		subjectOK = true
-		covered := slices.ContainsFunc(v.c.Stream.Subjects, func(s string) bool {
-			return checkSubject(s, false) == nil && subjectCovers(s, p.Subject)
-		})
-		if !covered {
-			v.add(at("subject"), invalid("%q is not covered by the stream's subjects %s: the pipeline would never see a trigger", p.Subject, quoteSubjects(v.c.Stream.Subjects)))
-		}
-	}
-
-	if v.oneOf(at("mode"), p.Mode, ModeFull, ModeGateWindow, ModeGateLedger) {
-		switch {
-		case p.Mode == ModeFull && p.Step == nil:
-			v.add(at("step"), missing("mode full runs a step; add one, or use mode gate-ledger"))
-		case p.Mode != ModeFull && p.Step != nil:
-			v.add(at("step"), invalid("mode %s runs no step; remove it, or use mode full", p.Mode))
-		}
-		if p.Mode == ModeGateWindow {
-			if p.Effect.Sink != SinkJetStream {
-				v.add(at("effect.sink"), invalid("mode gate-window has no ledger and relies on the jetstream sink's Nats-Msg-Id: want sink jetstream, got %q", p.Effect.Sink))
-			}
-			if p.Effect.Class != ClassReplayable {
-				v.add(at("effect.class"), invalid("mode gate-window has no ledger for a one-shot effect's outbox: want class replayable"))
-			}
-		}
-	}
-
-	v.key(at, p)
-	if p.Step != nil {
-		v.step(at, p.Step)
-	}
-	if p.Key.ResolveWait < 0 {
-		v.add(at("key.resolve_wait"), invalid("must be 0 or positive, got %s", formatDuration(p.Key.ResolveWait)))
-	} else if p.Key.ResolveWait > 0 && p.Key.Status == "" {
-		v.add(at("key.resolve_wait"), invalid("orders a firing and its resolve: it needs key.status"))
-	}
-	if p.Key.Status != "" {
-		if _, err := canon.ParsePointer(p.Key.Status); err != nil {
-			v.add(at("key.status"), invalid("%q is not a JSON Pointer: %v", p.Key.Status, err))
-		} else if slices.Contains(p.Key.Fields, p.Key.Status) || p.Key.Version == p.Key.Status {
-			v.add(at("key.status"), invalid("%q is also a key field: the identity a firing and its resolve share must not hold the status", p.Key.Status))
-		} else if len(p.Key.Fields) == 0 && !slices.Contains(p.Key.Volatile, p.Key.Status) {
-			v.add(at("key.status"), invalid("the key is the whole payload, status included: add %q to key.volatile, so that the identity leaves it out", p.Key.Status))
-		}
-	}
-	v.effects(at, p, subjectOK)
-
-	v.positive(at("window.ttl"), p.Window.TTL)
-	if p.Window.Capacity < 1 {
-		v.add(at("window.capacity"), invalid("must be positive, got %d", p.Window.Capacity))
-	}
-
-	v.positive(at("ack_wait"), p.AckWait)
-	if p.MaxDeliver < 1 {
-		v.add(at("max_deliver"), invalid("must be at least 1, got %d: unlimited redelivery would never dead-letter", p.MaxDeliver))
-	}
-	for j, b := range p.Backoff {
-		v.positive(indexPath(at("backoff"), j), b)
-	}
-	if p.MaxDeliver >= 1 && len(p.Backoff) > p.MaxDeliver {
-		v.add(at("backoff"), invalid("%d delays for max_deliver %d: NATS allows at most max_deliver", len(p.Backoff), p.MaxDeliver))
-	}
-	if len(p.Backoff) > 0 && p.AckWait != p.Backoff[0] {
-		v.add(at("ack_wait"), invalid("%s differs from the first backoff %s, which NATS uses as the ack wait; make them equal or drop ack_wait", formatDuration(p.AckWait), formatDuration(p.Backoff[0])))
-	}
-	if p.MaxAckPending < 1 {
-		v.add(at("max_ack_pending"), invalid("must be positive, got %d", p.MaxAckPending))
-	}
-	if p.Concurrency < 1 {
-		v.add(at("concurrency"), invalid("must be positive, got %d", p.Concurrency))
-	} else if p.MaxAckPending >= 1 && p.Concurrency > p.MaxAckPending {
-		v.add(at("concurrency"), invalid("%d workers for max_ack_pending %d: the extra workers would never get a trigger", p.Concurrency, p.MaxAckPending))
-	}
-}
-
-func (v *validator) key(at func(string) string, p *Pipeline) {
-	k := &p.Key
-	n := len(v.issues)
-	pointer := func(path, s string) {
-		if _, err := canon.ParsePointer(s); err != nil {
-			v.add(path, invalid("%q is not a JSON Pointer: %v", s, err))
-		}
-	}
-	for j, f := range k.Fields {
-		pointer(indexPath(at("key.fields"), j), f)
-	}
-	for j, f := range k.Volatile {
-		pointer(indexPath(at("key.volatile"), j), f)
-	}
-	if len(k.Fields) > 0 && len(k.Volatile) > 0 {
-		v.add(at("key.volatile"), invalid("volatile members are dropped only from the whole payload, when no fields are named: set fields or volatile, not both"))
-	}
-	if k.Version != "" {
-		pointer(at("key.version"), k.Version)
-	}
-	if v.oneOf(at("key.scope"), k.Scope, ScopeInput, ScopeRun) {
-		switch {
-		case k.Scope == ScopeRun && k.RunIDField == "":
-			v.add(at("key.run_id_field"), missing("scope run needs the JSON Pointer of the run id"))
-		case k.Scope == ScopeRun:
-			pointer(at("key.run_id_field"), k.RunIDField)
-		case k.RunIDField != "":
-			v.add(at("key.run_id_field"), invalid("only used with scope run"))
-		}
-	}
-	v.oneOf(at("key.hash"), k.Hash, HashXXH, HashSHA256)
-	for j, h := range k.Headers {
-		if !validHeaderName(h) {
-			v.add(indexPath(at("key.headers"), j), invalid("%q is not a header name", h))
-		}
-	}
-	if len(v.issues) > n || p.Name == "" || (p.Step != nil && p.Step.Name == "") {
-		return
-	}
-	if _, err := dedupe.NewKeyer(p.KeySpec()); err != nil {
-		v.add(at("key"), invalid("%v", err))
-	}
-}
-
-func (v *validator) step(at func(string) string, s *Step) {
-	if err := checkName(s.Name); err != nil {
-		v.add(at("step.name"), err)
-	}
-	if s.Model == "" {
-		v.add(at("step.model"), missing("a model is required"))
-	}
-	if s.Prompt == "" {
-		v.add(at("step.prompt"), missing("a prompt template is required"))
-	}
-	for _, t := range []struct{ key, text string }{{"system", s.System}, {"prompt", s.Prompt}} {
-		if _, err := tmpl.Parse(t.key, t.text); err != nil {
-			v.add(at("step."+t.key), invalid("%v", errors.Unwrap(err)))
-		}
-	}
-	v.schema(at("step.schema"), s.Schema)
-	if s.AnswerAttempts < 1 {
-		v.add(at("step.answer_attempts"), invalid("must be at least 1, got %d", s.AnswerAttempts))
-	}
-	if s.Temperature < 0 || s.Temperature > 2 || math.IsNaN(s.Temperature) {
-		v.add(at("step.temperature"), invalid("must be 0 to 2, got %v", s.Temperature))
-	}
-	if s.MaxTokens < 0 {
-		v.add(at("step.max_tokens"), invalid("must be 0 (the model's default) or positive, got %d", s.MaxTokens))
-	}
-	if s.BudgetTokens < 0 {
-		v.add(at("step.budget_tokens"), invalid("must be 0 (no cap) or positive, got %d", s.BudgetTokens))
-	}
-}
-
-// reservedHeaders are set by the http sink itself.
-var reservedHeaders = []string{"Idempotency-Key", "Content-Type", "Content-Length", "Host"}
-
 // horizons checks every window that dedupes a redo of a pipeline's work
 // against its redelivery horizon (Config.RedeliveryHorizon): the effect
 // streams' duplicate window for a keyed JetStream publish, and the trigger
@@ -597,83 +153,97 @@ func horizonTerms(p *Pipeline) string {
 	return fmt.Sprintf("%d deliveries with backoff [%s], the last repeating", p.MaxDeliver, strings.Join(bs, " "))
 }
 
-// checkURL checks a URL of one of the schemes, without credentials. A
-// NATS URL may leave out its scheme ("host:4222"), as nats.go allows.
-func checkURL(s string, schemes ...string) error {
-	if s == "" {
-		return missing("a URL is required")
+// RedeliveryHorizon is the longest that work on one trigger of p can keep
+// being retried after its first delivery: over MaxDeliver deliveries, each
+// waits the longest of its ack deadline (Pipeline.Horizon), its retry
+// delay, and, when a ledger holds the work, the lease a crashed holder
+// leaves behind. (It is the one formula of the horizon: Config.Validate and
+// the consumer's stream checks use it.) Every window that dedupes a redo of the effect (the
+// effect stream's duplicate window, the ledger's retention, the trigger
+// stream's max age) must cover it.
+func (c *Config) RedeliveryHorizon(p *Pipeline) time.Duration {
+	var h time.Duration
+	waits := p.Backoff
+	if len(waits) == 0 {
+		waits = []time.Duration{p.AckWait}
 	}
-	raw := s
-	if !strings.Contains(s, "://") {
-		if schemes[0] != "nats" {
-			return invalid("%q: want a URL with a scheme (%s)", redactURL(s), strings.Join(schemes, ", "))
+	for i := 1; i <= max(p.MaxDeliver, 0); i++ {
+		w := max(waits[min(i, len(waits))-1], p.RetryDelay(i))
+		if p.Mode != ModeGateWindow {
+			w = max(w, c.Ledger.Lease)
 		}
-		raw = "nats://" + s
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return invalid("%q is not a URL", redactURL(s))
-	}
-	if !slices.Contains(schemes, u.Scheme) {
-		return invalid("%q: the scheme must be %s", redactURL(s), strings.Join(schemes, ", "))
-	}
-	if u.User != nil {
-		return invalid("%q carries credentials; secrets are never read from the config file (use a creds, nkey, password or token file, or an environment variable)", redactURL(s))
-	}
-	if u.Host == "" {
-		return invalid("%q has no host", redactURL(s))
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return invalid("%q: port %s is out of range", redactURL(s), p)
+		h = addSat(h, w)
+		if h == maxDuration {
+			break
 		}
 	}
-	return nil
+	return h
 }
 
-// checkListen checks a host:port listen address; loopback requires a
-// loopback host.
-func checkListen(addr string, loopback bool) error {
-	if addr == "" {
-		return missing("an address (host:port) is required")
+const maxDuration = time.Duration(math.MaxInt64)
+
+// addSat adds the non-negative part of d to h, saturating at maxDuration.
+func addSat(h, d time.Duration) time.Duration {
+	d = max(d, 0)
+	if h > maxDuration-d {
+		return maxDuration
 	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return invalid("%q is not host:port", addr)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		return invalid("%q: port %q is not a number from 0 to 65535", addr, port)
-	}
-	if loopback {
-		ip := net.ParseIP(host)
-		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return invalid("%q: the embedded server listens on loopback only (127.0.0.1, ::1 or localhost); to serve others, run a NATS server and set nats.url", addr)
-		}
-	}
-	return nil
+	return h + d
 }
 
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-func checkEnvName(s string) error {
-	if !envNameRE.MatchString(s) {
-		return invalid("%q is not an environment variable name", s)
+// tolerance checks the ingress's timestamp tolerance against the trigger
+// stream's duplicate window. A signed timestamp t is accepted while the
+// ingress's clock reads t-Tolerance to t+Tolerance: for twice the
+// tolerance, and a request replayed at its end may come that long after
+// the real one was stored. Past the duplicate window the replay would be a
+// second trigger (for a gate-window pipeline, whose own window a restart
+// empties, a second effect), so the window must cover both sides.
+func (v *validator) tolerance() {
+	in, dup := &v.c.Ingress, v.c.Stream.Duplicates
+	if in.Tolerance <= 0 || dup <= 0 || 2*in.Tolerance <= dup {
+		return
 	}
-	if strings.HasPrefix(s, EnvPrefix) {
-		return invalid("%q: names starting with %s are configuration overrides; choose another", s, EnvPrefix)
-	}
-	return nil
-}
-
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		if !('a' <= ch && ch <= 'z' || 'A' <= ch && ch <= 'Z' || '0' <= ch && ch <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", ch) >= 0) {
-			return false
+	for _, s := range in.Sources {
+		if r := s.Resolved(); r.SignsTimestamp() {
+			what := cmp.Or(s.Kind, "source "+s.Name)
+			v.add("ingress.tolerance", invalid("%s accepts a signed timestamp for %s (%s either side of the clock), longer than stream.duplicates %s: a %s delivery replayed inside the tolerance but past the trigger stream's duplicate window would be stored as a second trigger; lower ingress.tolerance to %s or raise stream.duplicates to %s",
+				formatDuration(in.Tolerance), formatDuration(2*in.Tolerance), formatDuration(in.Tolerance), formatDuration(dup), what, formatDuration(dup/2), formatDuration(2*in.Tolerance)))
+			return
 		}
 	}
-	return true
+}
+
+// unsignedKeys refuses, while the ingress serves, a pipeline that keys on
+// a header an ingress source feeding it takes from unsigned request data
+// (see spec.Source.UnsignedHeader). Anyone who holds one signed body (a log, a proxy,
+// a delivery seen once) can post it again with any value there; the
+// ingress stores it as another message (it cannot be told from a real
+// delivery of that value), and a key that depends on the value would make
+// it new work. A key on the body, which the signature covers, finds the
+// replay's intent committed. Without the ingress the built-in sources are
+// not served (-ingress validates again), so the check waits for Listen.
+func (v *validator) unsignedKeys() {
+	in := &v.c.Ingress
+	if in.Listen == "" {
+		return
+	}
+	for i := range v.c.Pipelines {
+		p := &v.c.Pipelines[i]
+		if checkSubject(p.Subject, false) != nil {
+			continue
+		}
+		for j, h := range p.Key.Headers {
+			for k := range in.Sources {
+				s := &in.Sources[k]
+				from := s.UnsignedHeader(h)
+				if from == "" || checkSubject(s.Subject, true) != nil || !subjectsCollide(p.Subject, s.Subject) {
+					continue
+				}
+				v.add(indexPath(joinPath(indexPath("pipelines", i), "key.headers"), j),
+					invalid("%s is set by the ingress from %s, which a %s provider does not sign (source %q publishes to %s, which pipeline %q consumes): anyone holding one signed body could post it again under another value, as new work; key on fields of the body, which the signature covers",
+						h, from, cmp.Or(s.Kind, s.Name), s.Name, s.Subject, p.Name))
+				break
+			}
+		}
+	}
 }

@@ -128,6 +128,7 @@ func TestValidateRules(t *testing.T) {
 		{"run id not a pointer", func(c *Config) { k := &alerts(c).Key; k.Scope, k.RunIDField = ScopeRun, "run" }, "pipelines[alerts].key.run_id_field", ErrInvalid, ""},
 		{"run id with input scope", func(c *Config) { alerts(c).Key.RunIDField = "/run" }, "pipelines[alerts].key.run_id_field", ErrInvalid, "scope run"},
 		{"hash unknown", func(c *Config) { alerts(c).Key.Hash = "md5" }, "pipelines[alerts].key.hash", ErrInvalid, ""},
+		{"key header named twice", func(c *Config) { webhooks(c).Key.Headers = []string{"X-Tenant", "x-tenant"} }, "pipelines[webhooks].key", ErrInvalid, "named twice"},
 
 		// Steps.
 		{"step name empty", func(c *Config) { alerts(c).Step.Name = "" }, "pipelines[alerts].step.name", ErrMissing, ""},
@@ -356,49 +357,6 @@ func TestValidateAccepts(t *testing.T) {
 		tt.mutate(c)
 		if err := c.Validate(); err != nil {
 			t.Errorf("%s: Validate() = %v; want nil", tt.name, err)
-		}
-	}
-}
-
-// TestEffectDefaults: the presets' rate limits are their receivers'
-// quotas, every effect retries on its own schedule, and a resolve waits
-// for its firing a minute by default.
-func TestEffectDefaults(t *testing.T) {
-	c, err := Parse([]byte(`
-pipelines:
-  - name: alerts
-    subject: triggers.alerts
-    key: {fields: [/alert/fingerprint], status: /status}
-    effects:
-      pd: {preset: pagerduty, routing_key_env: PD_KEY}
-      chat: {preset: slack, url_env: SLACK_URL, digest: {window: 5s}}
-      hook: {sink: http, url: "https://example.com/hook", rate_limit: {requests: 7}}
-`), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := c.Pipelines[0]
-	for name, want := range map[string]EffectRateLimit{
-		"pd": {Requests: 120, Per: time.Minute}, "chat": {Requests: 20, Per: 20 * time.Second}, "hook": {Requests: 7, Per: time.Minute},
-	} {
-		e := p.Effects[name]
-		if e.RateLimit != want {
-			t.Errorf("effects[%s].rate_limit = %+v; want %+v", name, e.RateLimit, want)
-		}
-		if e.Retry != (EffectRetry{Backoff: DefaultEffectBackoff, MaxBackoff: DefaultEffectMaxBackoff}) {
-			t.Errorf("effects[%s].retry = %+v; want the defaults", name, e.Retry)
-		}
-	}
-	if g := p.Effects["chat"].Digest.Group; g != DefaultDigestGroup {
-		t.Errorf("digest.group = %q; want %q", g, DefaultDigestGroup)
-	}
-	if p.Key.ResolveWait != DefaultResolveWait {
-		t.Errorf("key.resolve_wait = %v; want %v", p.Key.ResolveWait, DefaultResolveWait)
-	}
-	r := EffectRetry{Backoff: time.Second, MaxBackoff: 4 * time.Second}
-	for n, want := range map[int][2]time.Duration{1: {500 * time.Millisecond, time.Second}, 2: {time.Second, 2 * time.Second}, 5: {2 * time.Second, 4 * time.Second}} {
-		if d := r.Delay(n); d < want[0] || d > want[1] {
-			t.Errorf("Delay(%d) = %v; want in [%v, %v]", n, d, want[0], want[1])
 		}
 	}
 }

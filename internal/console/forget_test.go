@@ -24,7 +24,7 @@ import (
 // dead-letters it so; it returns the key and the dead letter's sequence.
 func unknownOutcome(t *testing.T, f *fixture, payload string) (string, uint64) {
 	t.Helper()
-	keyer, err := dedupe.NewKeyer(f.app.Config.Pipelines[0].KeySpec())
+	keyer, err := dedupe.NewKeyer(consumer.KeySpec(&f.app.Config.Pipelines[0]))
 	if err != nil {
 		t.Fatal(err)
 	}

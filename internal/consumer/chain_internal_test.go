@@ -111,8 +111,7 @@ func TestChainDiagram(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	cfg := config.Default()
-	led, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options()})
+	led, err := badgerstore.New(db, badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

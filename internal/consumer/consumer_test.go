@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ledger"
@@ -65,7 +66,7 @@ func start(t testing.TB, mutate func(*config.Config), modelOpts standin.Options,
 	if err != nil {
 		t.Fatal(err)
 	}
-	led, err := badgerstore.New(db, badgerstore.Options{Options: cfg.Ledger.Options()})
+	led, err := badgerstore.New(db, badgerstore.Options{Options: app.LedgerOptions(cfg.Ledger)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func TestDeadLetterKeepsHeaders(t *testing.T) {
 			spec = p
 		}
 	}
-	k, err := dedupe.NewKeyer(spec.KeySpec())
+	k, err := dedupe.NewKeyer(consumer.KeySpec(&spec))
 	if err != nil {
 		t.Fatal(err)
 	}

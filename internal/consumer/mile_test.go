@@ -51,7 +51,7 @@ func startRecipe(t *testing.T, modelOpts standin.Options, edit func(p *config.Pi
 	if edit != nil {
 		edit(&p)
 	}
-	keyer, err := dedupe.NewKeyer(p.KeySpec())
+	keyer, err := dedupe.NewKeyer(consumer.KeySpec(&p))
 	if err != nil {
 		t.Fatal(err)
 	}

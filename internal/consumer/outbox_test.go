@@ -73,7 +73,7 @@ func (f *fixture) keyOf(pipeline string, payload []byte) dedupe.Key {
 	f.t.Helper()
 	for i := range f.cfg.Pipelines {
 		if f.cfg.Pipelines[i].Name == pipeline {
-			k, err := dedupe.NewKeyer(f.cfg.Pipelines[i].KeySpec())
+			k, err := dedupe.NewKeyer(consumer.KeySpec(&f.cfg.Pipelines[i]))
 			if err != nil {
 				f.t.Fatal(err)
 			}

@@ -77,7 +77,7 @@ type pipeline struct {
 
 func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 	at := func(err error) error { return fmt.Errorf("consumer: pipeline %s: %w", cfg.Name, err) }
-	spec := cfg.KeySpec()
+	spec := KeySpec(cfg)
 	keyer, err := dedupe.NewKeyer(spec)
 	if err != nil {
 		return nil, at(err)
@@ -108,7 +108,7 @@ func newPipeline(c *Consumer, cfg *config.Pipeline) (*pipeline, error) {
 		owner: c.opts.Owner, lease: c.cfg.Ledger.Lease,
 		maxDeliver: cfg.MaxDeliver,
 		sinkName:   cfg.Effect.Sink,
-		maxResult:  cmp.Or(c.cfg.Ledger.Options().MaxResultBytes, ledger.DefaultMaxResultBytes),
+		maxResult:  ledger.DefaultMaxResultBytes, // the configuration sets none (app.LedgerOptions)
 	}
 	if cfg.Mode != config.ModeGateWindow {
 		if c.opts.Ledger == nil {

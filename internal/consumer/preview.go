@@ -32,7 +32,7 @@ func Preview(w io.Writer, p *config.Pipeline, payload []byte, headers map[string
 		fmt.Fprintf(w, "  => dead letter, reason %s: %v\n", reason, err)
 		return fmt.Errorf("the trigger would be dead-lettered (%s): %w", reason, err)
 	}
-	keyer, err := dedupe.NewKeyer(p.KeySpec())
+	keyer, err := dedupe.NewKeyer(KeySpec(p))
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func Preview(w io.Writer, p *config.Pipeline, payload []byte, headers map[string
 	}
 	if p.Key.Status != "" {
 		if ptr, err := canon.ParsePointer(p.Key.Status); err == nil {
-			c, _ := canon.New(p.KeySpec().Limits)
+			c, _ := canon.New(KeySpec(p).Limits)
 			if cd, err := c.Append(nil, payload); err == nil {
 				if raw, ok, _ := canon.Lookup(cd, ptr); ok {
 					ti.Status = strings.Trim(string(raw), `"`)
@@ -100,7 +100,7 @@ func Preview(w io.Writer, p *config.Pipeline, payload []byte, headers map[string
 		if skip {
 			fmt.Fprintf(w, "  step      %s skipped (skip_when %s): no model call\n", p.Step.Name, p.Step.SkipWhen)
 		} else {
-			t, err := p.Step.Templates()
+			t, err := StepTemplates(p.Step)
 			if err != nil {
 				return err
 			}

@@ -119,7 +119,7 @@ func usesMile(p *config.Pipeline) bool {
 // one-shot effects with, or nil if none is one-shot.
 func newMile(p *pipeline, single sink.Sink) (*mile, sink.Sink, error) {
 	c, cfg := p.c, p.cfg
-	m := &mile{byName: map[string]*target{}, limits: cfg.KeySpec().Limits}
+	m := &mile{byName: map[string]*target{}, limits: KeySpec(cfg).Limits}
 	m.ordered = cfg.Key.Status != "" && cfg.Mode != config.ModeGateWindow
 	var err error
 	if cfg.When != "" {

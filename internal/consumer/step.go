@@ -73,7 +73,7 @@ func (e *stepError) Error() string { return "model step: " + e.err.Error() }
 func (e *stepError) Unwrap() error { return e.err }
 
 func newStep(c *Consumer, p *config.Pipeline) (*step, error) {
-	t, err := p.Step.Templates()
+	t, err := StepTemplates(p.Step)
 	if err != nil {
 		return nil, err
 	}

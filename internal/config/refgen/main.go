@@ -1,7 +1,6 @@
 // Command refgen writes the configuration reference, docs/config.md, from
 // the configuration's Go types and their doc comments (see
-// config.WriteReference). Run from the module's root it prints the
-// reference:
+// writeReference). Run from the module's root it prints the reference:
 //
 //	go run ./internal/config/refgen > docs/config.md
 //
@@ -13,8 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-
-	"github.com/oncegate/oncegate/internal/config"
 )
 
 func main() {
@@ -22,7 +19,7 @@ func main() {
 	out := flag.String("o", "", "the file to write; empty: standard output")
 	flag.Parse()
 	var b bytes.Buffer
-	if err := config.WriteReference(&b, *root); err != nil {
+	if err := writeReference(&b, *root); err != nil {
 		fmt.Fprintln(os.Stderr, "refgen:", err)
 		os.Exit(1)
 	}

@@ -5,9 +5,10 @@
 // from, and the presets of the providers Oncegate knows.
 //
 // A [Source] is one sender as it is configured; [Source.Resolved] fills
-// in its kind's preset, and is what the ingress runs. The configuration
-// reads sources into this type (config.Source is an alias of it), and the
-// ingress takes them as they are.
+// in its kind's preset, and is what the ingress runs; [Source.Validate]
+// checks it as the ingress will run it. The configuration reads sources
+// into this type (config.Source is an alias of it) and validates them with
+// Validate, and the ingress takes them as they are.
 //
 // It is a leaf (the standard library and pkg/canon), so that the
 // configuration validates and explains a source by the same rules the
