@@ -153,7 +153,7 @@ func (v *validator) schema(path string, s JSONValue) {
 func CompileSchema(s JSONValue) (*jsonschema.Schema, error) {
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(s)))
 	if err != nil {
-		return nil, fmt.Errorf("not JSON: %v", err)
+		return nil, fmt.Errorf("not JSON: %w", err)
 	}
 	if m, ok := doc.(map[string]any); !ok || m["type"] != "object" {
 		return nil, errors.New(`the schema must describe an object ("type": "object")`)
@@ -164,16 +164,6 @@ func CompileSchema(s JSONValue) (*jsonschema.Schema, error) {
 		return nil, err
 	}
 	return c.Compile("step.json")
-}
-
-// schemaJSON returns s compacted, for keys.
-func schemaJSON(s JSONValue) string {
-	var v any
-	if json.Unmarshal(s, &v) != nil {
-		return string(s)
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
 }
 
 // step explains a pipeline's model step, or says it has none.
