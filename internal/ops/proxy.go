@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/oncegate/oncegate/pkg/llmcache"
+	"github.com/oncegate/oncegate/internal/llmhook"
 )
 
 // ProxyOutcome is how the OpenAI-compatible proxy answered a request.
@@ -112,7 +112,7 @@ func (m *Metrics) ProxyRequest(client string, o ProxyOutcome, took time.Duration
 }
 
 type proxyCollector struct {
-	stats func() []llmcache.StepStats
+	stats func() []llmhook.StepStats
 	spend func() []ProxySpend
 
 	tokens, tokensSaved, cost, costSaved, spent, limit, resets *prometheus.Desc

@@ -67,6 +67,7 @@ import (
 	"time"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/serve"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -252,7 +253,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_intent", err.Error())
 		return
 	}
-	req, err := llmcache.ReadRequest(body)
+	req, err := llmhook.ReadRequest(body)
 	if err != nil {
 		s.fail(w, client, start, ops.ProxyInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request",
 			"Oncegate's proxy cannot read this request, and sent nothing: "+err.Error())

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/proxy"
@@ -123,7 +124,8 @@ func startWith(t *testing.T, opts proxy.Options) (string, *ops.Metrics) {
 	}
 	opts.Config = &cfg
 	keys := keysFile(t)
-	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: opts.Cache.Stats})
+	cache := opts.Cache
+	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: func() []llmhook.StepStats { return llmhook.Stats(cache) }})
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	opts.Keys, opts.Metrics = keys, m

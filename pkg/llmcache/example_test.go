@@ -8,6 +8,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 	"github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
 	"github.com/oncegate/oncegate/pkg/llmcache/llmtest"
@@ -56,7 +57,7 @@ func Example() {
 		fmt.Printf("attempt %d: %s, %d+%d tokens\n", attempt, resp.Header().Get(llmcache.HeaderCache),
 			resp.Usage.PromptTokens, resp.Usage.CompletionTokens)
 	}
-	s := cache.Stats()[0]
+	s := llmhook.Stats(cache)[0]
 	fmt.Printf("model calls: %d; tokens spent %d, saved %d\n", model.Stats().Completions, s.TokensSpent(), s.TokensSaved())
 	// Output:
 	// attempt 1: miss, 17+29 tokens

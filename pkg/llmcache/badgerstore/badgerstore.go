@@ -88,7 +88,10 @@ type Store struct {
 	gcDone chan struct{}
 }
 
-var _ llmcache.Store = (*Store)(nil)
+var (
+	_ llmcache.Store       = (*Store)(nil)
+	_ llmcache.BudgetStore = (*Store)(nil)
+)
 
 // New returns a store in db; give it to llmcache.NewStore. If own is set,
 // the store closes db when it closes (when the cache does). While the
@@ -156,7 +159,7 @@ func (s *Store) Delete(_ context.Context, k llmcache.Key) error {
 
 func budgetKey(id []byte) []byte { return append([]byte("b/"), id...) }
 
-// Budget implements [llmcache.Store].
+// Budget implements [llmcache.BudgetStore].
 func (s *Store) Budget(_ context.Context, id []byte) ([]byte, error) {
 	var v []byte
 	err := s.db.View(func(txn *badger.Txn) error {
@@ -173,7 +176,7 @@ func (s *Store) Budget(_ context.Context, id []byte) ([]byte, error) {
 	return v, badgerErr(err)
 }
 
-// UpdateBudget implements [llmcache.Store] with a Badger transaction,
+// UpdateBudget implements [llmcache.BudgetStore] with a Badger transaction,
 // retried when it conflicts with another.
 func (s *Store) UpdateBudget(_ context.Context, id []byte, ttl time.Duration, update func(old []byte) ([]byte, error)) error {
 	key := budgetKey(id)

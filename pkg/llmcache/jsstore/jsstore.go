@@ -162,8 +162,8 @@ type Options struct {
 	Key []byte
 }
 
-// Store is an llmcache.Store and llmcache.Filler in JetStream KV. It is safe
-// for concurrent use.
+// Store is an llmcache.Store, llmcache.BudgetStore and llmcache.Filler in
+// JetStream KV. It is safe for concurrent use.
 type Store struct {
 	nc        *nats.Conn
 	kv        jetstream.KeyValue // answers, chunks, claims
@@ -180,8 +180,9 @@ type Store struct {
 }
 
 var (
-	_ llmcache.Store  = (*Store)(nil)
-	_ llmcache.Filler = (*Store)(nil)
+	_ llmcache.Store       = (*Store)(nil)
+	_ llmcache.BudgetStore = (*Store)(nil)
+	_ llmcache.Filler      = (*Store)(nil)
 )
 
 // New returns a store in the buckets opts names, creating them if they do
@@ -501,7 +502,7 @@ func budgetKey(id []byte) string {
 	return "b." + hex.EncodeToString(h[:16])
 }
 
-// Budget implements llmcache.Store.
+// Budget implements llmcache.BudgetStore.
 func (s *Store) Budget(ctx context.Context, id []byte) ([]byte, error) {
 	if s.closed.Load() {
 		return nil, llmcache.ErrClosed
@@ -515,7 +516,7 @@ func (s *Store) Budget(ctx context.Context, id []byte) ([]byte, error) {
 	return v, nil
 }
 
-// UpdateBudget implements llmcache.Store by compare-and-set on the
+// UpdateBudget implements llmcache.BudgetStore by compare-and-set on the
 // record's revision. The bucket's TTL decides how long the record is kept;
 // ttl is not used.
 func (s *Store) UpdateBudget(ctx context.Context, id []byte, _ time.Duration, update func(old []byte) ([]byte, error)) error {
