@@ -97,23 +97,14 @@ type Options struct {
 	// another process holds the fill claim for, with a store shared
 	// between processes (a [Filler]); after it, the miss calls the model
 	// itself. A live holder renews its claim for as long as its call may
-	// take (FillTimeout) and its answer's store may be retried
-	// (StoreRetry), and a dead holder's claim lapses and is taken over, so
-	// the wait normally ends well before the bound; a shorter bound pays
-	// the model again whenever the holder is slow. Callers stop waiting
+	// take (FillTimeout) and while its answer's write is retried, and a
+	// dead holder's claim lapses and is taken over, so the wait normally
+	// ends well before the bound; a shorter bound pays the model again
+	// whenever the holder is slow. Callers stop waiting
 	// when their own context ends: the wait goes on detached, and the
 	// answer is in the store for their retry. The default is FillTimeout +
-	// StoreRetry.
+	// 30s, which allows for a holder retrying its answer's write.
 	SharedWait time.Duration
-
-	// StoreRetry is the part of SharedWait's default that allows for a
-	// holder retrying its answer's write. The default is 30s.
-	//
-	// Deprecated: it no longer bounds the retries. An answer paid for
-	// that the store refuses is held in memory and its write retried,
-	// with backoff, until it lands or the Cache is closed (see "A paid
-	// answer is kept" in the package documentation).
-	StoreRetry time.Duration
 
 	// HoldDir, if set, is a directory of this process's own where every
 	// answer paid for is written before the store is asked to keep it,
@@ -154,11 +145,8 @@ func (o *Options) setDefaults() {
 	if o.BudgetTTL == 0 {
 		o.BudgetTTL = 7 * 24 * time.Hour
 	}
-	if o.StoreRetry == 0 {
-		o.StoreRetry = 30 * time.Second
-	}
 	if o.SharedWait == 0 {
-		o.SharedWait = o.FillTimeout + o.StoreRetry
+		o.SharedWait = o.FillTimeout + 30*time.Second
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
@@ -170,7 +158,7 @@ func (o *Options) setDefaults() {
 
 func (o *Options) validate() error {
 	var errs []error
-	if o.TTL < 0 || o.FillTimeout < 0 || o.BudgetTTL < 0 || o.SharedWait < 0 || o.StoreRetry < 0 {
+	if o.TTL < 0 || o.FillTimeout < 0 || o.BudgetTTL < 0 || o.SharedWait < 0 {
 		errs = append(errs, fmt.Errorf("%w: negative duration", ErrInvalidOptions))
 	}
 	if o.MaxEntryBytes < 0 || o.MaxRequestBytes < 0 {

@@ -32,7 +32,7 @@ func openBadger(t *testing.T) *badger.DB {
 // storeCache returns a cache on db with opts, closed at cleanup.
 func storeCache(t *testing.T, db *badger.DB, opts llmcache.Options) *llmcache.Cache {
 	t.Helper()
-	c, err := llmcache.NewStore(badgerstore.New(db, false), opts)
+	c, err := llmcache.NewStore(badgerstore.New(db, badgerstore.Options{}), opts)
 	if err != nil {
 		t.Fatalf("NewStore: %v", err)
 	}

@@ -493,9 +493,10 @@ func TestExpiredAnswerOneCall(t *testing.T) {
 // in the process and written once the server is back. Asked again before
 // the restart (from memory) and after it (from the bucket, on this replica
 // and another), the model, which counts its own calls, is not called again.
-// StoreRetry is a nanosecond, so that a cache which gives the write up after it
-// shows, and the connection buffers nothing while it reconnects (a write
-// buffered then may be flushed to the server after all, or lost with it).
+// The connection buffers nothing while it reconnects (a write buffered then
+// may be flushed to the server after all, or lost with it). (Until issue 38
+// the cache also took a deprecated Options.StoreRetry of a nanosecond here,
+// to show that it bounded nothing; the option is gone.)
 func TestHeldAnswerSurvivesRestart(t *testing.T) {
 	s, dir, port := serverOnDisk(t)
 	m := startModel(t, standin.Options{})
@@ -503,7 +504,7 @@ func TestHeldAnswerSurvivesRestart(t *testing.T) {
 	url := model.URL + "/v1"
 
 	so := jsstore.Options{Bucket: "held", Timeout: time.Second}
-	co := llmcache.Options{StoreRetry: time.Nanosecond} //nolint:staticcheck // the deprecated option must still be taken, and bound nothing
+	co := llmcache.Options{}
 	c := openCache(t, connect(t, s.ClientURL(), nats.ReconnectBufSize(-1)), so, co)
 	req := triage("Certificate for api.example.com expires in 2 days")
 	ask := func(c *llmcache.Cache, when string) (string, string) {
