@@ -776,7 +776,7 @@ func TestSealedAnswers(t *testing.T) {
 			t.Errorf("%s on a sealed bucket: New error = %v; want ErrEncryptionKey", tt.name, err)
 		}
 	}
-	if _, err := jsstore.New(context.Background(), js, jsstore.Options{Bucket: "sealed", Key: key[:20]}); !errors.Is(err, jsstore.ErrInvalidOptions) {
+	if _, err := jsstore.New(context.Background(), js, jsstore.Options{Bucket: "sealed", Key: key[:20]}); !errors.Is(err, llmcache.ErrInvalidOptions) {
 		t.Errorf("a 20-byte key: New error = %v; want ErrInvalidOptions", err)
 	}
 
