@@ -18,7 +18,7 @@ import (
 
 func ExampleMetrics() {
 	m := ops.NewMetrics(ops.MetricsOptions{
-		// Normally llmcache.Cache.Stats.
+		// Normally llmhook.Stats of the cache.
 		LLMStats: func() []llmhook.StepStats {
 			return []llmhook.StepStats{{Namespace: "billing", Step: "summarize", Requests: 3, Hits: 2, Misses: 1}}
 		},

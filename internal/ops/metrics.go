@@ -96,7 +96,7 @@ type WindowStats struct {
 // metrics then have no LLM cache or window figures.
 type MetricsOptions struct {
 	// LLMStats returns the LLM cache's cumulative figures, such as
-	// llmcache.Cache.Stats. It is called on every scrape, possibly
+	// llmhook.Stats of a cache. It is called on every scrape, possibly
 	// concurrently, and must be safe for that. Rows with the same
 	// namespace and step are summed. The default (nil) exposes no
 	// oncegate_llm_* metrics.

@@ -255,7 +255,7 @@ func TestNilMetricsRecordsNothing(t *testing.T) {
 	}
 }
 
-// llmSource is a fake llmcache.Cache.Stats that a test updates between
+// llmSource is a fake llmhook.Stats that a test updates between
 // scrapes.
 type llmSource struct {
 	mu    sync.Mutex
