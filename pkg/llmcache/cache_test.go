@@ -28,6 +28,7 @@ import (
 	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 	"github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
+	"github.com/oncegate/oncegate/pkg/llmcache/llmtest"
 )
 
 // model is a stand-in model served over loopback HTTP.
@@ -921,5 +922,35 @@ func TestEndpointChangesKey(t *testing.T) {
 	named := openCache(t, "", llmcache.Options{Endpoint: "triage"})
 	if got := []string{ask(named, standIn), ask(named, real)}; !reflect.DeepEqual(got, []string{"miss", "hit"}) {
 		t.Errorf("one Endpoint name over two URLs: %v; want miss, hit", got)
+	}
+}
+
+// TestExampleCounters: the counters of Example's three attempts, which
+// Example printed until issue 38 moved them to internal/llmhook: one model
+// call, its 46 tokens spent, and twice 46 saved by the two hits.
+func TestExampleCounters(t *testing.T) {
+	model, err := llmtest.NewServer(llmtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	cache := openCache(t, "", llmcache.Options{Prices: llmcache.Prices{"gpt-4o-mini": {Prompt: 0.15, Completion: 0.60}}})
+	cfg := openai.DefaultConfig("sk-...")
+	cfg.BaseURL = model.URL
+	cfg.HTTPClient = cache.HTTPClient(nil)
+	client := openai.NewClientWithConfig(cfg)
+	ctx := llmcache.WithCall(context.Background(), llmcache.Call{Namespace: "acme/alerts", Step: "triage"})
+	req := openai.ChatCompletionRequest{
+		Model:    "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "Triage: disk /var 93% full on db-2."}},
+	}
+	for range 3 {
+		if _, err := client.CreateChatCompletion(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := llmhook.Stats(cache)[0]
+	if n := model.Stats().Completions; n != 1 || s.TokensSpent() != 46 || s.TokensSaved() != 92 {
+		t.Errorf("model calls %d, tokens spent %d, saved %d; want 1, 46, 92", n, s.TokensSpent(), s.TokensSaved())
 	}
 }
