@@ -6,6 +6,9 @@
 //
 //	go run -C bench ./apicount ./pkg/dedupe/...
 //
+// Without patterns it counts the two libraries users embed,
+// ./pkg/dedupe/... and ./pkg/llmcache/... (issue 38).
+//
 // Package patterns are relative to the repository's root (it lists them
 // there, in the oncegate module), wherever the command runs.
 //
@@ -30,7 +33,7 @@ func main() {
 	flag.Parse()
 	pats := flag.Args()
 	if len(pats) == 0 {
-		pats = []string{"./pkg/dedupe/..."}
+		pats = []string{"./pkg/dedupe/...", "./pkg/llmcache/..."}
 	}
 	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/oncegate/oncegate").Output()
 	if err != nil {

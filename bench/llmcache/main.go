@@ -30,6 +30,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 	"github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
@@ -127,7 +128,7 @@ func run() error {
 			r.perSec, 100*float64(r.p50)/float64(results[0].p50))
 	}
 	w.Flush()
-	s := cache.Stats()[0]
+	s := llmhook.Stats(cache)[0]
 	fmt.Printf("\ncache: %d hits, %d misses, %d stored; the stand-in answered %d calls (direct and misses)\n", s.Hits, s.Misses, s.Stored, model.Stats().Completions)
 	return nil
 }

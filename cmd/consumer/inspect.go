@@ -18,6 +18,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/dirlock"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 	llmbadger "github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
@@ -246,7 +247,7 @@ func inspectCache(w io.Writer, cfg *config.Config) error {
 		return err
 	}
 	defer c.Close()
-	s, err := c.Summary()
+	s, err := llmhook.Summarize(c)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ingress"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/receiver"
 )
 
@@ -114,7 +115,7 @@ func (r *recipeApp) stats(t *testing.T, pipeline string) (filtered, skipped, dea
 	if r.a.Cache == nil { // no model step
 		return
 	}
-	for _, s := range r.a.Cache.Stats() {
+	for _, s := range llmhook.Stats(r.a.Cache) {
 		if s.Namespace == pipeline {
 			answers += s.Stored
 		}

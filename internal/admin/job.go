@@ -21,6 +21,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
@@ -489,7 +490,7 @@ func (a *Admin) estimate(ctx context.Context, est *modelEstimator, d *DeadLetter
 	}
 	key, err := llmcache.KeyOf(est.endpoint, call, req)
 	if err == nil {
-		if _, hit, err := a.opts.Cache.Get(key); err == nil && hit {
+		if _, hit, err := llmhook.Get(a.opts.Cache, key); err == nil && hit {
 			res.Model = ModelCached
 			return
 		}
@@ -504,7 +505,7 @@ func (a *Admin) estimate(ctx context.Context, est *modelEstimator, d *DeadLetter
 		}
 	}
 	body, _ := json.Marshal(req)
-	e, err := llmcache.EstimateRequest(body)
+	e, err := llmhook.EstimateRequest(body)
 	if err != nil {
 		return
 	}

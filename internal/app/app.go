@@ -24,6 +24,7 @@ import (
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ingress"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/proxy"
@@ -443,9 +444,9 @@ func (a *App) openModel(ctx context.Context, cfg *config.Config, o Options) (*op
 	return openai.NewClientWithConfig(oc), nil
 }
 
-func (a *App) llmStats() []llmcache.StepStats {
+func (a *App) llmStats() []llmhook.StepStats {
 	if c := a.liveCache.Load(); c != nil {
-		return c.Stats()
+		return llmhook.Stats(c)
 	}
 	return nil
 }

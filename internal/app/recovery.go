@@ -11,6 +11,7 @@ import (
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/console"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/secretfile"
 )
 
@@ -73,7 +74,8 @@ func (a *App) startConsole(o Options) error {
 	}
 	co := console.Options{API: a.Admin, Config: cfg, Conn: a.Conn, Operators: operators, Logger: o.Logger.With("component", "console")}
 	if c := a.Cache; c != nil {
-		co.CacheStats, co.CacheSummary = c.Stats, c.Summary
+		co.CacheStats = func() []llmhook.StepStats { return llmhook.Stats(c) }
+		co.CacheSummary = func() (llmhook.Summary, error) { return llmhook.Summarize(c) }
 	}
 	s, err := console.New(co)
 	if err != nil {

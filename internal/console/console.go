@@ -52,8 +52,8 @@ import (
 
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/secretfile"
-	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
 //go:embed templates/*.html
@@ -73,8 +73,8 @@ type Options struct {
 	// made by. None (nil) makes the console read-only.
 	Operators *secretfile.Set
 	// CacheStats and CacheSummary, if set, give the LLM cache's figures.
-	CacheStats   func() []llmcache.StepStats
-	CacheSummary func() (llmcache.Summary, error)
+	CacheStats   func() []llmhook.StepStats
+	CacheSummary func() (llmhook.Summary, error)
 	// Logger receives a line per change, with the client's address. The
 	// default discards.
 	Logger *slog.Logger

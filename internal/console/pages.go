@@ -15,8 +15,8 @@ import (
 
 	"github.com/oncegate/oncegate/internal/admin"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/outcome"
-	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
 // page is what every template gets.
@@ -203,8 +203,8 @@ type overviewData struct {
 	Dead    admin.FindReply
 	Jobs    []admin.Job
 	Pending int
-	Cache   []llmcache.StepStats
-	Summary *llmcache.Summary
+	Cache   []llmhook.StepStats
+	Summary *llmhook.Summary
 }
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/standin"
 )
@@ -71,7 +72,7 @@ func TestOverBudgetWait(t *testing.T) {
 		t.Errorf("%d model calls; want 3", ms.Completions)
 	}
 	var refused int64
-	for _, s := range f.cache.Stats() {
+	for _, s := range llmhook.Stats(f.cache) {
 		refused += s.BudgetDenied
 	}
 	if refused == 0 {

@@ -25,10 +25,10 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/natsrun"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/internal/standin"
-	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
 // demoWorkload is what the demo publishes and what it knows to be true.
@@ -536,8 +536,8 @@ func demoReport(ctx context.Context, out io.Writer, a *app.App, js jetstream.Jet
 	unique := w.alertKeys + w.hookKeys
 	effects := alertN + hookN
 	dupEffects := effects - alertDistinct - hookDistinct
-	var llm llmcache.StepStats
-	for _, s := range a.Cache.Stats() {
+	var llm llmhook.StepStats
+	for _, s := range llmhook.Stats(a.Cache) {
 		llm.Hits += s.Hits
 		llm.Shared += s.Shared
 		llm.Misses += s.Misses

@@ -18,6 +18,7 @@ import (
 	"github.com/oncegate/oncegate/examples/recipes"
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/receiver"
 )
 
@@ -233,7 +234,7 @@ func recipeReport(out io.Writer, a *app.App, r *demoReceivers, w recipeWorkload)
 		}
 	}
 	var answers int64
-	for _, st := range a.Cache.Stats() {
+	for _, st := range llmhook.Stats(a.Cache) {
 		if st.Namespace == demoRecipeName {
 			answers += st.Stored
 		}

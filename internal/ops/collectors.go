@@ -3,7 +3,7 @@ package ops
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/oncegate/oncegate/pkg/llmcache"
+	"github.com/oncegate/oncegate/internal/llmhook"
 )
 
 // The collectors below read cumulative snapshots at scrape time and expose
@@ -25,20 +25,20 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help, labels, nil)
 }
 
-// llmCollector exposes llmcache.StepStats, labelled by pipeline (the
+// llmCollector exposes llmhook.StepStats, labelled by pipeline (the
 // cache's namespace, which the consumer sets to the pipeline's name) and
 // step, as the other metrics are. The steps Metrics.AddStep names are
 // exposed at 0 before their first model call.
 type llmCollector struct {
-	stats func() []llmcache.StepStats
-	known func() []llmcache.StepStats
+	stats func() []llmhook.StepStats
+	known func() []llmhook.StepStats
 
 	requests, tokensSpent, tokensSaved, tokensEstimated     *prometheus.Desc
 	costSpent, costSaved, stored, notStored, upstreamErrors *prometheus.Desc
 	held                                                    *prometheus.Desc
 }
 
-func newLLMCollector(stats, known func() []llmcache.StepStats) *llmCollector {
+func newLLMCollector(stats, known func() []llmhook.StepStats) *llmCollector {
 	return &llmCollector{
 		stats: stats, known: known,
 		requests: desc("llm_requests_total",
@@ -105,10 +105,10 @@ func (c *llmCollector) Collect(ch chan<- prometheus.Metric) {
 // mergeStepStats sums the rows that share a namespace and step, which a
 // registry would otherwise reject as duplicate series. It keeps the order
 // of first appearance.
-func mergeStepStats(rows []llmcache.StepStats) []llmcache.StepStats {
+func mergeStepStats(rows []llmhook.StepStats) []llmhook.StepStats {
 	type id struct{ ns, step string }
 	at := make(map[id]int, len(rows))
-	out := make([]llmcache.StepStats, 0, len(rows))
+	out := make([]llmhook.StepStats, 0, len(rows))
 	for _, r := range rows {
 		i, ok := at[id{r.Namespace, r.Step}]
 		if !ok {

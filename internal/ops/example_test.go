@@ -11,16 +11,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/outcome"
-	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
 func ExampleMetrics() {
 	m := ops.NewMetrics(ops.MetricsOptions{
-		// Normally llmcache.Cache.Stats.
-		LLMStats: func() []llmcache.StepStats {
-			return []llmcache.StepStats{{Namespace: "billing", Step: "summarize", Requests: 3, Hits: 2, Misses: 1}}
+		// Normally llmhook.Stats of the cache.
+		LLMStats: func() []llmhook.StepStats {
+			return []llmhook.StepStats{{Namespace: "billing", Step: "summarize", Requests: 3, Hits: 2, Misses: 1}}
 		},
 	})
 	m.AddPipeline("billing") // every guard's series now exists at 0

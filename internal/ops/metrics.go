@@ -8,9 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/version"
-	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
 // namespace prefixes every Oncegate metric name.
@@ -96,11 +96,11 @@ type WindowStats struct {
 // metrics then have no LLM cache or window figures.
 type MetricsOptions struct {
 	// LLMStats returns the LLM cache's cumulative figures, such as
-	// llmcache.Cache.Stats. It is called on every scrape, possibly
+	// llmhook.Stats of a cache. It is called on every scrape, possibly
 	// concurrently, and must be safe for that. Rows with the same
 	// namespace and step are summed. The default (nil) exposes no
 	// oncegate_llm_* metrics.
-	LLMStats func() []llmcache.StepStats
+	LLMStats func() []llmhook.StepStats
 	// WindowStats returns each pipeline's window figures. It is called on
 	// every scrape, possibly concurrently; window.Window.Stats scans the
 	// whole table, which is why it belongs here and not on the hot path.
@@ -141,12 +141,12 @@ type Metrics struct {
 	routes       *prometheus.CounterVec   // pipeline, route
 	ledgerDown   *prometheus.CounterVec   // pipeline
 	rl           rateLimitMetrics
-	llmStats     func() []llmcache.StepStats
+	llmStats     func() []llmhook.StepStats
 	redriven     *prometheus.CounterVec // pipeline, reason
 	bl           backlogMetrics
 
 	mu    sync.Mutex
-	steps []llmcache.StepStats // zero rows of the steps AddStep named
+	steps []llmhook.StepStats // zero rows of the steps AddStep named
 }
 
 // NewMetrics returns Metrics registered on a new registry.
@@ -348,12 +348,12 @@ func (m *Metrics) AddStep(pipeline, step string) {
 			return
 		}
 	}
-	m.steps = append(m.steps, llmcache.StepStats{Namespace: pipeline, Step: step})
+	m.steps = append(m.steps, llmhook.StepStats{Namespace: pipeline, Step: step})
 }
 
 // knownSteps returns a zero row for each step AddStep named, so that its
 // LLM series exist before its first model call.
-func (m *Metrics) knownSteps() []llmcache.StepStats {
+func (m *Metrics) knownSteps() []llmhook.StepStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.steps)

@@ -12,10 +12,10 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/logbuf"
 	"github.com/oncegate/oncegate/internal/ops"
 	"github.com/oncegate/oncegate/internal/outcome"
-	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
 func TestMetricsExposed(t *testing.T) {
@@ -255,30 +255,30 @@ func TestNilMetricsRecordsNothing(t *testing.T) {
 	}
 }
 
-// llmSource is a fake llmcache.Cache.Stats that a test updates between
+// llmSource is a fake llmhook.Stats that a test updates between
 // scrapes.
 type llmSource struct {
 	mu    sync.Mutex
-	rows  []llmcache.StepStats
+	rows  []llmhook.StepStats
 	calls int
 }
 
-func (s *llmSource) set(rows ...llmcache.StepStats) {
+func (s *llmSource) set(rows ...llmhook.StepStats) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rows = rows
 }
 
-func (s *llmSource) stats() []llmcache.StepStats {
+func (s *llmSource) stats() []llmhook.StepStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
-	return append([]llmcache.StepStats(nil), s.rows...)
+	return append([]llmhook.StepStats(nil), s.rows...)
 }
 
 func TestLLMCollector(t *testing.T) {
 	src := &llmSource{}
-	src.set(llmcache.StepStats{
+	src.set(llmhook.StepStats{
 		Namespace: "tenant-a", Step: "summarize",
 		Requests: 12, Hits: 4, Shared: 1, Misses: 3, Bypassed: 2, BudgetDenied: 1, Invalid: 1,
 		Stored: 2, NotStored: 1, Errors: 1,
@@ -338,7 +338,7 @@ func TestLLMCollector(t *testing.T) {
 	// The cache moves on: the next scrape shows the new totals, not their
 	// sum with the old ones, and a new step appears.
 	src.set(
-		llmcache.StepStats{
+		llmhook.StepStats{
 			Namespace: "tenant-a", Step: "summarize",
 			Requests: 20, Hits: 10, Shared: 1, Misses: 4, Bypassed: 2, BudgetDenied: 1, Invalid: 2,
 			Stored: 3, NotStored: 1, Errors: 1,
@@ -346,7 +346,7 @@ func TestLLMCollector(t *testing.T) {
 			SavedPromptTokens: 1000, SavedCompletionTokens: 400,
 			CostSpent: 0.0026, CostSaved: 0.007,
 		},
-		llmcache.StepStats{Namespace: "tenant-b", Step: "triage", Requests: 1, Misses: 1, PromptTokens: 7},
+		llmhook.StepStats{Namespace: "tenant-b", Step: "triage", Requests: 1, Misses: 1, PromptTokens: 7},
 	)
 	f := scrape(t, base)
 	check(t, f, map[string]map[string]float64{
@@ -376,9 +376,9 @@ func TestLLMCollector(t *testing.T) {
 func TestLLMCollectorSumsRepeatedSteps(t *testing.T) {
 	src := &llmSource{}
 	src.set(
-		llmcache.StepStats{Namespace: "n", Step: "s", Hits: 1, PromptTokens: 10, CostSpent: 0.5},
-		llmcache.StepStats{Namespace: "n", Step: "t", Hits: 5},
-		llmcache.StepStats{Namespace: "n", Step: "s", Hits: 2, PromptTokens: 30, CostSpent: 0.25},
+		llmhook.StepStats{Namespace: "n", Step: "s", Hits: 1, PromptTokens: 10, CostSpent: 0.5},
+		llmhook.StepStats{Namespace: "n", Step: "t", Hits: 5},
+		llmhook.StepStats{Namespace: "n", Step: "s", Hits: 2, PromptTokens: 30, CostSpent: 0.25},
 	)
 	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: src.stats})
 	f := scrape(t, startServer(t, m, nil, discardLogger()))
@@ -402,8 +402,8 @@ func TestLLMCollectorSumsRepeatedSteps(t *testing.T) {
 func TestLLMCollectorBadRowKeepsScrape(t *testing.T) {
 	src := &llmSource{}
 	src.set(
-		llmcache.StepStats{Namespace: "ok", Step: "s", Hits: 1},
-		llmcache.StepStats{Namespace: "bad\xff", Step: "s", Hits: 1},
+		llmhook.StepStats{Namespace: "ok", Step: "s", Hits: 1},
+		llmhook.StepStats{Namespace: "bad\xff", Step: "s", Hits: 1},
 	)
 	var logs logbuf.Buffer
 	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: src.stats})
@@ -534,7 +534,7 @@ func TestBuildInfo(t *testing.T) {
 // TestLLMSeriesBeforeFirstCall: a step's LLM series exist at 0, labelled
 // by pipeline as every other series, before its first model call.
 func TestLLMSeriesBeforeFirstCall(t *testing.T) {
-	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: func() []llmcache.StepStats { return nil }})
+	m := ops.NewMetrics(ops.MetricsOptions{LLMStats: func() []llmhook.StepStats { return nil }})
 	m.AddPipeline("alerts")
 	m.AddStep("alerts", "triage")
 	f := scrape(t, startServer(t, m, nil, discardLogger()))

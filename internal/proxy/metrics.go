@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/oncegate/oncegate/pkg/llmcache"
+	"github.com/oncegate/oncegate/internal/llmhook"
 )
 
 // Outcome is how the OpenAI-compatible proxy answered a request.
@@ -69,7 +69,7 @@ var requestBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10,
 // newMetrics registers the proxy's metrics with reg, with a series for
 // each of clients at 0; stats and spend, if set, are called at each
 // scrape for the clients' usage and their spending against their limits.
-func newMetrics(reg prometheus.Registerer, clients []string, stats func() []llmcache.StepStats, spend func() []Spend) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, clients []string, stats func() []llmhook.StepStats, spend func() []Spend) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "oncegate", Name: "proxy_requests_total",
@@ -125,7 +125,7 @@ func (m *metrics) request(client string, o Outcome, took time.Duration) {
 }
 
 type proxyCollector struct {
-	stats func() []llmcache.StepStats
+	stats func() []llmhook.StepStats
 	spend func() []Spend
 
 	tokens, tokensSaved, cost, costSaved, spent, limit, resets *prometheus.Desc

@@ -69,6 +69,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/serve"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/llmcache"
@@ -154,7 +155,7 @@ func New(opts Options) (*Server, error) {
 		clientOf: opts.Keys.Client,
 	}
 	if opts.Registerer != nil {
-		if s.metrics, err = newMetrics(opts.Registerer, opts.Keys.Clients(), opts.Cache.Stats, s.Spend); err != nil {
+		if s.metrics, err = newMetrics(opts.Registerer, opts.Keys.Clients(), func() []llmhook.StepStats { return llmhook.Stats(opts.Cache) }, s.Spend); err != nil {
 			return nil, err
 		}
 	}
@@ -262,7 +263,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, client string, sta
 		s.fail(w, client, start, OutcomeInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_intent", err.Error())
 		return
 	}
-	req, err := llmcache.ReadRequest(body)
+	req, err := llmhook.ReadRequest(body)
 	if err != nil {
 		s.fail(w, client, start, OutcomeInvalid, http.StatusBadRequest, "invalid_request_error", "invalid_request",
 			"Oncegate's proxy cannot read this request, and sent nothing: "+err.Error())

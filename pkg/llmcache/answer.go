@@ -12,7 +12,7 @@ import (
 type verdict struct {
 	complete bool   // a whole, successful answer that may be stored
 	reason   string // why not, when !complete
-	usage    *Usage // from the answer, nil when it carried none
+	usage    *usage // from the answer, nil when it carried none
 	text     string // the generated text and tool arguments, for estimates
 
 	// tokens counts text's tokens, if counted is set: a stream's text is
@@ -60,7 +60,7 @@ func inspectJSON(body []byte) verdict {
 	}
 	var v verdict
 	if r.Usage != nil {
-		v.usage = &Usage{PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens}
+		v.usage = &usage{PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens}
 	}
 	var text strings.Builder
 	for _, c := range r.Choices {
@@ -107,7 +107,7 @@ type streamInspector struct {
 	off    int // body[:off] is judged: whole lines
 	failed string
 	done   bool
-	usage  *Usage
+	usage  *usage
 	text   strings.Builder
 	finish map[int]string
 
@@ -199,7 +199,7 @@ func (in *streamInspector) line(line []byte) {
 		return
 	}
 	if c.Usage != nil {
-		in.usage = &Usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
+		in.usage = &usage{PromptTokens: c.Usage.PromptTokens, CompletionTokens: c.Usage.CompletionTokens}
 	}
 	if in.finish == nil {
 		in.finish = map[int]string{}

@@ -16,12 +16,12 @@ var ErrBudgetExceeded = errors.New("llmcache: token budget exceeded")
 
 // BudgetError reports a call refused by the per-intent token budget.
 type BudgetError struct {
-	Namespace string
+	Namespace string // the call's namespace
 	Unit      string // the intent key, or the cache key for calls without one
 	Spent     int64  // tokens already spent on Unit
 	Reserved  int64  // tokens reserved by calls for Unit still in flight
 	Need      int64  // the most this call may spend: its prompt estimate plus its max tokens
-	Budget    int64
+	Budget    int64  // the budget the call ran under: Call.Budget, or Options.Budget
 }
 
 func (e *BudgetError) Error() string {
@@ -31,6 +31,18 @@ func (e *BudgetError) Error() string {
 
 // Unwrap returns ErrBudgetExceeded.
 func (e *BudgetError) Unwrap() error { return ErrBudgetExceeded }
+
+// errNoBudgets is the error of a budget or spend limit in a cache whose
+// Store is not a BudgetStore.
+var errNoBudgets = fmt.Errorf("%w: the store keeps no budgets", ErrInvalidOptions)
+
+// budget returns the record under id, or nil if there is none.
+func (b *budgets) budget(ctx context.Context, id []byte) ([]byte, error) {
+	if b.store == nil {
+		return nil, errNoBudgets
+	}
+	return b.store.Budget(ctx, id)
+}
 
 // budgets tracks the tokens spent per unit (an intent, or a cache key) in
 // the store, so a budget outlives restarts (a crash loop retrying one
@@ -43,7 +55,7 @@ func (e *BudgetError) Unwrap() error { return ErrBudgetExceeded }
 // running under it (FillTimeout). Every reservation and settlement is a
 // compare-and-set of the record in the store.
 type budgets struct {
-	store Store
+	store BudgetStore // nil if the cache's Store keeps no budgets
 	ttl   time.Duration
 	clock func() time.Time
 }
@@ -139,6 +151,9 @@ func (b *budgets) reserve(ctx context.Context, ns, unit string, need, limit int6
 // live reservations plus need would pass limit.
 func (b *budgets) reserveID(ctx context.Context, rid []byte, ttl time.Duration, need, limit int64, until time.Time, deny func(spent, held int64) error) (uint64, error) {
 	id := rand.Uint64() | 1
+	if b.store == nil {
+		return 0, errNoBudgets
+	}
 	err := b.store.UpdateBudget(ctx, rid, ttl, func(old []byte) ([]byte, error) {
 		r, err := decodeBudget(old)
 		if err != nil {
@@ -170,6 +185,9 @@ func (b *budgets) settle(ctx context.Context, ns, unit string, id uint64, spent 
 // settleID releases reservation id (0 for none) of the record rid and
 // records spent units.
 func (b *budgets) settleID(ctx context.Context, rid []byte, ttl time.Duration, id uint64, spent int64) error {
+	if b.store == nil {
+		return errNoBudgets
+	}
 	return b.store.UpdateBudget(ctx, rid, ttl, func(old []byte) ([]byte, error) {
 		r, err := decodeBudget(old)
 		if err != nil {
@@ -189,7 +207,7 @@ func (b *budgets) settleID(ctx context.Context, rid []byte, ttl time.Duration, i
 
 // spent returns the tokens recorded for unit.
 func (b *budgets) spent(ctx context.Context, ns, unit string) (int64, error) {
-	v, err := b.store.Budget(ctx, budgetID(ns, unit))
+	v, err := b.budget(ctx, budgetID(ns, unit))
 	if err != nil {
 		return 0, err
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/llmhook"
 )
 
 // ErrClosed is returned by a Cache, and by requests through its transport,
@@ -95,23 +97,14 @@ type Options struct {
 	// another process holds the fill claim for, with a store shared
 	// between processes (a [Filler]); after it, the miss calls the model
 	// itself. A live holder renews its claim for as long as its call may
-	// take (FillTimeout) and its answer's store may be retried
-	// (StoreRetry), and a dead holder's claim lapses and is taken over, so
-	// the wait normally ends well before the bound; a shorter bound pays
-	// the model again whenever the holder is slow. Callers stop waiting
+	// take (FillTimeout) and while its answer's write is retried, and a
+	// dead holder's claim lapses and is taken over, so the wait normally
+	// ends well before the bound; a shorter bound pays the model again
+	// whenever the holder is slow. Callers stop waiting
 	// when their own context ends: the wait goes on detached, and the
 	// answer is in the store for their retry. The default is FillTimeout +
-	// StoreRetry.
+	// 30s, which allows for a holder retrying its answer's write.
 	SharedWait time.Duration
-
-	// StoreRetry is the part of SharedWait's default that allows for a
-	// holder retrying its answer's write. The default is 30s.
-	//
-	// Deprecated: it no longer bounds the retries. An answer paid for
-	// that the store refuses is held in memory and its write retried,
-	// with backoff, until it lands or the Cache is closed (see "A paid
-	// answer is kept" in the package documentation).
-	StoreRetry time.Duration
 
 	// HoldDir, if set, is a directory of this process's own where every
 	// answer paid for is written before the store is asked to keep it,
@@ -152,11 +145,8 @@ func (o *Options) setDefaults() {
 	if o.BudgetTTL == 0 {
 		o.BudgetTTL = 7 * 24 * time.Hour
 	}
-	if o.StoreRetry == 0 {
-		o.StoreRetry = 30 * time.Second
-	}
 	if o.SharedWait == 0 {
-		o.SharedWait = o.FillTimeout + o.StoreRetry
+		o.SharedWait = o.FillTimeout + 30*time.Second
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
@@ -168,7 +158,7 @@ func (o *Options) setDefaults() {
 
 func (o *Options) validate() error {
 	var errs []error
-	if o.TTL < 0 || o.FillTimeout < 0 || o.BudgetTTL < 0 || o.SharedWait < 0 || o.StoreRetry < 0 {
+	if o.TTL < 0 || o.FillTimeout < 0 || o.BudgetTTL < 0 || o.SharedWait < 0 {
 		errs = append(errs, fmt.Errorf("%w: negative duration", ErrInvalidOptions))
 	}
 	if o.MaxEntryBytes < 0 || o.MaxRequestBytes < 0 {
@@ -199,7 +189,7 @@ type Cache struct {
 
 	mu      sync.Mutex
 	flights map[Key]*flight
-	held    map[Key]*Answer // paid for, refused by the store, being retried
+	held    map[Key]*storedAnswer // paid for, refused by the store, being retried
 	closed  bool
 
 	holdFiles *holdFiles   // Options.HoldDir; nil without one
@@ -220,6 +210,10 @@ func NewStore(s Store, opts Options) (*Cache, error) {
 		return nil, err
 	}
 	opts.setDefaults()
+	bs, _ := s.(BudgetStore)
+	if bs == nil && opts.Budget > 0 {
+		return nil, fmt.Errorf("%w: Budget needs a store that keeps budgets (a BudgetStore)", ErrInvalidOptions)
+	}
 	hf, err := newHoldFiles(opts.HoldDir, opts.HoldKey)
 	if err != nil {
 		return nil, err
@@ -228,9 +222,9 @@ func NewStore(s Store, opts Options) (*Cache, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cache{
 		store: s, opts: opts,
-		budgets:   budgets{store: s, ttl: opts.BudgetTTL, clock: opts.Clock},
+		budgets:   budgets{store: bs, ttl: opts.BudgetTTL, clock: opts.Clock},
 		flights:   map[Key]*flight{},
-		held:      map[Key]*Answer{},
+		held:      map[Key]*storedAnswer{},
 		holdFiles: hf,
 		workers:   newWorkers(workerIdle),
 		ctx:       ctx, cancel: cancel,
@@ -261,25 +255,17 @@ func (c *Cache) Close() error {
 	return c.store.Close()
 }
 
-// Stats returns the counters of every namespace and step seen, sorted.
-func (c *Cache) Stats() []StepStats { return c.stats.snapshot() }
-
-// Spent returns the tokens spent on intent in namespace, as the budget
+// spent returns the tokens spent on intent in namespace, as the budget
 // counts them: the calls made under a budget (Options.Budget or
 // Call.Budget); a call under none is not counted.
-func (c *Cache) Spent(namespace, intent string) (int64, error) {
+func (c *Cache) spent(namespace, intent string) (int64, error) {
 	if namespace == "" {
 		namespace = c.opts.Namespace
 	}
 	return c.budgets.spent(c.ctx, namespace, intent)
 }
 
-// Get returns the stored answer for k, if there is a live one.
-func (c *Cache) Get(k Key) (*Answer, bool, error) {
-	return c.get(context.Background(), k)
-}
-
-func (c *Cache) get(ctx context.Context, k Key) (*Answer, bool, error) {
+func (c *Cache) get(ctx context.Context, k Key) (*storedAnswer, bool, error) {
 	if a := c.heldAnswer(k); a != nil {
 		return a, true, nil
 	}
@@ -310,14 +296,9 @@ func (c *Cache) live(entry []byte) bool {
 	return err == nil && c.opts.Clock().Before(a.Expires)
 }
 
-// Delete removes the stored answer for k, if any.
-func (c *Cache) Delete(k Key) error {
-	return c.store.Delete(context.Background(), k)
-}
-
 // heldAnswer returns the live answer for k that c holds because the store
 // refused it (hold), or nil.
-func (c *Cache) heldAnswer(k Key) *Answer {
+func (c *Cache) heldAnswer(k Key) *storedAnswer {
 	if c.nheld.Load() == 0 {
 		return nil
 	}
@@ -332,7 +313,7 @@ func (c *Cache) heldAnswer(k Key) *Answer {
 
 // hold keeps a, the answer for k that the store refused, in memory until
 // unhold: get serves it meanwhile.
-func (c *Cache) hold(k Key, a *Answer) {
+func (c *Cache) hold(k Key, a *storedAnswer) {
 	c.mu.Lock()
 	if c.held[k] == nil {
 		c.nheld.Add(1)
@@ -342,7 +323,7 @@ func (c *Cache) hold(k Key, a *Answer) {
 }
 
 // unhold forgets the held answer a for k, once it is stored or given up.
-func (c *Cache) unhold(k Key, a *Answer) {
+func (c *Cache) unhold(k Key, a *storedAnswer) {
 	c.mu.Lock()
 	if c.held[k] == a {
 		delete(c.held, k)
@@ -351,7 +332,7 @@ func (c *Cache) unhold(k Key, a *Answer) {
 	c.mu.Unlock()
 }
 
-func (c *Cache) put(ctx context.Context, k Key, a *Answer) error {
+func (c *Cache) put(ctx context.Context, k Key, a *storedAnswer) error {
 	err := c.store.Put(ctx, k, a.marshal(), a.Expires.Sub(a.Created))
 	if err == nil {
 		c.puts.Add(1)
@@ -395,19 +376,9 @@ func (c *Cache) HTTPClient(base *http.Client) *http.Client {
 	return &hc
 }
 
-// Summary describes what a cache holds.
-type Summary struct {
-	Answers      int   // live stored answers
-	AnswerBytes  int64 // their bodies' total size
-	AnswerTokens int64 // the tokens they cost when made: what each hit saves
-	Streams      int   // of Answers, streamed ones
-	Budgets      int   // intents with recorded spending
-	BudgetSpent  int64 // tokens recorded across those intents
-}
-
-// Summary scans the store.
-func (c *Cache) Summary() (Summary, error) {
-	var s Summary
+// summarize scans the store.
+func (c *Cache) summarize() (llmhook.Summary, error) {
+	var s llmhook.Summary
 	now := c.opts.Clock()
 	err := c.store.Scan(context.Background(), func(v []byte) error {
 		a, err := unmarshalEntry(v)

@@ -22,11 +22,13 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/dedupe/badgerledger"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 	"github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
+	"github.com/oncegate/oncegate/pkg/llmcache/llmtest"
 )
 
 // model is a stand-in model served over loopback HTTP.
@@ -159,7 +161,7 @@ func TestRetryReusesAnswer(t *testing.T) {
 		t.Errorf("upstream calls = %d; want 2", n)
 	}
 
-	st := c.Stats()
+	st := llmhook.Stats(c)
 	if len(st) != 1 || st[0].Namespace != "tenant-a" || st[0].Step != "triage" || st[0].Hits != 4 || st[0].Misses != 2 || st[0].Stored != 2 {
 		t.Errorf("Stats = %+v; want one step tenant-a/triage with 4 hits, 2 misses, 2 stored", st)
 	}
@@ -196,7 +198,7 @@ func TestConcurrentMissesCollapse(t *testing.T) {
 	if got := completions(m); got != 1 {
 		t.Errorf("upstream calls for %d identical concurrent requests = %d; want 1", n, got)
 	}
-	s := c.Stats()[0]
+	s := llmhook.Stats(c)[0]
 	if s.Misses != 1 || s.Shared+s.Hits != n-1 {
 		t.Errorf("Stats = %+v; want 1 miss and %d shared or hits", s, n-1)
 	}
@@ -227,7 +229,7 @@ func TestCanceledCallerDoesNotCancelFill(t *testing.T) {
 		follower <- err
 	}()
 	waitFor(t, time.Second, "the follower to join", func() bool {
-		st := c.Stats()
+		st := llmhook.Stats(c)
 		return len(st) == 1 && st[0].Shared == 1
 	})
 	cancel()
@@ -335,7 +337,7 @@ func TestIncompleteAnswersAreNotStored(t *testing.T) {
 		})
 	}
 	var notStored int64
-	for _, s := range c.Stats() {
+	for _, s := range llmhook.Stats(c) {
 		notStored += s.NotStored
 	}
 	if notStored < 5 {
@@ -374,7 +376,7 @@ func TestCutStreamCountsWhatArrived(t *testing.T) {
 	if text.Len() == 0 {
 		t.Fatal("no text arrived before the cut: cut later")
 	}
-	st := c.Stats()
+	st := llmhook.Stats(c)
 	if len(st) != 1 || st[0].NotStored != 1 {
 		t.Fatalf("stats %+v; want one step with one answer not stored", st)
 	}
@@ -513,10 +515,10 @@ func TestBudgetStopsRetryStorm(t *testing.T) {
 	if spent > budget {
 		t.Errorf("tokens spent %d > budget %d", spent, budget)
 	}
-	if got, err := c.Spent("ops", intent); err != nil || got != spent {
+	if got, err := llmhook.Spent(c, "ops", intent); err != nil || got != spent {
 		t.Errorf("Spent = %d, %v; want %d (the API's usage)", got, err, spent)
 	}
-	if s := c.Stats()[0]; s.BudgetDenied != int64(denied) || s.TokensSpent() != spent {
+	if s := llmhook.Stats(c)[0]; s.BudgetDenied != int64(denied) || s.TokensSpent() != spent {
 		t.Errorf("Stats %+v; want BudgetDenied %d and %d tokens spent", s, denied, spent)
 	}
 
@@ -558,7 +560,7 @@ func TestIntentFromDo(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := m.Stats()
-	if got, err := c.Spent("ops", in.Key.String()); err != nil || got == 0 || got != st.PromptTokens+st.CompletionTokens {
+	if got, err := llmhook.Spent(c, "ops", in.Key.String()); err != nil || got == 0 || got != st.PromptTokens+st.CompletionTokens {
 		t.Errorf("Spent(ops, Do's intent) = %d, %v; want the call's %d tokens", got, err, st.PromptTokens+st.CompletionTokens)
 	}
 }
@@ -624,7 +626,7 @@ func TestSpendLimit(t *testing.T) {
 	if err := ask(ctx, 101); err != nil {
 		t.Errorf("the next day: %v; want alice's limit reset", err)
 	}
-	if s := c.Stats()[0]; s.BudgetDenied != 1 {
+	if s := llmhook.Stats(c)[0]; s.BudgetDenied != 1 {
 		t.Errorf("BudgetDenied = %d; want the 1 call refused", s.BudgetDenied)
 	}
 }
@@ -680,15 +682,16 @@ func TestTokenAccounting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := c.Stats()[0]
-	u := llmcache.Usage{PromptTokens: int64(r.Usage.PromptTokens), CompletionTokens: int64(r.Usage.CompletionTokens)}
+	s := llmhook.Stats(c)[0]
+	u := struct{ PromptTokens, CompletionTokens int64 }{int64(r.Usage.PromptTokens), int64(r.Usage.CompletionTokens)}
 	if s.PromptTokens != u.PromptTokens || s.CompletionTokens != u.CompletionTokens {
 		t.Errorf("spent %d+%d tokens; want the API's usage %d+%d", s.PromptTokens, s.CompletionTokens, u.PromptTokens, u.CompletionTokens)
 	}
 	if s.SavedPromptTokens != 4*u.PromptTokens || s.SavedCompletionTokens != 4*u.CompletionTokens {
 		t.Errorf("saved %d+%d tokens; want 4 × %d+%d", s.SavedPromptTokens, s.SavedCompletionTokens, u.PromptTokens, u.CompletionTokens)
 	}
-	if want := 4 * prices.Cost("gpt-4o-mini", u); !near(s.CostSaved, want) || !near(s.CostSpent, want/4) {
+	p := prices["gpt-4o-mini"]
+	if want := 4 * ((float64(u.PromptTokens)*p.Prompt + float64(u.CompletionTokens)*p.Completion) / 1e6); !near(s.CostSaved, want) || !near(s.CostSpent, want/4) {
 		t.Errorf("cost spent %g, saved %g; want %g and %g", s.CostSpent, s.CostSaved, want/4, want)
 	}
 	// No budget and an answer with usage: the tokenizer had nothing to do.
@@ -700,7 +703,7 @@ func TestTokenAccounting(t *testing.T) {
 	if _, err := client(t, cb, m.URL, "sk-test").CreateChatCompletion(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	if e := cb.Stats()[0].EstimatedPromptTokens; e <= 0 || e > 2*u.PromptTokens {
+	if e := llmhook.Stats(cb)[0].EstimatedPromptTokens; e <= 0 || e > 2*u.PromptTokens {
 		t.Errorf("EstimatedPromptTokens = %d under a budget; want the tokenizer's estimate of a %d-token prompt", e, u.PromptTokens)
 	}
 }
@@ -838,7 +841,7 @@ func TestOtherEndpointsPassThrough(t *testing.T) {
 	if got := m.Stats().Models; got != 2 {
 		t.Errorf("model listings upstream = %d; want 2 (never cached)", got)
 	}
-	if st := c.Stats(); len(st) != 0 {
+	if st := llmhook.Stats(c); len(st) != 0 {
 		t.Errorf("Stats after model listings = %+v; want none", st)
 	}
 }
@@ -919,5 +922,35 @@ func TestEndpointChangesKey(t *testing.T) {
 	named := openCache(t, "", llmcache.Options{Endpoint: "triage"})
 	if got := []string{ask(named, standIn), ask(named, real)}; !reflect.DeepEqual(got, []string{"miss", "hit"}) {
 		t.Errorf("one Endpoint name over two URLs: %v; want miss, hit", got)
+	}
+}
+
+// TestExampleCounters: the counters of Example's three attempts, which
+// Example printed until issue 38 moved them to internal/llmhook: one model
+// call, its 46 tokens spent, and twice 46 saved by the two hits.
+func TestExampleCounters(t *testing.T) {
+	model, err := llmtest.NewServer(llmtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	cache := openCache(t, "", llmcache.Options{Prices: llmcache.Prices{"gpt-4o-mini": {Prompt: 0.15, Completion: 0.60}}})
+	cfg := openai.DefaultConfig("sk-...")
+	cfg.BaseURL = model.URL
+	cfg.HTTPClient = cache.HTTPClient(nil)
+	client := openai.NewClientWithConfig(cfg)
+	ctx := llmcache.WithCall(context.Background(), llmcache.Call{Namespace: "acme/alerts", Step: "triage"})
+	req := openai.ChatCompletionRequest{
+		Model:    "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "Triage: disk /var 93% full on db-2."}},
+	}
+	for range 3 {
+		if _, err := client.CreateChatCompletion(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := llmhook.Stats(cache)[0]
+	if n := model.Stats().Completions; n != 1 || s.TokensSpent() != 46 || s.TokensSaved() != 92 {
+		t.Errorf("model calls %d, tokens spent %d, saved %d; want 1, 46, 92", n, s.TokensSpent(), s.TokensSaved())
 	}
 }

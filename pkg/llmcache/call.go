@@ -46,8 +46,8 @@ func (m Mode) String() string {
 // input render messages that mean the same; bump Version when the template
 // changes.
 type Template struct {
-	Name    string
-	Version string
+	Name    string // the template's name
+	Version string // the template's version: bump it when its text changes
 	// Input is the JSON the template renders; only its canonical form is
 	// keyed, so member order and whitespace do not matter.
 	Input []byte

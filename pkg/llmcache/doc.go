@@ -76,8 +76,10 @@
 //
 // Before each upstream call the prompt is counted with an offline
 // tokenizer (github.com/tiktoken-go/tokenizer); after it, the API's usage
-// is what is counted. [Cache.Stats] reports per namespace and step the
-// tokens spent, the tokens hits saved, and both priced by [Prices]. A
+// is what is counted. Oncegate's metrics (oncegate_llm_*) report per
+// namespace and step the tokens spent, the tokens hits saved, and both
+// priced by [Prices]; every response says in [HeaderCache] how it was
+// answered. A
 // budget per intent ([Options.Budget], [Call.Budget]) reserves each call's
 // worst case (prompt estimate plus n times its max tokens, or
 // [Call.CompletionTokens] for a call that sets none) before it goes out
@@ -86,8 +88,8 @@
 // restarts and, with a shared store, are one budget across replicas.
 // Spend limits in dollars ([SpendLimit]) work alike. A request too large
 // to key is refused under either ([ErrRequestTooLarge]), and one whose
-// members a provider could read otherwise than the cache ([ReadRequest])
-// is refused as invalid, so that the model and max tokens a limit counts
+// members a provider could read otherwise than the cache (a member twice,
+// or one named but for its case, as "MAX_TOKENS") is refused as invalid, so that the model and max tokens a limit counts
 // are the ones the provider reads.
 //
 // # A shared store
@@ -108,8 +110,8 @@
 // memory, where every lookup of this process finds it (served as a hit),
 // and its write is retried with backoff (up to 5s between attempts) until
 // it lands, however long that takes, under the fill claim, so that other
-// processes wait for it rather than pay for another. [StepStats].Held (the
-// consumer's oncegate_llm_answers_held) counts the answers held.
+// processes wait for it rather than pay for another. The consumer's
+// oncegate_llm_answers_held counts the answers held.
 //
 // Meanwhile the answer lives in this process, and, with [Options.HoldDir],
 // on its disk: every answer paid for is written there before the store is

@@ -13,20 +13,20 @@ import (
 // as a miss and overwrites it.
 var ErrCorruptEntry = errors.New("llmcache: corrupt cache entry")
 
-// Answer is one stored answer: the HTTP response the model gave, byte for
+// storedAnswer is one stored answer: the HTTP response the model gave, byte for
 // byte, and what it cost.
-type Answer struct {
+type storedAnswer struct {
 	Created, Expires time.Time
 	Status           int    // always 200: only successful answers are stored
 	ContentType      string // application/json, or text/event-stream
 	Model            string // the model the request named
 	Stream           bool   // Body is a server-sent event stream
-	Usage            Usage  // what the answer cost when it was made
+	Usage            usage  // what the answer cost when it was made
 	Body             []byte // the response body, byte for byte
 }
 
-// Usage is the tokens one answer cost.
-type Usage struct {
+// usage is the tokens one answer cost.
+type usage struct {
 	PromptTokens     int64
 	CompletionTokens int64
 	// Estimated is set when the answer carried no usage (a stream without
@@ -36,7 +36,7 @@ type Usage struct {
 }
 
 // Total is PromptTokens + CompletionTokens.
-func (u Usage) Total() int64 { return u.PromptTokens + u.CompletionTokens }
+func (u usage) Total() int64 { return u.PromptTokens + u.CompletionTokens }
 
 const (
 	entryMagic   = "OGC1"
@@ -49,7 +49,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // marshal encodes e: magic, created and expiry in Unix nanoseconds, status,
 // flags, prompt and completion tokens, then length-prefixed content type,
 // model and body, and a CRC-32C of all that.
-func (e *Answer) marshal() []byte {
+func (e *storedAnswer) marshal() []byte {
 	b := make([]byte, 0, 64+len(e.ContentType)+len(e.Model)+len(e.Body))
 	b = append(b, entryMagic...)
 	b = binary.BigEndian.AppendUint64(b, uint64(e.Created.UnixNano()))
@@ -73,7 +73,7 @@ func (e *Answer) marshal() []byte {
 }
 
 // unmarshalEntry decodes b. The body aliases b.
-func unmarshalEntry(b []byte) (*Answer, error) {
+func unmarshalEntry(b []byte) (*storedAnswer, error) {
 	const fixed = len(entryMagic) + 8 + 8 + 2 + 1
 	if len(b) < fixed+4 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrCorruptEntry, len(b))
@@ -85,7 +85,7 @@ func unmarshalEntry(b []byte) (*Answer, error) {
 	if string(data[:4]) != entryMagic {
 		return nil, fmt.Errorf("%w: unknown format %q", ErrCorruptEntry, data[:4])
 	}
-	e := &Answer{
+	e := &storedAnswer{
 		Created: time.Unix(0, int64(binary.BigEndian.Uint64(data[4:]))),
 		Expires: time.Unix(0, int64(binary.BigEndian.Uint64(data[12:]))),
 		Status:  int(binary.BigEndian.Uint16(data[20:])),

@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-func sampleAnswer() *Answer {
-	return &Answer{
+func sampleAnswer() *storedAnswer {
+	return &storedAnswer{
 		Created: time.Unix(1_790_000_000, 123), Expires: time.Unix(1_790_086_400, 123),
 		Status: 200, ContentType: "text/event-stream", Model: "gpt-4o-mini", Stream: true,
-		Usage: Usage{PromptTokens: 41, CompletionTokens: 300, Estimated: true},
+		Usage: usage{PromptTokens: 41, CompletionTokens: 300, Estimated: true},
 		Body:  []byte("data: {\"choices\":[]}\n\ndata: [DONE]\n\n"),
 	}
 }

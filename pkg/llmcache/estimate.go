@@ -8,65 +8,32 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/oncegate/oncegate/internal/llmhook"
 )
 
-// Estimate is what a chat completion request may spend, counted before it
-// is sent.
-type Estimate struct {
-	// Prompt is the prompt tokens, counted with the offline tokenizer of
-	// the request's model (o200k_base for a model it does not know).
-	Prompt int64
-	// MaxCompletion is the completion tokens the request allows: n times
-	// the larger of max_completion_tokens and max_tokens, at most
-	// math.MaxInt64 less Prompt (so that their sum is counted without
-	// overflow); 0 when the request sets no cap.
-	MaxCompletion int64
-}
-
-// EstimateRequest reads the body of a chat completion request and returns
-// what it may spend, as the cache counts it before an upstream call. It
-// returns an error wrapping [ErrInvalidRequest] if body is not a JSON
-// request object, or is one a provider could read otherwise than the
-// cache (see [ReadRequest]).
-func EstimateRequest(body []byte) (Estimate, error) {
+// estimateRequest reads the body of a chat completion request and returns
+// what it may spend, as the cache counts it before an upstream call
+// (llmhook.EstimateRequest).
+func estimateRequest(body []byte) (llmhook.Estimate, error) {
 	q, err := parseRequest(body)
 	if err != nil {
-		return Estimate{}, err
+		return llmhook.Estimate{}, err
 	}
-	e := Estimate{Prompt: estimatePrompt(q)}
+	e := llmhook.Estimate{Prompt: estimatePrompt(q)}
 	e.MaxCompletion = min(completionTokens(q, 0), math.MaxInt64-e.Prompt)
 	return e, nil
 }
 
-// Request is what the cache reads of a chat completion request to price
-// it and reserve for it, before it is sent.
-type Request struct {
-	// Model is the request's "model" member.
-	Model string
-	// N is the choices the request asks for: its "n", at least 1.
-	N int64
-	// MaxTokens is the completion tokens the request allows per choice:
-	// the larger of max_completion_tokens and max_tokens; 0 when it sets
-	// neither (or only values of 0 or less), and the call then reserves
-	// [Call.CompletionTokens] per choice.
-	MaxTokens int64
-}
-
-// ReadRequest reads a chat completion request body as the cache reads it.
-// It returns an error wrapping [ErrInvalidRequest] for a body that is not
-// a JSON object, and for one a provider could read otherwise than the
-// cache: an object (the request, a message, a content part) that holds a
-// member twice, or one named as a member the cache reads but for its
-// case ("Model", "MAX_TOKENS", "max_to\u212Aens"), which decoders written
-// in Go (as the cache's own, and providers such as Ollama) match to it and
-// others ignore. Such a body could name one model or max_tokens to a spend
-// limit and another to the provider.
-func ReadRequest(body []byte) (Request, error) {
+// readRequest reads a chat completion request body as the cache reads it
+// (llmhook.ReadRequest): it refuses, with ErrInvalidRequest, a body a
+// provider could read otherwise than the cache.
+func readRequest(body []byte) (llmhook.Request, error) {
 	q, err := parseRequest(body)
 	if err != nil {
-		return Request{}, err
+		return llmhook.Request{}, err
 	}
-	return Request{Model: q.Model, N: q.N, MaxTokens: max(q.MaxTokens, 0)}, nil
+	return llmhook.Request{Model: q.Model, N: q.N, MaxTokens: max(q.MaxTokens, 0)}, nil
 }
 
 // completionTokens returns the completion tokens q may spend: n times its

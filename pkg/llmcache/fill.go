@@ -86,7 +86,7 @@ func (f *fill) run(fl *flight, store bool) {
 	// this Cache holds because the store refused it, which a flight of the
 	// key may have left since the caller's lookup.
 	if f.call.Mode == ModeDefault || f.call.Mode == ModeNoStore {
-		var a *Answer
+		var a *storedAnswer
 		switch {
 		case c.filler != nil && claim != nil:
 			a = c.heldAnswer(f.key)
@@ -129,7 +129,7 @@ func (f *fill) run(fl *flight, store bool) {
 	}
 	if len(f.call.Limits) > 0 {
 		f.estimatePrompt()
-		need := c.opts.Prices.Cost(f.q.Model, Usage{PromptTokens: f.estimate, CompletionTokens: completionTokens(f.q, f.call.CompletionTokens)})
+		need := c.opts.Prices.cost(f.q.Model, usage{PromptTokens: f.estimate, CompletionTokens: completionTokens(f.q, f.call.CompletionTokens)})
 		holds, err := c.reserveSpend(wctx, f.call.Limits, need, c.opts.Clock().Add(c.opts.FillTimeout+time.Minute))
 		if err != nil {
 			if f.limit != math.MaxInt64 {
@@ -240,7 +240,7 @@ func (f *fill) estimatePrompt() {
 // Cache meanwhile (get serves it, so this process never pays for it
 // again), and run keeps the fill claim, so that other processes wait for
 // this answer instead of paying for another. See Cache.storeHeld.
-func (f *fill) storeLater(a *Answer) { f.t.c.storeHeld(f.key, a, f.st, 1, false) }
+func (f *fill) storeLater(a *storedAnswer) { f.t.c.storeHeld(f.key, a, f.st, 1, false) }
 
 // storeFirstTry bounds each attempt to store an answer and record its
 // tokens; storeLastTry the last one, when the Cache closes; storeMaxBackoff
@@ -266,14 +266,14 @@ func (f *fill) release(claim Claim) {
 
 // serve answers the flight's callers with a stored answer, as how ("hit",
 // or "shared" for one another process made).
-func (f *fill) serve(fl *flight, a *Answer, how string) {
+func (f *fill) serve(fl *flight, a *storedAnswer, how string) {
 	c := f.t.c
 	if how == "hit" {
 		f.st.hits.Add(1)
 	} else {
 		f.st.shared.Add(1)
 	}
-	cost := c.opts.Prices.Cost(a.Model, a.Usage)
+	cost := c.opts.Prices.cost(a.Model, a.Usage)
 	f.st.save(a.Usage, cost)
 	h := http.Header{}
 	h.Set("Content-Type", a.ContentType)
@@ -306,7 +306,7 @@ func (f *fill) done(fl *flight) []*stepCounters {
 // finish accounts for an upstream call and stores its answer; it returns
 // the answer if the store failed, for run to retry after the callers have
 // it.
-func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64, status int, callErr, readErr error, took time.Duration) (pending *Answer) {
+func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64, status int, callErr, readErr error, took time.Duration) (pending *storedAnswer) {
 	c := f.t.c
 	body := fl.bytes()
 	var v verdict
@@ -331,7 +331,7 @@ func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64,
 	// What the call spent: the API's usage if it gave one; an error
 	// status is not billed; a call that failed or was cut off may have
 	// been, so its prompt (estimated) and what arrived of the answer count.
-	var spent Usage
+	var spent usage
 	switch {
 	case v.usage != nil:
 		spent = *v.usage
@@ -343,9 +343,9 @@ func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64,
 		if !v.counted {
 			completion = countTokens(codec, v.text)
 		}
-		spent = Usage{PromptTokens: f.estimate, CompletionTokens: completion, Estimated: true}
+		spent = usage{PromptTokens: f.estimate, CompletionTokens: completion, Estimated: true}
 	}
-	cost := c.opts.Prices.Cost(f.q.Model, spent)
+	cost := c.opts.Prices.cost(f.q.Model, spent)
 	f.st.spend(spent, cost)
 	if f.estimated {
 		f.st.estimated.Add(f.estimate)
@@ -367,7 +367,7 @@ func (f *fill) finish(ctx context.Context, fl *flight, store bool, resID uint64,
 			ttl = c.opts.TTL
 		}
 		now := c.opts.Clock()
-		a := &Answer{
+		a := &storedAnswer{
 			Created: now, Expires: now.Add(ttl), Status: status,
 			ContentType: fl.header.Get("Content-Type"), Model: f.q.Model,
 			Stream: f.q.Stream, Usage: spent, Body: body,

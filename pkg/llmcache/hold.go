@@ -61,7 +61,7 @@ func newHoldFiles(dir string, key []byte) (*holdFiles, error) {
 func (h *holdFiles) path(k Key) string { return filepath.Join(h.dir, k.String()) }
 
 // write keeps a, paid for in namespace ns and step, in the file of k.
-func (h *holdFiles) write(k Key, ns, step string, a *Answer) error {
+func (h *holdFiles) write(k Key, ns, step string, a *storedAnswer) error {
 	entry := a.marshal()
 	b := make([]byte, 0, len(holdMagic)+1+2*binary.MaxVarintLen64+len(ns)+len(step)+len(entry)+28)
 	b = append(b, holdMagic...)
@@ -94,7 +94,7 @@ func (h *holdFiles) remove(k Key) error {
 }
 
 // read decodes a file of the directory.
-func (h *holdFiles) read(b []byte, k Key) (ns, step string, a *Answer, err error) {
+func (h *holdFiles) read(b []byte, k Key) (ns, step string, a *storedAnswer, err error) {
 	if len(b) < len(holdMagic)+1 || string(b[:len(holdMagic)]) != holdMagic {
 		return "", "", nil, fmt.Errorf("%w: not a held answer", ErrCorruptEntry)
 	}
@@ -128,7 +128,7 @@ func (h *holdFiles) read(b []byte, k Key) (ns, step string, a *Answer, err error
 
 // spool keeps a, paid for by f, on disk until the store has it, if the
 // Cache has a HoldDir; it reports whether it did.
-func (f *fill) spool(a *Answer) bool {
+func (f *fill) spool(a *storedAnswer) bool {
 	c := f.t.c
 	if c.holdFiles == nil {
 		return false
@@ -213,7 +213,7 @@ var errStoredMeanwhile = errors.New("llmcache: another answer stored meanwhile")
 // live answer. Only Close ends the retries early, after one last attempt:
 // the answer then stays in HoldDir for the next process, or, without one,
 // is lost with the process, as a kill would lose it.
-func (c *Cache) storeHeld(k Key, a *Answer, st *stepCounters, attempt int, check bool) {
+func (c *Cache) storeHeld(k Key, a *storedAnswer, st *stepCounters, attempt int, check bool) {
 	defer c.unhold(k, a)
 	defer st.held.Add(-1)
 	try := func(ctx context.Context) error {

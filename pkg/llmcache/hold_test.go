@@ -11,6 +11,7 @@ import (
 
 	badger "github.com/dgraph-io/badger/v4"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 	"github.com/oncegate/oncegate/pkg/llmcache/badgerstore"
@@ -31,7 +32,7 @@ func openBadger(t *testing.T) *badger.DB {
 // storeCache returns a cache on db with opts, closed at cleanup.
 func storeCache(t *testing.T, db *badger.DB, opts llmcache.Options) *llmcache.Cache {
 	t.Helper()
-	c, err := llmcache.NewStore(badgerstore.New(db, false), opts)
+	c, err := llmcache.NewStore(badgerstore.New(db, badgerstore.Options{}), opts)
 	if err != nil {
 		t.Fatalf("NewStore: %v", err)
 	}
@@ -65,11 +66,11 @@ func stranded(t *testing.T, m *model, hold string, key []byte) (string, llmcache
 }
 
 // waitStored waits until c's store has an answer for k.
-func waitStored(t *testing.T, c *llmcache.Cache, k llmcache.Key) *llmcache.Answer {
+func waitStored(t *testing.T, c *llmcache.Cache, k llmcache.Key) *llmhook.Answer {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		a, ok, err := c.Get(k)
+		a, ok, err := llmhook.Get(c, k)
 		if err == nil && ok {
 			return a
 		}
@@ -119,7 +120,7 @@ func TestHoldDir(t *testing.T) {
 				}
 			}
 			db := openBadger(t)
-			var before *llmcache.Answer
+			var before *llmhook.Answer
 			if tc.storedBefore {
 				other := storeCache(t, db, llmcache.Options{})
 				if _, err := client(t, other, m.URL, "sk-test").CreateChatCompletion(context.Background(), triage("Error rate 7% on checkout")); err != nil {
@@ -143,12 +144,12 @@ func TestHoldDir(t *testing.T) {
 				}
 			case tc.storedBefore:
 				next.Close() // waits for the retries to end
-				a, ok, err := next.Get(k)
+				a, ok, err := llmhook.Get(next, k)
 				if err != nil || !ok || !a.Created.Equal(before.Created) {
 					t.Errorf("stored answer after the held one was taken up: %v %v (created %v); want the other process's, created %v", ok, err, a, before.Created)
 				}
 			default:
-				if _, ok, _ := next.Get(k); ok {
+				if _, ok, _ := llmhook.Get(next, k); ok {
 					t.Errorf("an answer was stored from a file that does not open")
 				}
 			}

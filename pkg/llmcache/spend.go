@@ -161,7 +161,7 @@ func (c *Cache) spendTTL(l SpendLimit) time.Duration {
 // that never ends).
 func (c *Cache) Spending(l SpendLimit) (spent float64, reset time.Time, err error) {
 	idx, reset := spendPeriod(l, c.opts.Clock())
-	v, err := c.store.Budget(c.ctx, spendID(l.Name, idx))
+	v, err := c.budgets.budget(c.ctx, spendID(l.Name, idx))
 	if err != nil {
 		return 0, reset, err
 	}

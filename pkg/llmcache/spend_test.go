@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
@@ -118,17 +121,17 @@ func mustRequest(t *testing.T, ctx context.Context, baseURL, body string) *http.
 func TestReadRequest(t *testing.T) {
 	for _, tt := range []struct {
 		body string
-		want llmcache.Request
+		want llmhook.Request
 	}{
-		{`{"model":"gpt-4o","messages":[]}`, llmcache.Request{Model: "gpt-4o", N: 1}},
-		{`{"model":"gpt-4o","n":3,"max_tokens":10}`, llmcache.Request{Model: "gpt-4o", N: 3, MaxTokens: 10}},
-		{`{"model":"o1","max_completion_tokens":20}`, llmcache.Request{Model: "o1", N: 1, MaxTokens: 20}},
-		{`{"model":"o1","max_completion_tokens":20,"max_tokens":30}`, llmcache.Request{Model: "o1", N: 1, MaxTokens: 30}},
-		{`{"model":"x","max_tokens":-1,"n":-4}`, llmcache.Request{Model: "x", N: 1}},
-		{`{"model":"x","user":"U","User":"u","metadata":{"a":1,"A":2}}`, llmcache.Request{Model: "x", N: 1}}, // members the cache does not read
-		{`{"model":"x","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u","URL":"v"}}]}]}`, llmcache.Request{Model: "x", N: 1}},
+		{`{"model":"gpt-4o","messages":[]}`, llmhook.Request{Model: "gpt-4o", N: 1}},
+		{`{"model":"gpt-4o","n":3,"max_tokens":10}`, llmhook.Request{Model: "gpt-4o", N: 3, MaxTokens: 10}},
+		{`{"model":"o1","max_completion_tokens":20}`, llmhook.Request{Model: "o1", N: 1, MaxTokens: 20}},
+		{`{"model":"o1","max_completion_tokens":20,"max_tokens":30}`, llmhook.Request{Model: "o1", N: 1, MaxTokens: 30}},
+		{`{"model":"x","max_tokens":-1,"n":-4}`, llmhook.Request{Model: "x", N: 1}},
+		{`{"model":"x","user":"U","User":"u","metadata":{"a":1,"A":2}}`, llmhook.Request{Model: "x", N: 1}}, // members the cache does not read
+		{`{"model":"x","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u","URL":"v"}}]}]}`, llmhook.Request{Model: "x", N: 1}},
 	} {
-		got, err := llmcache.ReadRequest([]byte(tt.body))
+		got, err := llmhook.ReadRequest([]byte(tt.body))
 		if err != nil || got != tt.want {
 			t.Errorf("ReadRequest(%s) = %+v, %v; want %+v", tt.body, got, err, tt.want)
 		}
@@ -149,7 +152,7 @@ func TestReadRequest(t *testing.T) {
 		`["model"]`,
 		`{"model":`,
 	} {
-		if _, err := llmcache.ReadRequest([]byte(body)); !errors.Is(err, llmcache.ErrInvalidRequest) {
+		if _, err := llmhook.ReadRequest([]byte(body)); !errors.Is(err, llmcache.ErrInvalidRequest) {
 			t.Errorf("ReadRequest(%s) error = %v; want ErrInvalidRequest", body, err)
 		}
 	}
@@ -174,7 +177,7 @@ func FuzzReadRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		got, err := llmcache.ReadRequest(body)
+		got, err := llmhook.ReadRequest(body)
 		if err != nil {
 			return
 		}
@@ -204,4 +207,99 @@ func FuzzReadRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// answersOnly is a Store that keeps answers in memory and no budgets: it
+// is not a BudgetStore.
+type answersOnly struct {
+	mu sync.Mutex
+	m  map[llmcache.Key][]byte
+}
+
+func (s *answersOnly) Get(_ context.Context, k llmcache.Key) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.m[k]; ok {
+		return v, nil
+	}
+	return nil, llmcache.ErrNotFound
+}
+
+func (s *answersOnly) Put(_ context.Context, k llmcache.Key, entry []byte, _ time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[k] = append([]byte(nil), entry...)
+	return nil
+}
+
+func (s *answersOnly) Delete(_ context.Context, k llmcache.Key) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, k)
+	return nil
+}
+
+func (s *answersOnly) Scan(_ context.Context, answer, _ func(v []byte) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range s.m {
+		if err := answer(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *answersOnly) Close() error { return nil }
+
+// TestStoreWithoutBudgets: a Store that is not a BudgetStore caches
+// answers; NewStore refuses Options.Budget with it, and a call that names a
+// budget or a spend limit fails with ErrInvalidOptions without reaching the
+// model.
+func TestStoreWithoutBudgets(t *testing.T) {
+	if _, err := llmcache.NewStore(&answersOnly{m: map[llmcache.Key][]byte{}}, llmcache.Options{Budget: 1000}); !errors.Is(err, llmcache.ErrInvalidOptions) {
+		t.Fatalf("NewStore with a Budget = %v; want ErrInvalidOptions", err)
+	}
+	m := startModel(t, standin.Options{})
+	c, err := llmcache.NewStore(&answersOnly{m: map[llmcache.Key][]byte{}}, llmcache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"a"}]}` // complete: stored
+	for _, want := range []string{"miss", "hit"} {
+		resp, err := c.Transport(http.DefaultTransport).RoundTrip(mustRequest(t, context.Background(), m.URL, body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body) // the answer is stored once read whole
+		resp.Body.Close()
+		if got := resp.Header.Get(llmcache.HeaderCache); got != want {
+			t.Errorf("%s = %q; want %q", llmcache.HeaderCache, got, want)
+		}
+		waitFor(t, 5*time.Second, "the answer stored", func() bool {
+			s, err := llmhook.Summarize(c)
+			return err == nil && s.Answers == 1
+		})
+	}
+	for _, call := range []llmcache.Call{
+		{Budget: 1000},
+		{Limits: []llmcache.SpendLimit{{Name: "a", Max: 1, Period: time.Hour}}},
+	} {
+		ctx := llmcache.WithCall(context.Background(), call)
+		body := `{"model":"gpt-4o-mini","max_tokens":10,"messages":[{"role":"user","content":"b"}]}`
+		resp, err := c.Transport(http.DefaultTransport).RoundTrip(mustRequest(t, ctx, m.URL, body))
+		if err == nil {
+			resp.Body.Close()
+		}
+		if !errors.Is(err, llmcache.ErrInvalidOptions) {
+			t.Errorf("call %+v: %v; want ErrInvalidOptions", call, err)
+		}
+	}
+	if n := m.Stats().Completions; n != 1 {
+		t.Errorf("model answered %d completions; want 1 (the first miss)", n)
+	}
+	if _, _, err := c.Spending(llmcache.SpendLimit{Name: "a", Max: 1, Period: time.Hour}); !errors.Is(err, llmcache.ErrInvalidOptions) {
+		t.Errorf("Spending = %v; want ErrInvalidOptions", err)
+	}
 }

@@ -5,52 +5,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/oncegate/oncegate/internal/llmhook"
 )
-
-// StepStats counts what one namespace's step did with the cache. Every
-// chat completion request through the transport is counted once in
-// Requests and once in exactly one of Hits, Shared, Misses, Bypassed,
-// BudgetDenied, Invalid and Unavailable.
-type StepStats struct {
-	Namespace, Step string
-
-	Requests     int64 // chat completion requests seen
-	Hits         int64 // answered from the store
-	Shared       int64 // answered by joining an identical call in flight
-	Misses       int64 // sent upstream (default, no-store and refresh modes)
-	Bypassed     int64 // sent upstream in ModeBypass, or too large to key
-	BudgetDenied int64 // refused with ErrBudgetExceeded or ErrSpendLimit
-	Invalid      int64 // bodies that could not be keyed, sent upstream as is
-	Unavailable  int64 // refused with ErrStoreUnavailable: a shared store could not be read
-
-	Stored    int64 // answers written to the store
-	NotStored int64 // upstream answers not stored: errors, truncations, cancellations, no-store
-	Errors    int64 // upstream calls that failed (transport error or status >= 400)
-	// Held is a gauge: answers paid for that the store refused, held in
-	// this process (and served from it) while their write is retried.
-	Held int64
-
-	// Tokens the upstream calls spent, from the API's usage where it was
-	// given and from the tokenizer where it was not.
-	PromptTokens, CompletionTokens int64
-	// EstimatedPromptTokens sums the tokenizer's estimates of the prompts of
-	// upstream calls, to compare with PromptTokens. The tokenizer runs only
-	// where its count is used: a call under a token budget (counted before
-	// it goes out), or an answer that reports no usage.
-	EstimatedPromptTokens int64
-	// Tokens that hits and shared answers did not spend again.
-	SavedPromptTokens, SavedCompletionTokens int64
-
-	// CostSpent and CostSaved price those tokens with Options.Prices, in US
-	// dollars.
-	CostSpent, CostSaved float64
-}
-
-// TokensSpent is PromptTokens + CompletionTokens.
-func (s StepStats) TokensSpent() int64 { return s.PromptTokens + s.CompletionTokens }
-
-// TokensSaved is SavedPromptTokens + SavedCompletionTokens.
-func (s StepStats) TokensSaved() int64 { return s.SavedPromptTokens + s.SavedCompletionTokens }
 
 type stepCounters struct {
 	requests, hits, shared, misses, bypassed, budgetDenied, invalid atomic.Int64
@@ -87,23 +44,23 @@ func (c *counters) step(ns, step string) *stepCounters {
 	return s
 }
 
-func (s *stepCounters) spend(u Usage, cost float64) {
+func (s *stepCounters) spend(u usage, cost float64) {
 	s.prompt.Add(u.PromptTokens)
 	s.completion.Add(u.CompletionTokens)
 	s.costSpent.Add(int64(cost * 1e9))
 }
 
-func (s *stepCounters) save(u Usage, cost float64) {
+func (s *stepCounters) save(u usage, cost float64) {
 	s.savedPrompt.Add(u.PromptTokens)
 	s.savedCompletion.Add(u.CompletionTokens)
 	s.costSaved.Add(int64(cost * 1e9))
 }
 
-func (c *counters) snapshot() []StepStats {
+func (c *counters) snapshot() []llmhook.StepStats {
 	c.mu.RLock()
-	out := make([]StepStats, 0, len(c.steps))
+	out := make([]llmhook.StepStats, 0, len(c.steps))
 	for id, s := range c.steps {
-		out = append(out, StepStats{
+		out = append(out, llmhook.StepStats{
 			Namespace: id.ns, Step: id.step,
 			Requests: s.requests.Load(), Hits: s.hits.Load(), Shared: s.shared.Load(),
 			Misses: s.misses.Load(), Bypassed: s.bypassed.Load(), BudgetDenied: s.budgetDenied.Load(),
@@ -115,7 +72,7 @@ func (c *counters) snapshot() []StepStats {
 		})
 	}
 	c.mu.RUnlock()
-	slices.SortFunc(out, func(a, b StepStats) int {
+	slices.SortFunc(out, func(a, b llmhook.StepStats) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Step, b.Step))
 	})
 	return out

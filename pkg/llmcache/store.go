@@ -10,12 +10,13 @@ import (
 // not hold.
 var ErrNotFound = errors.New("llmcache: not found")
 
-// Store is where a [Cache] keeps its answers and the tokens spent per
-// intent. Package llmcache/badgerstore keeps them in an embedded Badger
-// database, owned by one process; package llmcache/jsstore in JetStream
-// key-value buckets shared by every replica of a deployment. The cache
-// encodes and checksums what it stores, so a store moves opaque bytes. A
-// Store must be safe for concurrent use.
+// Store is where a [Cache] keeps its answers. Package llmcache/badgerstore
+// keeps them in an embedded Badger database, owned by one process; package
+// llmcache/jsstore in JetStream key-value buckets shared by every replica
+// of a deployment. Both are also a [BudgetStore], which token budgets and
+// spend limits need, and jsstore a [Filler]. The cache encodes and
+// checksums what it stores, so a store moves opaque bytes. A Store must be
+// safe for concurrent use.
 type Store interface {
 	// Get returns the entry stored under k, or an error wrapping
 	// ErrNotFound.
@@ -26,6 +27,20 @@ type Store interface {
 	Put(ctx context.Context, k Key, entry []byte, ttl time.Duration) error
 	// Delete removes the entry under k; a missing entry is not an error.
 	Delete(ctx context.Context, k Key) error
+	// Scan calls answer with every stored answer entry and, if the store
+	// is a BudgetStore, budget with every budget record; the slices are
+	// valid only during the call.
+	Scan(ctx context.Context, answer, budget func(v []byte) error) error
+	// Close releases what the store holds.
+	Close() error
+}
+
+// BudgetStore is implemented by a [Store] that also keeps the records of
+// token budgets and spend limits: the tokens (or dollars) spent per intent
+// or account and the reservations of the calls in flight. A cache whose
+// store is not one refuses Options.Budget, and fails the calls that name a
+// budget or spend limits with an error wrapping [ErrInvalidOptions].
+type BudgetStore interface {
 	// Budget returns the budget record under id, or nil if there is none.
 	Budget(ctx context.Context, id []byte) ([]byte, error)
 	// UpdateBudget replaces the budget record under id (nil if there is
@@ -34,11 +49,6 @@ type Store interface {
 	// the new one. An error from update is returned as it is, and nothing
 	// is written. The record is kept for at least ttl after the write.
 	UpdateBudget(ctx context.Context, id []byte, ttl time.Duration, update func(old []byte) ([]byte, error)) error
-	// Scan calls answer with every stored answer entry and budget with
-	// every budget record; the slices are valid only during the call.
-	Scan(ctx context.Context, answer, budget func(v []byte) error) error
-	// Close releases what the store holds.
-	Close() error
 }
 
 // Filler is implemented by a [Store] shared between processes, to make

@@ -10,8 +10,8 @@ import (
 
 // Price is what a model charges, in US dollars per million tokens.
 type Price struct {
-	Prompt     float64 `json:"prompt_per_mtok" yaml:"prompt_per_mtok"`
-	Completion float64 `json:"completion_per_mtok" yaml:"completion_per_mtok"`
+	Prompt     float64 `json:"prompt_per_mtok" yaml:"prompt_per_mtok"`         // per million prompt tokens
+	Completion float64 `json:"completion_per_mtok" yaml:"completion_per_mtok"` // per million completion tokens
 }
 
 // Prices maps a model name, as sent in the request, to its price. The entry
@@ -19,8 +19,8 @@ type Price struct {
 // costs nothing in the counters (its tokens are still counted).
 type Prices map[string]Price
 
-// Cost returns the price of u tokens of model, in US dollars.
-func (p Prices) Cost(model string, u Usage) float64 {
+// cost returns the price of u tokens of model, in US dollars.
+func (p Prices) cost(model string, u usage) float64 {
 	pr, ok := p[model]
 	if !ok {
 		pr = p["*"]

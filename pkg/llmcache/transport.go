@@ -160,7 +160,7 @@ func (t *transport) denied(st *stepCounters, err error) error {
 // process's own; with a store shared between processes it is an error
 // wrapping ErrStoreUnavailable, since the answer may well be there: the
 // caller tries again later rather than pay for the answer twice.
-func (t *transport) lookup(ctx context.Context, k Key) (*Answer, bool, error) {
+func (t *transport) lookup(ctx context.Context, k Key) (*storedAnswer, bool, error) {
 	a, ok, err := t.c.get(ctx, k)
 	if err != nil {
 		if t.c.filler != nil && !errors.Is(err, ErrCorruptEntry) {
@@ -172,9 +172,9 @@ func (t *transport) lookup(ctx context.Context, k Key) (*Answer, bool, error) {
 	return a, ok, nil
 }
 
-func (t *transport) hit(req *http.Request, k Key, a *Answer, st *stepCounters) *http.Response {
+func (t *transport) hit(req *http.Request, k Key, a *storedAnswer, st *stepCounters) *http.Response {
 	st.hits.Add(1)
-	st.save(a.Usage, t.c.opts.Prices.Cost(a.Model, a.Usage))
+	st.save(a.Usage, t.c.opts.Prices.cost(a.Model, a.Usage))
 	h := http.Header{}
 	h.Set("Content-Type", a.ContentType)
 	h.Set(HeaderCache, "hit")

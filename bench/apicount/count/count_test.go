@@ -132,3 +132,78 @@ func TestDedupeAPIBudget(t *testing.T) {
 		t.Errorf("the dedupe packages export %d identifiers (%v); the budget is %d", total.Total(), per, apiBudget)
 	}
 }
+
+// llmcacheBudget bounds the exported API of package llmcache itself, and
+// llmcacheAllBudget that of every package under pkg/llmcache, names,
+// methods and fields together. Issue 38 took llmcache from 157 to 97 (233
+// to 169 with its subpackages): the per-step counters, the store's summary,
+// a stored answer and its usage, the tokens spent on an intent, and the
+// request reading and estimation the proxy, the admin service and the rate
+// limiter share with the cache moved to internal/llmhook, and Prices.Cost
+// became unexported; BudgetStore (Store's budget methods, which a store
+// may now leave out) is one name more, Options.StoreRetry (deprecated,
+// bounding nothing) one less, and badgerstore.New took an Options
+// (CloseDB) for its bool, and jsstore spells its options' errors and
+// defaults as the other stores do (an error wrapping
+// llmcache.ErrInvalidOptions, the defaults in the Options docs), less its
+// own ErrInvalidOptions and five Default constants. What stays is what a user embeds the cache for: the
+// transport and HTTP client in front of go-openai, a Call per request, a
+// token budget, spend limits, and the Store a shared store implements.
+const (
+	llmcacheBudget    = 97
+	llmcacheAllBudget = 169
+)
+
+// TestLLMCacheAPIBudget: package llmcache, and the llmcache packages
+// together, stay within their budgets of exported identifiers.
+func TestLLMCacheAPIBudget(t *testing.T) {
+	root := filepath.Join("..", "..", "..", "pkg", "llmcache")
+	var total Counts
+	per := map[string]int{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if d.Name() == "testdata" || d.Name() == "internal" {
+			return filepath.SkipDir
+		}
+		c, err := Dir(path)
+		if err != nil {
+			return err
+		}
+		per[path] = c.Total()
+		total.Add(c)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := per[root]; n > llmcacheBudget {
+		t.Errorf("package llmcache exports %d identifiers; the budget is %d", n, llmcacheBudget)
+	}
+	if total.Total() > llmcacheAllBudget {
+		t.Errorf("the llmcache packages export %d identifiers (%v); the budget is %d", total.Total(), per, llmcacheAllBudget)
+	}
+}
+
+// TestLLMCacheDocumented: every exported name of the llmcache packages has
+// a doc comment.
+func TestLLMCacheDocumented(t *testing.T) {
+	root := filepath.Join("..", "..", "..", "pkg", "llmcache")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || d.Name() == "testdata" {
+			return err
+		}
+		c, err := Dir(path)
+		if err != nil {
+			return err
+		}
+		for _, u := range c.Undocumented {
+			t.Errorf("%s: %s has no doc comment", path, u)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

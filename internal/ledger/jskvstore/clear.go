@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/oncegate/oncegate/internal/kvbucket"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/ledgerproto"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -17,7 +18,7 @@ func (l *Ledger) Clear(ctx context.Context, key dedupe.Key, token uint64, note s
 	if l.closed.Load() {
 		return ledger.ErrClosed
 	}
-	ctx, cancel := withTimeout(ctx, l.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	fail := func(err error) error { return wrapErr(fmt.Sprint("clear ", key), err) }
 	for range maxConflictRetries {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/oncegate/oncegate/internal/combine"
+	"github.com/oncegate/oncegate/internal/kvbucket"
 	"github.com/oncegate/oncegate/internal/kvlast"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/ledgerproto"
@@ -133,10 +134,10 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Ledger, er
 	if ttl < opts.Retention {
 		ttl = 0 // a retention this long is forever
 	}
-	ctx, cancel := withTimeout(ctx, opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      opts.Bucket,
 		Description: "Oncegate idempotency ledger",
 		History:     1,
@@ -144,9 +145,6 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Ledger, er
 		Storage:     opts.Storage,
 		Replicas:    opts.Replicas,
 	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, opts.Bucket)
-	}
 	var apiErr *jetstream.APIError
 	if errors.Is(err, jetstream.ErrInvalidBucketName) ||
 		errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeReplicasNotSupported {
@@ -205,18 +203,10 @@ func (o *Options) check(cfg jetstream.KeyValueConfig) error {
 	return nil
 }
 
-// withTimeout bounds ctx by d if it has no deadline.
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
-}
-
 // wrapErr wraps a store failure with what the ledger was doing, and marks a
 // closed or closing connection with ledger.ErrClosed.
 func wrapErr(what string, err error) error {
-	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) {
+	if kvbucket.Closed(err) {
 		return fmt.Errorf("jskv: %s: %w: %w", what, ledger.ErrClosed, err)
 	}
 	return fmt.Errorf("jskv: %s: %w", what, err)
@@ -231,7 +221,7 @@ func errConflicts(op string, key dedupe.Key) error {
 // bucket may answer; a takeover costs that read and a write. Every claim is
 // written, volatile or not: the other processes on the bucket must see it.
 func (l *Ledger) begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOptions) (ledger.Claim, error) {
-	ctx, cancel := withTimeout(ctx, l.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	fail := func(err error) (ledger.Claim, error) {
 		return ledger.Claim{}, wrapErr(fmt.Sprint("begin ", key), err)
@@ -317,7 +307,7 @@ func (l *Ledger) update(ctx context.Context, op string, key dedupe.Key, token ui
 	if l.closed.Load() {
 		return ledger.ErrClosed
 	}
-	ctx, cancel := withTimeout(ctx, l.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	fail := func(err error) error { return wrapErr(fmt.Sprint(op, " ", key), err) }
 	h, remembered := l.holds.get(key, token)
@@ -367,7 +357,7 @@ func (l *Ledger) Get(ctx context.Context, key dedupe.Key) (ledger.Record, error)
 	if l.closed.Load() {
 		return ledger.Record{}, ledger.ErrClosed
 	}
-	ctx, cancel := withTimeout(ctx, l.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	if err := ctx.Err(); err != nil {
 		return ledger.Record{}, wrapErr(fmt.Sprint("get ", key), err)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/kvbucket"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/ledgerproto"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -176,7 +177,7 @@ func (l *Ledger) fastBegins(ctx context.Context, reqs []ledger.BeginRequest) []l
 		ws = append(ws, casWrite{rec: &out[i].Claim.Record})
 		idx = append(idx, i)
 	}
-	ctx, cancel := withTimeout(ctx, l.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	l.writeAll(ctx, ws)
 	for j, w := range ws {
@@ -214,7 +215,7 @@ func (l *Ledger) fastCommits(ctx context.Context, reqs []ledger.CommitRequest) [
 		ws = append(ws, casWrite{rec: &rec, rev: h.rev})
 		idx = append(idx, i)
 	}
-	ctx, cancel := withTimeout(ctx, l.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	l.writeAll(ctx, ws)
 	for j, w := range ws {

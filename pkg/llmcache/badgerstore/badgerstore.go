@@ -70,7 +70,7 @@ func OpenEncrypted(dir string, key []byte, opts llmcache.Options) (*llmcache.Cac
 	if err != nil {
 		return nil, fmt.Errorf("llmcache: opening badger in %s: %w", dir, err)
 	}
-	c, err := llmcache.NewStore(New(db, true), opts)
+	c, err := llmcache.NewStore(New(db, Options{CloseDB: true}), opts)
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -88,14 +88,24 @@ type Store struct {
 	gcDone chan struct{}
 }
 
-var _ llmcache.Store = (*Store)(nil)
+var (
+	_ llmcache.Store       = (*Store)(nil)
+	_ llmcache.BudgetStore = (*Store)(nil)
+)
 
-// New returns a store in db; give it to llmcache.NewStore. If own is set,
-// the store closes db when it closes (when the cache does). While the
-// store is open it runs Badger's value log garbage collection every ten
-// minutes.
-func New(db *badger.DB, own bool) *Store {
-	s := &Store{db: db, own: own, stop: make(chan struct{}), gcDone: make(chan struct{})}
+// Options configures a Store that New keeps in a database its caller
+// opened. The zero value means the defaults.
+type Options struct {
+	// CloseDB makes the store close the database when it closes (when the
+	// cache does). The default, false, leaves the database to its caller,
+	// who may keep other data in it under other prefixes.
+	CloseDB bool
+}
+
+// New returns a store in db; give it to llmcache.NewStore. While the store
+// is open it runs Badger's value log garbage collection every ten minutes.
+func New(db *badger.DB, opts Options) *Store {
+	s := &Store{db: db, own: opts.CloseDB, stop: make(chan struct{}), gcDone: make(chan struct{})}
 	go s.collect()
 	return s
 }
@@ -156,7 +166,7 @@ func (s *Store) Delete(_ context.Context, k llmcache.Key) error {
 
 func budgetKey(id []byte) []byte { return append([]byte("b/"), id...) }
 
-// Budget implements [llmcache.Store].
+// Budget implements [llmcache.BudgetStore].
 func (s *Store) Budget(_ context.Context, id []byte) ([]byte, error) {
 	var v []byte
 	err := s.db.View(func(txn *badger.Txn) error {
@@ -173,7 +183,7 @@ func (s *Store) Budget(_ context.Context, id []byte) ([]byte, error) {
 	return v, badgerErr(err)
 }
 
-// UpdateBudget implements [llmcache.Store] with a Badger transaction,
+// UpdateBudget implements [llmcache.BudgetStore] with a Badger transaction,
 // retried when it conflicts with another.
 func (s *Store) UpdateBudget(_ context.Context, id []byte, ttl time.Duration, update func(old []byte) ([]byte, error)) error {
 	key := budgetKey(id)

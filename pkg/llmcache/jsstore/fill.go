@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/kvbucket"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
@@ -42,7 +43,7 @@ func (s *Store) Fill(ctx context.Context, k llmcache.Key, wait time.Duration, li
 	}
 	key := claimKey(k)
 	mine := s.claimValue(claimHeld)
-	cctx, cancel := withTimeout(ctx, s.opts.Timeout)
+	cctx, cancel := kvbucket.WithTimeout(ctx, s.opts.Timeout)
 	rev, err := s.create(cctx, key, mine)
 	cancel()
 	if err == nil {
@@ -84,7 +85,7 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 	// take tries to replace the claim at revision rev (0: absent) by ours;
 	// having it, it returns what claimed returns.
 	take := func() (llmcache.Claim, []byte, bool, error) {
-		cctx, cancel := withTimeout(ctx, s.opts.Timeout)
+		cctx, cancel := kvbucket.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
 		var r uint64
 		var err error
@@ -124,7 +125,7 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 				if e.Operation() != jetstream.KeyValuePut {
 					continue
 				}
-				cctx, cancel := withTimeout(ctx, s.opts.Timeout)
+				cctx, cancel := kvbucket.WithTimeout(ctx, s.opts.Timeout)
 				v, err := s.assemble(cctx, k, e.Value())
 				cancel()
 				if err == nil && (live == nil || live(v)) {
@@ -179,7 +180,7 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 // answer may be stored.
 func (s *Store) claimed(ctx context.Context, k llmcache.Key, rev uint64, live func([]byte) bool) (llmcache.Claim, []byte, error) {
 	c := s.hold(k, rev)
-	rctx, cancel := withTimeout(ctx, s.opts.Timeout)
+	rctx, cancel := kvbucket.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	head, _, found, err := s.leaderRead(rctx, s.last, headKey(k))
 	var v []byte
@@ -298,7 +299,7 @@ func (c *claim) Release(ctx context.Context) error {
 	if c.lost || c.s.closed.Load() {
 		return nil
 	}
-	ctx, cancel := withTimeout(ctx, c.s.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, c.s.opts.Timeout)
 	defer cancel()
 	_, err := c.s.update(ctx, c.s.kv, claimKey(c.k), c.s.claimValue(claimReleased), c.rev)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {

@@ -83,25 +83,18 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/kvbucket"
 	"github.com/oncegate/oncegate/internal/kvlast"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
-// Defaults for Options.
+// Defaults for Options, which its fields' docs state.
 const (
-	// DefaultBucket is the answers bucket when Options leaves Bucket empty.
-	DefaultBucket = "oncegate-llm-cache"
-	// DefaultTTL is the answers bucket's TTL when Options leaves TTL zero:
-	// the cache's default TTL of 24h and an hour of margin.
-	DefaultTTL = 25 * time.Hour
-	// DefaultBudgetTTL is the budgets bucket's TTL when Options leaves
-	// BudgetTTL zero: the cache's default of 7 days and an hour of margin.
-	DefaultBudgetTTL = 7*24*time.Hour + time.Hour
-	// DefaultLease is how long a fill claim lasts unrenewed when Options
-	// leaves Lease zero.
-	DefaultLease = 30 * time.Second
-	// DefaultTimeout bounds a call whose context has no deadline.
-	DefaultTimeout = 5 * time.Second
+	defaultBucket    = "oncegate-llm-cache"
+	defaultTTL       = 25 * time.Hour             // the cache's default TTL of 24h and an hour of margin
+	defaultBudgetTTL = 7*24*time.Hour + time.Hour // the cache's default BudgetTTL of 7 days and an hour
+	defaultLease     = 30 * time.Second
+	defaultTimeout   = 5 * time.Second
 )
 
 const (
@@ -114,14 +107,10 @@ const (
 	chunkMagic         = "OGK1"
 )
 
-// ErrInvalidOptions is wrapped by the error New returns for options or an
-// existing bucket that cannot work.
-var ErrInvalidOptions = errors.New("jsstore: invalid options")
-
 // Options configures a Store. The zero value means the defaults.
 type Options struct {
 	// Bucket names the bucket of answers and fill claims. The default is
-	// DefaultBucket.
+	// "oncegate-llm-cache".
 	Bucket string
 	// BudgetBucket names the bucket of token budgets. The default is
 	// Bucket + "-budgets".
@@ -134,17 +123,18 @@ type Options struct {
 	Storage jetstream.StorageType
 	// TTL is the answers bucket's TTL; keep it at least the cache's TTL,
 	// or answers expire early (a miss, never a wrong answer). The default
-	// is DefaultTTL.
+	// is 25h: the cache's default TTL of 24h and an hour of margin.
 	TTL time.Duration
 	// BudgetTTL is the budgets bucket's TTL; keep it at least the cache's
-	// BudgetTTL. The default is DefaultBudgetTTL.
+	// BudgetTTL. The default is 7 days and an hour: the cache's default
+	// BudgetTTL and an hour of margin.
 	BudgetTTL time.Duration
 	// Lease is how long a fill claim holds without renewal. A waiter
 	// takes over a claim it has not seen renewed for this long. The
-	// default is DefaultLease.
+	// default is 30s.
 	Lease time.Duration
 	// Timeout bounds each call whose context has no deadline. The default
-	// is DefaultTimeout.
+	// is 5s.
 	Timeout time.Duration
 	// ChunkBytes is the largest value written as one message; larger
 	// answers are chunked. The default is the connection's max_payload
@@ -162,8 +152,8 @@ type Options struct {
 	Key []byte
 }
 
-// Store is an llmcache.Store and llmcache.Filler in JetStream KV. It is safe
-// for concurrent use.
+// Store is an llmcache.Store, llmcache.BudgetStore and llmcache.Filler in
+// JetStream KV. It is safe for concurrent use.
 type Store struct {
 	nc        *nats.Conn
 	kv        jetstream.KeyValue // answers, chunks, claims
@@ -180,8 +170,9 @@ type Store struct {
 }
 
 var (
-	_ llmcache.Store  = (*Store)(nil)
-	_ llmcache.Filler = (*Store)(nil)
+	_ llmcache.Store       = (*Store)(nil)
+	_ llmcache.BudgetStore = (*Store)(nil)
+	_ llmcache.Filler      = (*Store)(nil)
 )
 
 // New returns a store in the buckets opts names, creating them if they do
@@ -189,13 +180,13 @@ var (
 // connection under js: Close does not close it.
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
 	if js == nil {
-		return nil, fmt.Errorf("%w: nil JetStream", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: nil JetStream", llmcache.ErrInvalidOptions)
 	}
 	if opts.Replicas < 0 || opts.TTL < 0 || opts.BudgetTTL < 0 || opts.Lease < 0 || opts.Timeout < 0 || opts.ChunkBytes < 0 {
-		return nil, fmt.Errorf("%w: negative replicas, duration or size", ErrInvalidOptions)
+		return nil, fmt.Errorf("%w: negative replicas, duration or size", llmcache.ErrInvalidOptions)
 	}
 	if opts.Bucket == "" {
-		opts.Bucket = DefaultBucket
+		opts.Bucket = defaultBucket
 	}
 	if opts.BudgetBucket == "" {
 		opts.BudgetBucket = opts.Bucket + "-budgets"
@@ -204,16 +195,16 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 		opts.Replicas = 1
 	}
 	if opts.TTL == 0 {
-		opts.TTL = DefaultTTL
+		opts.TTL = defaultTTL
 	}
 	if opts.BudgetTTL == 0 {
-		opts.BudgetTTL = DefaultBudgetTTL
+		opts.BudgetTTL = defaultBudgetTTL
 	}
 	if opts.Lease == 0 {
-		opts.Lease = DefaultLease
+		opts.Lease = defaultLease
 	}
 	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
+		opts.Timeout = defaultTimeout
 	}
 	nc := js.Conn()
 	if opts.ChunkBytes == 0 {
@@ -221,14 +212,14 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	}
 	if limit := int(nc.MaxPayload()); opts.ChunkBytes < 1024 || limit > 0 && opts.ChunkBytes > limit-headroom {
 		return nil, fmt.Errorf("%w: ChunkBytes %d does not fit the server's max_payload %d with %d bytes of headroom",
-			ErrInvalidOptions, opts.ChunkBytes, limit, headroom)
+			llmcache.ErrInvalidOptions, opts.ChunkBytes, limit, headroom)
 	}
 	seal, err := newSealer(opts.Key)
 	if err != nil {
 		return nil, err
 	}
 	opts.Key = nil // the sealer holds it
-	ctx, cancel := withTimeout(ctx, opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	s := &Store{
 		nc: nc, opts: opts, seal: seal, stop: make(chan struct{}),
@@ -253,15 +244,12 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 }
 
 func bucket(ctx context.Context, js jetstream.JetStream, opts Options, name, desc string, ttl time.Duration, meta map[string]string) (jetstream.KeyValue, error) {
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := kvbucket.Open(ctx, js, jetstream.KeyValueConfig{
 		Bucket: name, Description: desc, History: 1, TTL: ttl,
 		Storage: opts.Storage, Replicas: opts.Replicas, Metadata: meta,
 	})
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, name)
-	}
 	if errors.Is(err, jetstream.ErrInvalidBucketName) {
-		return nil, fmt.Errorf("%w: bucket %q: %w", ErrInvalidOptions, name, err)
+		return nil, fmt.Errorf("%w: bucket %q: %w", llmcache.ErrInvalidOptions, name, err)
 	}
 	if err != nil {
 		return nil, wrapErr("opening bucket "+name, err)
@@ -320,15 +308,10 @@ func (s *Store) sealedWith(ctx context.Context) (string, error) {
 	return st.Metadata()[metaEncryption], nil
 }
 
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
-}
-
+// wrapErr wraps a store failure with what the store was doing, and marks
+// a closed or closing connection with llmcache.ErrClosed.
 func wrapErr(what string, err error) error {
-	if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) {
+	if kvbucket.Closed(err) {
 		return fmt.Errorf("jsstore: %s: %w: %w", what, llmcache.ErrClosed, err)
 	}
 	return fmt.Errorf("jsstore: %s: %w", what, err)
@@ -387,7 +370,7 @@ func (s *Store) Get(ctx context.Context, k llmcache.Key) ([]byte, error) {
 	if s.closed.Load() {
 		return nil, llmcache.ErrClosed
 	}
-	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	e, err := s.get(ctx, s.kv, headKey(k))
 	if err == nil {
@@ -454,7 +437,7 @@ func (s *Store) Put(ctx context.Context, k llmcache.Key, entry []byte, _ time.Du
 	if s.closed.Load() {
 		return llmcache.ErrClosed
 	}
-	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	if s.seal != nil {
 		entry = s.seal.seal(k, entry)
@@ -486,7 +469,7 @@ func (s *Store) Delete(ctx context.Context, k llmcache.Key) error {
 	if s.closed.Load() {
 		return llmcache.ErrClosed
 	}
-	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	if err := s.kv.Delete(ctx, headKey(k)); err != nil {
 		return wrapErr("delete "+k.String(), err)
@@ -501,12 +484,12 @@ func budgetKey(id []byte) string {
 	return "b." + hex.EncodeToString(h[:16])
 }
 
-// Budget implements llmcache.Store.
+// Budget implements llmcache.BudgetStore.
 func (s *Store) Budget(ctx context.Context, id []byte) ([]byte, error) {
 	if s.closed.Load() {
 		return nil, llmcache.ErrClosed
 	}
-	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	v, _, _, err := s.leaderRead(ctx, s.lastSpent, budgetKey(id))
 	if err != nil {
@@ -515,14 +498,14 @@ func (s *Store) Budget(ctx context.Context, id []byte) ([]byte, error) {
 	return v, nil
 }
 
-// UpdateBudget implements llmcache.Store by compare-and-set on the
+// UpdateBudget implements llmcache.BudgetStore by compare-and-set on the
 // record's revision. The bucket's TTL decides how long the record is kept;
 // ttl is not used.
 func (s *Store) UpdateBudget(ctx context.Context, id []byte, _ time.Duration, update func(old []byte) ([]byte, error)) error {
 	if s.closed.Load() {
 		return llmcache.ErrClosed
 	}
-	ctx, cancel := withTimeout(ctx, s.opts.Timeout)
+	ctx, cancel := kvbucket.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	key := budgetKey(id)
 	for range maxConflictRetries {
@@ -582,7 +565,7 @@ func (s *Store) Scan(ctx context.Context, answer, budget func(v []byte) error) e
 			return err
 		}
 		for _, key := range keys {
-			cctx, cancel := withTimeout(ctx, s.opts.Timeout)
+			cctx, cancel := kvbucket.WithTimeout(ctx, s.opts.Timeout)
 			v, err := b.fn(cctx, key)
 			cancel()
 			if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, llmcache.ErrNotFound) {

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/internal/standin"
 	"github.com/oncegate/oncegate/pkg/llmcache"
@@ -154,7 +155,7 @@ func TestHundredMissesOneCall(t *testing.T) {
 	}
 	var shared int64
 	for _, c := range caches {
-		for _, s := range c.Stats() {
+		for _, s := range llmhook.Stats(c) {
 			shared += s.Shared
 		}
 	}
@@ -298,8 +299,8 @@ func TestSharedBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sa, _ := a.Spent("n", "intent-1")
-	sb, _ := b.Spent("n", "intent-1")
+	sa, _ := llmhook.Spent(a, "n", "intent-1")
+	sb, _ := llmhook.Spent(b, "n", "intent-1")
 	if sa != sb || sa > budget || denied == 0 {
 		t.Errorf("spent %d (replica a) and %d (replica b), %d denied; want one figure ≤ %d and some denied", sa, sb, denied, budget)
 	}
@@ -428,7 +429,7 @@ func TestUnreachableStoreRefuses(t *testing.T) {
 	if n := m.Stats().Completions; n != 0 {
 		t.Errorf("upstream calls = %d; want 0", n)
 	}
-	if st := c.Stats(); len(st) != 1 || st[0].Unavailable != 1 {
+	if st := llmhook.Stats(c); len(st) != 1 || st[0].Unavailable != 1 {
 		t.Errorf("Stats %+v; want one Unavailable", st)
 	}
 }
@@ -492,9 +493,10 @@ func TestExpiredAnswerOneCall(t *testing.T) {
 // in the process and written once the server is back. Asked again before
 // the restart (from memory) and after it (from the bucket, on this replica
 // and another), the model, which counts its own calls, is not called again.
-// StoreRetry is a nanosecond, so that a cache which gives the write up after it
-// shows, and the connection buffers nothing while it reconnects (a write
-// buffered then may be flushed to the server after all, or lost with it).
+// The connection buffers nothing while it reconnects (a write buffered then
+// may be flushed to the server after all, or lost with it). (Until issue 38
+// the cache also took a deprecated Options.StoreRetry of a nanosecond here,
+// to show that it bounded nothing; the option is gone.)
 func TestHeldAnswerSurvivesRestart(t *testing.T) {
 	s, dir, port := serverOnDisk(t)
 	m := startModel(t, standin.Options{})
@@ -502,7 +504,7 @@ func TestHeldAnswerSurvivesRestart(t *testing.T) {
 	url := model.URL + "/v1"
 
 	so := jsstore.Options{Bucket: "held", Timeout: time.Second}
-	co := llmcache.Options{StoreRetry: time.Nanosecond} //nolint:staticcheck // the deprecated option must still be taken, and bound nothing
+	co := llmcache.Options{}
 	c := openCache(t, connect(t, s.ClientURL(), nats.ReconnectBufSize(-1)), so, co)
 	req := triage("Certificate for api.example.com expires in 2 days")
 	ask := func(c *llmcache.Cache, when string) (string, string) {
@@ -521,7 +523,7 @@ func TestHeldAnswerSurvivesRestart(t *testing.T) {
 		t.Fatal("no first answer")
 	}
 	held := func() (n int64) {
-		for _, st := range c.Stats() {
+		for _, st := range llmhook.Stats(c) {
 			n += st.Held
 		}
 		return n
@@ -682,7 +684,7 @@ func TestCloseWithHeldAnswer(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if st := c.Stats(); len(st) != 1 || st[0].Held != 0 || st[0].NotStored != 1 || st[0].Stored != 0 {
+	if st := llmhook.Stats(c); len(st) != 1 || st[0].Held != 0 || st[0].NotStored != 1 || st[0].Stored != 0 {
 		t.Errorf("after Close: %+v; want Held 0, NotStored 1, Stored 0", st)
 	}
 }
@@ -758,7 +760,7 @@ func TestSealedAnswers(t *testing.T) {
 			t.Errorf("another replica with the key: %s; want hit", how)
 		}
 	}
-	if sum, err := b.Summary(); err != nil || sum.Answers != 2 {
+	if sum, err := llmhook.Summarize(b); err != nil || sum.Answers != 2 {
 		t.Errorf("Summary through the key: %+v, %v; want 2 answers", sum, err)
 	}
 	if n := m.Stats().Completions; n != 2 {
@@ -774,7 +776,7 @@ func TestSealedAnswers(t *testing.T) {
 			t.Errorf("%s on a sealed bucket: New error = %v; want ErrEncryptionKey", tt.name, err)
 		}
 	}
-	if _, err := jsstore.New(context.Background(), js, jsstore.Options{Bucket: "sealed", Key: key[:20]}); !errors.Is(err, jsstore.ErrInvalidOptions) {
+	if _, err := jsstore.New(context.Background(), js, jsstore.Options{Bucket: "sealed", Key: key[:20]}); !errors.Is(err, llmcache.ErrInvalidOptions) {
 		t.Errorf("a 20-byte key: New error = %v; want ErrInvalidOptions", err)
 	}
 

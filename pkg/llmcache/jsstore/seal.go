@@ -35,15 +35,15 @@ func newSealer(key []byte) (*sealer, error) {
 		return nil, nil
 	}
 	if n := len(key); n != 16 && n != 24 && n != 32 {
-		return nil, fmt.Errorf("%w: Key is %d bytes; want 16, 24 or 32", ErrInvalidOptions, n)
+		return nil, fmt.Errorf("%w: Key is %d bytes; want 16, 24 or 32", llmcache.ErrInvalidOptions, n)
 	}
 	block, err := aes.NewCipher(key)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		return nil, fmt.Errorf("%w: %w", llmcache.ErrInvalidOptions, err)
 	}
 	aead, err := cipher.NewGCM(block)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+		return nil, fmt.Errorf("%w: %w", llmcache.ErrInvalidOptions, err)
 	}
 	return &sealer{aead: aead, id: keyID(key)}, nil
 }

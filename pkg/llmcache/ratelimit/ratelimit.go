@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
@@ -349,7 +350,7 @@ func sleep(ctx context.Context, d time.Duration, cut <-chan struct{}) (bool, err
 // estimate returns the tokens a request reserves: its prompt and its
 // completion cap, or the default completion allowance.
 func (t *Transport) estimate(body []byte) int64 {
-	e, err := llmcache.EstimateRequest(body)
+	e, err := llmhook.EstimateRequest(body)
 	if err != nil { // not a chat completion: a rough count of its text
 		return int64(len(body)+3) / 4
 	}
