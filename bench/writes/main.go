@@ -488,14 +488,15 @@ type tally struct {
 	prefix        string
 
 	mu       sync.Mutex
-	classes  map[string]int // every message the tap saw that is a client's request or publish
-	kv       map[string]int // KV writes sent, by "bucket component"
-	requests int            // client messages that are not replies or deliveries
-	last     atomic.Int64   // when the tap last saw a message of Oncegate's (unix ns)
+	dispatch map[string]bool // the outbox's dispatch records' keys (consumer.DispatchKey of each outbox entry's intent)
+	classes  map[string]int  // every message the tap saw that is a client's request or publish
+	kv       map[string]int  // KV writes sent, by "bucket component"
+	requests int             // client messages that are not replies or deliveries
+	last     atomic.Int64    // when the tap last saw a message of Oncegate's (unix ns)
 }
 
 func newTally(bk buckets, triggerStream, prefix string) *tally {
-	t := &tally{bk: bk, triggerStream: triggerStream, prefix: prefix, classes: map[string]int{}, kv: map[string]int{}}
+	t := &tally{bk: bk, triggerStream: triggerStream, prefix: prefix, classes: map[string]int{}, kv: map[string]int{}, dispatch: map[string]bool{}}
 	t.last.Store(time.Now().UnixNano())
 	return t
 }
@@ -515,6 +516,14 @@ func (t *tally) count(m *nats.Msg) {
 	}
 	if strings.HasPrefix(class, "kv ") {
 		t.kv[t.component(m)]++
+	}
+	// An outbox entry's Nats-Msg-Id is its intent's key; the dispatcher's
+	// record is under the key derived from it, written after the entry is
+	// stored (so after the tap saw it).
+	if class == "outbox publish" {
+		if k, err := dedupe.ParseKey(m.Header.Get("Nats-Msg-Id")); err == nil {
+			t.dispatch[consumer.DispatchKey(k).String()] = true
+		}
 	}
 }
 
@@ -573,31 +582,11 @@ func (t *tally) component(m *nats.Msg) string {
 	create := m.Header.Get("Nats-Expected-Last-Subject-Sequence") == "0"
 	switch bucket {
 	case t.bk.ledger:
-		if op == "DEL" || op == "PURGE" {
-			return "ledger: delete"
+		what := "ledger"
+		if t.dispatch[key] {
+			what = "ledger (outbox dispatch record)"
 		}
-		rec, err := ledgerproto.Decode(dedupe.Key{}, m.Data)
-		if err != nil {
-			return "ledger: other write (" + key[:min(len(key), 8)] + "…)"
-		}
-		switch rec.State {
-		case ledger.StatePending:
-			switch {
-			case create:
-				return "ledger: claim"
-			case rec.Reason == ledger.ReasonReleased:
-				return "ledger: release"
-			}
-			return "ledger: extend or takeover"
-		case ledger.StateCommitted:
-			if create {
-				return "ledger: commit (created)"
-			}
-			return "ledger: commit"
-		case ledger.StateFailed:
-			return "ledger: fail"
-		}
-		return "ledger: " + rec.State.String()
+		return what + ": " + ledgerWrite(m.Data, op, create)
 	case t.bk.cache:
 		switch {
 		case strings.HasPrefix(key, "f."):
@@ -623,6 +612,36 @@ func (t *tally) component(m *nats.Msg) string {
 		return "cache: token budget"
 	}
 	return "kv " + bucket + ": write"
+}
+
+// ledgerWrite names a ledger KV write by its operation and its record's
+// state.
+func ledgerWrite(data []byte, op string, create bool) string {
+	if op == "DEL" || op == "PURGE" {
+		return "delete"
+	}
+	rec, err := ledgerproto.Decode(dedupe.Key{}, data)
+	if err != nil {
+		return "unreadable write"
+	}
+	switch rec.State {
+	case ledger.StatePending:
+		switch {
+		case create:
+			return "claim"
+		case rec.Reason == ledger.ReasonReleased:
+			return "release"
+		}
+		return "extend or takeover"
+	case ledger.StateCommitted:
+		if create {
+			return "commit (created)"
+		}
+		return "commit"
+	case ledger.StateFailed:
+		return "fail"
+	}
+	return rec.State.String()
 }
 
 // waitQuiet waits until the tap has seen nothing for quiet.
@@ -747,7 +766,7 @@ func report(w io.Writer, o options, cells []*cell) {
 					writes += k
 				}
 			}
-			bw, bt = fmt.Sprintf("%.2f", float64(writes)/n), fmt.Sprintf("%.2f", float64(c.badger["txns"])/n)
+			bw, bt = fmt.Sprintf("%.2f", float64(writes)/n), fmt.Sprintf("%.3f", float64(c.badger["txns"])/n)
 		}
 		target, verdict := "-", "-"
 		if c.store == config.StoreKV {
