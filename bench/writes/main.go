@@ -547,9 +547,9 @@ func (t *tally) classify(m *nats.Msg) (string, bool) {
 	case strings.HasPrefix(s, "$JS.API.CONSUMER.MSG.NEXT."):
 		return "js api: pull request", true
 	case strings.HasPrefix(s, "$JS.API.DIRECT.GET."):
-		return "js api: direct get (KV read)", true
+		return "js api: direct get (KV read) of the " + t.store(strings.TrimPrefix(s, "$JS.API.DIRECT.GET.")), true
 	case strings.HasPrefix(s, "$JS.API.STREAM.MSG.GET."):
-		return "js api: msg get (KV read)", true
+		return "js api: msg get (KV read) of the " + t.store(strings.TrimPrefix(s, "$JS.API.STREAM.MSG.GET.")), true
 	case strings.HasPrefix(s, "$JS.API."):
 		verb := strings.TrimPrefix(s, "$JS.API.")
 		parts := strings.Split(verb, ".")
@@ -572,6 +572,20 @@ func (t *tally) classify(m *nats.Msg) (string, bool) {
 		return "outbox publish", true
 	}
 	return "other: " + s, true
+}
+
+// store names the store a read's stream (its subject's first token) is.
+func (t *tally) store(rest string) string {
+	stream, _, _ := strings.Cut(rest, ".")
+	switch stream {
+	case "KV_" + t.bk.ledger:
+		return "ledger"
+	case "KV_" + t.bk.cache:
+		return "cache"
+	case "KV_" + t.bk.cache + "-budgets":
+		return "cache's budgets"
+	}
+	return "stream " + stream
 }
 
 // component names a KV write by its bucket, key and value.
