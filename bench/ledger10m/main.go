@@ -33,7 +33,7 @@
 // response. Keys are 16 random-looking bytes, as the keyer's hashes are.
 //
 //	go run -C bench ./ledger10m                     # 10⁷ records
-//	go run -C bench ./ledger10m -short              # 10⁵ records, 1s cells: a few seconds
+//	go run -C bench ./ledger10m -short              # 10⁵ records, 500ms cells: a few seconds
 //	go run -C bench ./ledger10m -records 1000000 -dur 5s
 //
 // Everything lives in a temporary directory removed at exit (-keep keeps
@@ -56,6 +56,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -78,13 +80,7 @@ const (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "-child" {
-		if err := child(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "ledger10m child:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	maybeChild()
 	ok, err := run(os.Stdout, os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ledger10m:", err)
@@ -102,24 +98,29 @@ type options struct {
 	fillWorkers int
 	sweep       bool
 	keep        bool
+	result      string
 }
 
 // run measures and reports; it returns false if a target was missed.
 func run(out io.Writer, args []string) (bool, error) {
 	fs := flag.NewFlagSet("ledger10m", flag.ContinueOnError)
 	var o options
-	short := fs.Bool("short", false, "the short form: 10⁵ records, 1s cells")
+	short := fs.Bool("short", false, "the short form: 10⁵ records, 500ms cells")
 	fs.IntVar(&o.records, "records", 10_000_000, "committed records in the ledger at size")
 	fs.IntVar(&o.workers, "workers", 16, "concurrent workers of the latency cells")
 	fs.DurationVar(&o.dur, "dur", 5*time.Second, "each latency cell's length")
 	fs.IntVar(&o.fillWorkers, "fill-workers", runtime.GOMAXPROCS(0), "concurrent batches of the fill")
 	fs.BoolVar(&o.sweep, "sweep", true, "measure the sweep (value-log GC and a full compaction)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
+	fs.StringVar(&o.result, "result", "gate", "the committed result: gate (a JetStream effect's PubAck as JSON) or ticket96 (a short id and 96 zero bytes, bench/restart's fill)")
 	if err := fs.Parse(args); err != nil {
 		return false, err
 	}
 	if *short {
-		o.records, o.dur = 100_000, time.Second
+		o.records, o.dur = 100_000, 500*time.Millisecond
+	}
+	if o.result != "gate" && o.result != "ticket96" {
+		return false, fmt.Errorf("-result: %q is not gate or ticket96", o.result)
 	}
 	if o.records <= 0 || o.workers <= 0 || o.fillWorkers <= 0 {
 		return false, errors.New("-records, -workers and -fill-workers must be positive")
@@ -146,7 +147,7 @@ func run(out io.Writer, args []string) (bool, error) {
 	}
 
 	t0, cpu0 := time.Now(), procstat.CPU()
-	if err := fill(filepath.Join(fullDir, "badger"), o.records, o.fillWorkers); err != nil {
+	if err := fill(filepath.Join(fullDir, "badger"), o.records, o.fillWorkers, o.result); err != nil {
 		return false, fmt.Errorf("fill: %w", err)
 	}
 	fillTook, fillCPU := time.Since(t0), procstat.CPU()-cpu0
@@ -191,8 +192,8 @@ func run(out io.Writer, args []string) (bool, error) {
 	}
 	fmt.Fprintf(out, "Badger ledger (app.OpenLedger), %d committed records against an empty ledger; %d CPUs, load average %s at the start, %s at the end\n\n",
 		o.records, runtime.NumCPU(), load0, load1)
-	fmt.Fprintf(out, "fill                 %v (%.0f records/s, %.1f µs CPU per record; %d workers, batches of %d, no fsync)\n",
-		fillTook.Round(time.Millisecond), n/fillTook.Seconds(), float64(fillCPU.Microseconds())/n, o.fillWorkers, fillBatch)
+	fmt.Fprintf(out, "fill                 %v (%.0f records/s, %.1f µs CPU per record; %d workers, batches of %d, no fsync; result %s)\n",
+		fillTook.Round(time.Millisecond), n/fillTook.Seconds(), float64(fillCPU.Microseconds())/n, o.fillWorkers, fillBatch, o.result)
 	fmt.Fprintf(out, "disk                 %s allocated (%s apparent); the empty ledger %s (%s)\n",
 		mib(diskAlloc), mib(diskApparent), mib(emptyAlloc), mib(emptyApparent))
 	fmt.Fprintf(out, "  per record         %.1f B allocated (%.1f B apparent)           target ≤ %.0f B   %s\n",
@@ -201,6 +202,8 @@ func run(out io.Writer, args []string) (bool, error) {
 		mib(full.RSSAfter), mib(empty.RSSAfter), mib(full.RSSReady), mib(empty.RSSReady))
 	fmt.Fprintf(out, "  per record         %.1f B (after open and the first claim: %.1f B)    target ≤ %.0f B   %s\n",
 		rssPer, (float64(full.RSSReady)-float64(empty.RSSReady))/n, targetRSS, verdict(rssPer <= targetRSS))
+	fmt.Fprintf(out, "  of which anonymous %s at size, %s empty (after open and the first claim: %s and %s)\n", mib(full.AnonAfter), mib(empty.AnonAfter), mib(full.AnonReady), mib(empty.AnonReady))
+	fmt.Fprintf(out, "  and mapped files   %s at size, %s empty (after open and the first claim: %s and %s): Badger's tables, read at open\n", mib(full.FileAfter), mib(empty.FileAfter), mib(full.FileReady), mib(empty.FileReady))
 	fmt.Fprintf(out, "  Go heap in use     %s at size, %s empty; after open and the first claim %s and %s\n", mib(full.HeapInuse), mib(empty.HeapInuse), mib(full.HeapReady), mib(empty.HeapReady))
 	fmt.Fprintf(out, "claim+commit, %d workers, %v each (fresh keys, durable claim, fsynced)\n", o.workers, o.dur)
 	fmt.Fprintf(out, "  empty              p50 %8v  p99 %8v  (%d pairs, %.0f/s)\n", empty.Pair.P50, empty.Pair.P99, empty.Pair.N, float64(empty.Pair.N)/o.dur.Seconds())
@@ -226,16 +229,31 @@ func run(out io.Writer, args []string) (bool, error) {
 
 // --- the child: open, first claim, latency cells ---------------------------
 
+// maybeChild runs the child and exits, if this process is one (the
+// program re-runs its own executable; the test binary's TestMain calls it
+// too).
+func maybeChild() {
+	if len(os.Args) > 1 && os.Args[1] == "-child" {
+		if err := child(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "ledger10m child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
 // childResult is what a child process reports, as JSON on its stdout.
 type childResult struct {
-	Open      time.Duration // app.OpenLedger
-	Ready     time.Duration // app.OpenLedger to the first Begin answered
-	RSSReady  uint64        // after the first claim
-	HeapReady uint64        // the Go heap in use after the first claim
-	RSSAfter  uint64        // after the latency cells
-	HeapInuse uint64        // after the latency cells
-	Pair      percentiles   // Begin+Commit of fresh keys
-	Dup       percentiles   // Begin of committed keys
+	Open                 time.Duration // app.OpenLedger
+	Ready                time.Duration // app.OpenLedger to the first Begin answered
+	RSSReady             uint64        // after the first claim
+	HeapReady            uint64        // the Go heap in use after the first claim
+	RSSAfter             uint64        // after the latency cells
+	AnonReady, FileReady uint64        // RssAnon and RssFile (mapped files: Badger's tables) after the first claim
+	AnonAfter, FileAfter uint64        // and after the latency cells
+	HeapInuse            uint64        // after the latency cells
+	Pair                 percentiles   // Begin+Commit of fresh keys
+	Dup                  percentiles   // Begin of committed keys
 }
 
 type percentiles struct {
@@ -244,7 +262,7 @@ type percentiles struct {
 }
 
 func runChild(self, dir string, records int, o options) (*childResult, error) {
-	cmd := exec.Command(self, "-child", "-dir", dir, "-records", fmt.Sprint(records),
+	cmd := exec.Command(self, "-child", "-dir", dir, "-records", fmt.Sprint(records), "-result", o.result,
 		"-workers", fmt.Sprint(o.workers), "-dur", o.dur.String())
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
@@ -282,6 +300,7 @@ func child(args []string) error {
 	records := fs.Int("records", 0, "records the fill wrote (keys 0 to records-1)")
 	workers := fs.Int("workers", 16, "")
 	dur := fs.Duration("dur", time.Second, "")
+	shape := fs.String("result", "gate", "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -315,17 +334,19 @@ func child(args []string) error {
 	}
 	r.Ready = time.Since(t0)
 	pprof.StopCPUProfile()
-	if err := l.Commit(ctx, freshKey(0), c.Lease.Token, result); err != nil {
+	if err := l.Commit(ctx, freshKey(0), c.Lease.Token, resultOf(*shape, 1<<40)); err != nil {
 		return err
 	}
 	r.RSSReady = procstat.RSS()
+	r.AnonReady, r.FileReady = rssSplit()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	r.HeapReady = ms.HeapInuse
 
 	var next atomic.Uint64 // freshKey(0) is committed; the cell commits 1 to next
 	pairs, err := cell(*workers, *dur, func() error {
-		k := freshKey(next.Add(1))
+		i := next.Add(1)
+		k := freshKey(i)
 		c, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "bench", Lease: time.Minute})
 		if err != nil {
 			return err
@@ -333,7 +354,7 @@ func child(args []string) error {
 		if c.Status != ledger.StatusNew {
 			return fmt.Errorf("fresh key %v: %v", k, c.Status)
 		}
-		return l.Commit(ctx, k, c.Lease.Token, result)
+		return l.Commit(ctx, k, c.Lease.Token, resultOf(*shape, i))
 	})
 	if err != nil {
 		return err
@@ -364,6 +385,7 @@ func child(args []string) error {
 	}
 	r.Dup = dups
 	r.RSSAfter = procstat.RSS()
+	r.AnonAfter, r.FileAfter = rssSplit()
 	runtime.ReadMemStats(&ms)
 	r.HeapInuse = ms.HeapInuse
 	if err := closeLedger(); err != nil {
@@ -372,7 +394,16 @@ func child(args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(&r)
 }
 
-var result = ledger.Result{DownstreamID: "ticket", Response: make([]byte, 96)}
+// resultOf is the result committed with the i-th record: by default what
+// a gate pipeline's JetStream effect commits, the PubAck as JSON
+// (DownstreamID); with -result ticket96, bench/restart's shape, a short
+// id and 96 zero bytes of response.
+func resultOf(shape string, i uint64) ledger.Result {
+	if shape == "ticket96" {
+		return ledger.Result{DownstreamID: "ticket", Response: make([]byte, 96)}
+	}
+	return ledger.Result{DownstreamID: fmt.Sprintf(`{"stream":"ONCEGATE_EFFECTS","seq":%d}`, i+1)}
+}
 
 // cell runs op from workers goroutines for d and returns the latencies'
 // percentiles.
@@ -448,7 +479,7 @@ const fillBatch = 2000
 
 // fill writes n committed records into a Badger ledger in dir through the
 // store's batch API, workers batches at once, without fsyncs.
-func fill(dir string, n, workers int) error {
+func fill(dir string, n, workers int, shape string) error {
 	db, err := badgerstore.Open(dir, badgerstore.OpenOptions{})
 	if err != nil {
 		return err
@@ -497,7 +528,7 @@ func fill(dir string, n, workers int) error {
 						errOnce.Do(func() { first = r.Err })
 						return
 					}
-					commits[j] = ledger.CommitRequest{Key: begins[j].Key, Token: r.Claim.Lease.Token, Result: result}
+					commits[j] = ledger.CommitRequest{Key: begins[j].Key, Token: r.Claim.Lease.Token, Result: resultOf(shape, uint64(i+j))}
 				}
 				for _, err := range l.CommitBatch(ctx, commits[:m]) {
 					if err != nil {
@@ -575,6 +606,33 @@ func sweep(dir string) (*sweepResult, error) {
 }
 
 // --- helpers -----------------------------------------------------------------
+
+// rssSplit returns this process's anonymous and file-backed resident
+// memory, from /proc/self/status (RssAnon, RssFile); zeros where that is
+// not available.
+func rssSplit() (anon, file uint64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "RssAnon":
+			anon = kb << 10
+		case "RssFile":
+			file = kb << 10
+		}
+	}
+	return anon, file
+}
 
 // journalEntry is the size of an entry of badgerstore's claims journal.
 const journalEntry = 56
