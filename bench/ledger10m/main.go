@@ -339,6 +339,19 @@ func child(args []string) error {
 	}
 	r.RSSReady = procstat.RSS()
 	r.AnonReady, r.FileReady = rssSplit()
+	if path := os.Getenv("LEDGER10M_HEAP_PROFILE"); path != "" {
+		// The Go heap after the open and the first claim, for finding
+		// what the RSS is bound by.
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		runtime.GC()
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			return err
+		}
+		f.Close()
+	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	r.HeapReady = ms.HeapInuse
