@@ -81,7 +81,7 @@ func (g *gate) effect(ctx context.Context, ts []*Trigger) {
 		return
 	}
 	eff := func(t *Trigger) sink.Effect {
-		e := sink.Effect{Key: t.intent.String(), Pipeline: g.pipeline, Step: g.stepName, Body: t.body}
+		e := sink.Effect{Key: t.intent.String(), Pipeline: g.pipeline, Step: g.stepName, Body: t.body, Fence: g.fence(t)}
 		if _, mux := g.sink.(*muxSink); mux {
 			if name := t.msg.Headers().Get(HeaderEffect); name != "" {
 				e.Header = map[string]string{HeaderEffect: name} // the dispatcher's sink picks the effect's
@@ -139,6 +139,14 @@ func (g *gate) effectOutcome(t *Trigger, res sink.Result, err error, took time.D
 		if res.Duplicate {
 			result = "duplicate"
 		}
+	case errors.Is(err, sink.ErrFenced):
+		// The lease ran out while the sink waited to send (for room in
+		// the receiver's quota, or a pause of this process): nothing was
+		// sent, and the new holder does it, as before the effect.
+		t.sent = false
+		g.pol.stale()
+		t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
+		result = "retry" // put back: the new holder sends it
 	case errors.Is(err, sink.ErrKeyConflict):
 		// The target already has this key with another body: the
 		// intent's effect exists (a holder before a crash sent it, or a

@@ -44,7 +44,7 @@ func (g *gate) mileEffects(ctx context.Context, ts []*Trigger) {
 			if g.resolvedFirst(ctx, t) {
 				return // its resolve went out: nothing more is sent (lifecycle.go)
 			}
-			e := sink.Effect{Key: o.key.String(), Pipeline: g.pipeline, Step: g.stepName, Body: o.body, SubjectSuffix: o.suffix}
+			e := sink.Effect{Key: o.key.String(), Pipeline: g.pipeline, Step: g.stepName, Body: o.body, SubjectSuffix: o.suffix, Fence: g.fence(t)}
 			if o.t.oneShot && o.t.name != "" {
 				e.Header = map[string]string{HeaderEffect: o.t.name, HeaderIntent: t.intent.String()}
 			}
@@ -75,6 +75,12 @@ func (g *gate) mileEffects(ctx context.Context, ts []*Trigger) {
 				if res.Duplicate {
 					result = "duplicate"
 				}
+			case errors.Is(err, sink.ErrFenced):
+				// The lease ran out while the sink waited: this effect was
+				// not sent; the new holder sends it (those before it collapse).
+				g.pol.stale()
+				t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
+				result = "retry" // put back: the new holder sends it
 			case errors.Is(err, sink.ErrKeyConflict):
 				g.c.log.Info("the target already has this key with another body: the effect exists", "pipeline", g.pipeline, "effect", o.t.name, "key", o.key.String(), "err", err)
 				res, err, result = sink.Result{Status: res.Status, Duplicate: true}, nil, "key_reused"

@@ -113,6 +113,17 @@ func mono() int64 { return int64(time.Since(monoBase)) }
 // ledger fences commits, but nothing fences the effect itself, and a holder
 // that sent after its lease ran out could repeat an effect that the new
 // holder dead-lettered, or sent, past the target's duplicate window.
+// fence is t's effect's sink.Effect.Fence: the lease checked again right
+// before the sink sends, after whatever the sink waited for.
+func (g *gate) fence(t *Trigger) func() error {
+	return func() error {
+		if g.leaseGone(t) {
+			return errLeaseLost
+		}
+		return nil
+	}
+}
+
 func (g *gate) leaseGone(t *Trigger) bool {
 	if t.lost.Load() {
 		return true

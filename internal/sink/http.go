@@ -289,16 +289,16 @@ func (s *HTTP) Deliver(ctx context.Context, e Effect) (Result, error) {
 
 	if s.digest != nil && group != "" {
 		return s.deliverDigest(ctx, e, group, func(ctx context.Context, body []byte) (Result, error) {
-			return s.deliverBody(ctx, e.Key, h, body)
+			return s.deliverBody(ctx, e.Key, h, body, nil)
 		})
 	}
-	return s.deliverBody(ctx, e.Key, h, body)
+	return s.deliverBody(ctx, e.Key, h, body, e.Fence)
 }
 
 // deliverBody sends body, through the rate limit if the sink has one.
-func (s *HTTP) deliverBody(ctx context.Context, key string, h http.Header, body []byte) (Result, error) {
+func (s *HTTP) deliverBody(ctx context.Context, key string, h http.Header, body []byte, fence func() error) (Result, error) {
 	if s.limit == nil {
-		return s.send(ctx, key, h, body, nil)
+		return s.send(ctx, key, h, body, fence, nil)
 	}
 	q := &queued{done: make(chan struct{})}
 	ckey := ""
@@ -321,13 +321,14 @@ func (s *HTTP) deliverBody(ctx context.Context, key string, h http.Header, body 
 		return res, nil
 	}
 	defer close(q.done)
-	q.res, q.err = s.send(ctx, key, h, body, func() { s.limit.leave(ckey, q) })
+	q.res, q.err = s.send(ctx, key, h, body, fence, func() { s.limit.leave(ckey, q) })
 	return q.res, q.err
 }
 
 // send makes the attempts of one Deliver; with a rate limit, each waits
 // for room first, and going calls left once the first is on its way.
-func (s *HTTP) send(ctx context.Context, key string, h http.Header, body []byte, going func()) (Result, error) {
+// fence, if set, is called right before the first attempt goes.
+func (s *HTTP) send(ctx context.Context, key string, h http.Header, body []byte, fence func() error, going func()) (Result, error) {
 	var res Result
 	started := time.Now()
 	throttled := 0
@@ -343,6 +344,11 @@ func (s *HTTP) send(ctx context.Context, key string, h http.Header, body []byte,
 					err = fmt.Errorf("waiting for room in the receiver's quota: %w", err)
 				}
 				return res, &Error{Sink: "http", Key: key, Status: res.Status, Retryable: true, Err: err}
+			}
+		}
+		if fence != nil && attempt == 1 {
+			if err := fence(); err != nil {
+				return Result{}, &Error{Sink: "http", Key: key, Retryable: true, Err: fmt.Errorf("%w: %w", ErrFenced, err)}
 			}
 		}
 		res = Result{Attempts: attempt}

@@ -2,6 +2,7 @@ package sink_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -154,5 +155,45 @@ func TestRateLimitCoalesces(t *testing.T) {
 	}
 	if got := sink.CoalescePagerDuty([]byte(`{"event_action":"resolve","dedup_key":"same"}`)); got != "" {
 		t.Errorf("CoalescePagerDuty(resolve) = %q; want \"\" (only triggers collapse)", got)
+	}
+}
+
+// TestFenceAfterTheWait: a delivery that waits for room in the quota calls
+// its fence once the room comes, right before it sends: a fence that says
+// the caller's hold ran out meanwhile (a lease, a process paused while it
+// waited) stops it with ErrFenced and nothing reaches the receiver; a
+// fence that holds lets it go.
+func TestFenceAfterTheWait(t *testing.T) {
+	pd, s := pagerDuty(t, sink.RateLimit{Requests: 1, Per: 300 * time.Millisecond})
+	ctx := context.Background()
+	start := time.Now() // before the first request takes the quota's room
+	if _, err := s.Deliver(ctx, sink.Effect{Key: effectKey(0), Body: trigger("a")}); err != nil {
+		t.Fatal(err)
+	}
+	// The quota is used: the next delivery waits for room, which comes
+	// no sooner than 300ms after the first request. Its fence records
+	// when it was asked, and refuses.
+	var asked time.Duration
+	calls := 0
+	_, err := s.Deliver(ctx, sink.Effect{Key: effectKey(1), Body: trigger("b"), Fence: func() error {
+		calls++
+		asked = time.Since(start)
+		return fmt.Errorf("the lease ran out")
+	}})
+	if !errors.Is(err, sink.ErrFenced) || errors.Is(err, sink.ErrPermanent) {
+		t.Fatalf("Deliver with a refusing fence = %v; want ErrFenced, retryable", err)
+	}
+	if calls != 1 || asked < 300*time.Millisecond {
+		t.Errorf("fence called %d times, %v after the first request; want once, after the wait for room (300ms)", calls, asked)
+	}
+	if got := len(pd.Events()); got != 1 {
+		t.Errorf("%d events at the receiver; want 1: a fenced delivery sends nothing", got)
+	}
+	// A fence that holds: sent.
+	if _, err := s.Deliver(ctx, sink.Effect{Key: effectKey(2), Body: trigger("c"), Fence: func() error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(pd.Events()); got != 2 {
+		t.Errorf("%d events at the receiver; want 2", got)
 	}
 }

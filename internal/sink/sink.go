@@ -41,6 +41,10 @@ var (
 	// as an error, but it says that an effect for the key exists: the
 	// consumer records the intent as done, not as failed.
 	ErrKeyConflict = errors.New("sink: key already used for a different effect")
+
+	// ErrFenced matches the error of a delivery its Effect.Fence stopped
+	// before anything was sent: the caller no longer holds the effect.
+	ErrFenced = errors.New("sink: fenced before sending")
 )
 
 // Effect is one side effect to perform.
@@ -65,6 +69,14 @@ type Effect struct {
 	// SubjectSuffix, for a JetStream sink, is appended to its subject after
 	// a dot: one or more subject tokens rendered by the effect's template.
 	SubjectSuffix string
+
+	// Fence, if set, is called by the HTTP sink right before its first
+	// attempt goes out — after any wait for room in the receiver's quota —
+	// and a non-nil error stops the delivery with an error matching
+	// ErrFenced, nothing sent: the caller's hold on the effect (a lease)
+	// may have run out while the sink waited, a process paused meanwhile
+	// among the ways. Other sinks, and a digest's members, do not call it.
+	Fence func() error
 }
 
 // Result is what a sink reports about a delivered effect.
