@@ -436,7 +436,7 @@ func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 		if f != nil && r != nil {
 			if fl, ok := last[f.id]; ok {
 				if rf, ok := first[r.id]; ok && fl.After(rf) {
-					ae.wrong(&ae.afterResolve, "intent %d (%s) reached its receiver %v after its resolve (intent %d) did", f.id, f.alert.severity, fl.Sub(rf).Round(time.Millisecond), r.id)
+					ae.wrong(&ae.afterResolve, "intent %d (%s, key %s) reached its receiver %v after its resolve (intent %d, key %s) did", f.id, f.alert.severity, h.intentKeys([]int{f.id}), fl.Sub(rf).Round(time.Millisecond), r.id, h.intentKeys([]int{r.id}))
 				}
 			}
 		}

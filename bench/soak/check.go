@@ -657,7 +657,7 @@ func (r *report) print(w io.Writer, h *harness) {
 		}
 		for _, c := range []string{cLost, cDuplicated} {
 			if x.n[c] > 0 {
-				fmt.Fprintf(w, "%s: %d %s, e.g. intents %v\n", x.name, x.n[c], c, x.examples[c])
+				fmt.Fprintf(w, "%s: %d %s, e.g. intents %v (keys %s)\n", x.name, x.n[c], c, x.examples[c], h.intentKeys(x.examples[c]))
 			}
 		}
 	}
@@ -1089,4 +1089,44 @@ func (h *harness) reapLags() (killed, slow int, longest time.Duration) {
 		r.mu.Unlock()
 	}
 	return killed, slow, longest
+}
+
+// writeReceived writes what PagerDuty and Slack accepted to
+// logs/alert-receivers.jsonl (with -keep): when, which receiver, the
+// Idempotency-Key, the alerts intent the message names and, for PagerDuty,
+// its action and dedup_key.
+func (h *harness) writeReceived() error {
+	if h.alerts == nil {
+		return nil
+	}
+	var b strings.Builder
+	for _, r := range []struct {
+		name string
+		log  *receiverLog
+	}{{"pagerduty", h.alerts.pdLog}, {"slack", h.alerts.slackLog}} {
+		for _, m := range r.log.snapshot() {
+			fmt.Fprintf(&b, "{\"t\":%q,\"receiver\":%q,\"key\":%q,\"intent\":%d,\"action\":%q,\"dedup\":%q}\n",
+				m.at.Format(time.RFC3339Nano), r.name, m.key, intentOf(m.body), m.action, m.dedup)
+		}
+	}
+	return os.WriteFile(filepath.Join(h.dir, "logs", "alert-receivers.jsonl"), []byte(b.String()), 0o644)
+}
+
+// intentKeys are the intent keys of ids, for finding them in the
+// replicas' logs.
+func (h *harness) intentKeys(ids []int) string {
+	var keys []string
+	for _, id := range ids {
+		k := "?"
+		if id >= 0 && id < len(h.w.intents) {
+			in := h.w.intents[id]
+			if ky, err := h.keyer(in.pipeline); err == nil && ky != nil {
+				if ik, err := ky.Intent(in.copies[0].data); err == nil {
+					k = ik.Key.String()
+				}
+			}
+		}
+		keys = append(keys, k)
+	}
+	return strings.Join(keys, " ")
 }

@@ -327,6 +327,9 @@ func (h *harness) runCtx(ctx context.Context) error {
 		if err := h.writeAnswers(); err != nil {
 			fmt.Fprintln(os.Stderr, "soak: writing the model's answers:", err)
 		}
+		if err := h.writeReceived(); err != nil {
+			fmt.Fprintln(os.Stderr, "soak: writing what the alert receivers accepted:", err)
+		}
 	}
 	rep.print(os.Stdout, h)
 	if o.plot != "" {

@@ -158,6 +158,14 @@ const (
 	sending                  // a dispatcher is sending it now
 )
 
+// A stop's claim of a dispatch record: its owner's suffix, its lease, and
+// how long a stop waits for another stop holding the record to finish.
+const (
+	stopOwner = "#stop"
+	stopLease = time.Second
+	stopWait  = 2 * stopLease
+)
+
 // stop records the dispatch of k's effect failed for reason, if it has not
 // gone out: a fenced claim of the dispatch record, then its failure. A
 // dispatch a dispatcher claimed and did not record (taken over here) may
@@ -170,9 +178,27 @@ func (d *dispatcher) stop(ctx context.Context, k dedupe.Key, reason string) (sto
 func (d *dispatcher) stopRecord(ctx context.Context, k dedupe.Key, reason string) (stopState, ledger.Record, error) {
 	l := d.gate.ledger
 	dk := DispatchKey(k)
-	claim, err := l.Begin(ctx, dk, ledger.BeginOptions{Owner: d.p.c.opts.Owner + "#stop", Lease: time.Second})
-	if err != nil {
-		return 0, ledger.Record{}, err
+	var claim ledger.Claim
+	for deadline := time.Now().Add(stopWait); ; {
+		var err error
+		claim, err = l.Begin(ctx, dk, ledger.BeginOptions{Owner: d.p.c.opts.Owner + stopOwner, Lease: stopLease})
+		if err != nil {
+			return 0, ledger.Record{}, err
+		}
+		// Held by another stop (a cancel sent twice — a retry after a
+		// slow answer — or by two people): its outcome is this one's
+		// too, and comes within its lease. Answering "sending" would be
+		// wrong: nothing is being sent.
+		if claim.Status != ledger.StatusHeld || !strings.HasSuffix(claim.Record.Owner, stopOwner) || !time.Now().Before(deadline) {
+			break
+		}
+		tm := time.NewTimer(min(max(claim.RetryAfter, 10*time.Millisecond), 100*time.Millisecond))
+		select {
+		case <-tm.C:
+		case <-ctx.Done():
+			tm.Stop()
+			return 0, claim.Record, ctx.Err()
+		}
 	}
 	switch claim.Status {
 	case ledger.StatusNew:

@@ -327,3 +327,56 @@ func TestApprovalCommitOutlastsABlip(t *testing.T) {
 		return true
 	}, f)
 }
+
+// TestCancelTwiceAtOnce: a cancel sent again while its first try is still
+// being answered (a retry after a slow answer) found the first's claim of
+// the dispatch record and answered "sending", though nothing was being
+// sent and the effect was cancelled (the soak saw it under a ledger
+// outage). A cancel that finds another cancel at work now waits for it and
+// answers with its outcome; one that finds a dispatcher at work still says
+// "sending".
+func TestCancelTwiceAtOnce(t *testing.T) {
+	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
+	hs := httptest.NewServer(target)
+	defer hs.Close()
+	f := start(t, withOneShot(hs.URL, 0, "approvals.messages"), standin.Options{})
+	ctx := context.Background()
+	cancelWhileHeld := func(name, owner string) string {
+		t.Helper()
+		payload := message(name, 0)
+		k := f.keyOf("messages", payload)
+		f.publish("triggers.messages", payload)
+		waitFor(t, 10*time.Second, "the effect parked", func() bool {
+			_, err := f.ledger.Get(ctx, k)
+			return err == nil
+		}, f)
+		// What another request (or a dispatcher) holding the dispatch
+		// record looks like; it records its outcome 300ms later.
+		c, err := f.ledger.Begin(ctx, consumer.DispatchKey(k), ledger.BeginOptions{Owner: owner, Lease: time.Second})
+		if err != nil || c.Status != ledger.StatusNew {
+			t.Fatalf("claiming the dispatch record: %v %v", c.Status, err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			done <- f.ledger.Fail(ctx, consumer.DispatchKey(k), c.Lease.Token, "cancelled")
+		}()
+		reply, err := f.nc.Request(consumer.CancelSubject("messages"), []byte(k.String()), 5*time.Second)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err != nil {
+			t.Fatalf("cancel: %v", err)
+		}
+		return string(reply.Data)
+	}
+	if got := cancelWhileHeld("twice", "replica-b#stop"); got != "already cancelled" {
+		t.Errorf("a cancel while another cancel holds the record: %q; want \"already cancelled\"", got)
+	}
+	if got := cancelWhileHeld("sending", "replica-b"); got != "sending" {
+		t.Errorf("a cancel while a dispatcher holds the record: %q; want \"sending\"", got)
+	}
+	if calls, _ := target.snapshot(); len(calls) != 0 {
+		t.Errorf("sent: %v; want nothing (never approved)", calls)
+	}
+}
