@@ -124,7 +124,11 @@ func (s *orderStage) wrap(next Handler) Handler {
 				}
 			}
 			if err := g.recordOnce(ctx, resolvingKey(identity), "#resolving", []byte(`{}`)); err != nil {
-				t.decide(g.unavailable(t, fmt.Errorf("recording that the resolve goes: %w", err)))
+				if h, ok := errors.AsType[*heldError](err); ok {
+					t.decide(wait(t.keyRef(), h.retryAfter, fmt.Errorf("recording that the resolve goes: %w", err)))
+				} else {
+					t.decide(g.unavailable(t, fmt.Errorf("recording that the resolve goes: %w", err)))
+				}
 				return
 			}
 			// A firing that read no such record before this one was
@@ -159,8 +163,20 @@ func (g *gate) age(t *Trigger) time.Duration {
 	return 0
 }
 
+// heldError is recordOnce's answer when another claim holds the record:
+// look again after retryAfter, when it is committed or can be taken over.
+type heldError struct{ retryAfter time.Duration }
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("another claim holds the record for %v more", e.retryAfter.Round(time.Millisecond))
+}
+
 // recordOnce records key as committed with response, unless it is
-// recorded already.
+// recorded already. A record another claim holds — another resolve of the
+// identity recording it now, or one whose commit was lost (a ledger
+// outage, a crash between the two writes) — is a *heldError: the caller
+// looks again, and takes the claim over once its lease is out, so that no
+// claim is left pending.
 func (g *gate) recordOnce(ctx context.Context, key dedupe.Key, owner string, response []byte) error {
 	for range 3 {
 		claim, err := g.ledger.Begin(ctx, key, ledger.BeginOptions{Owner: g.owner + owner, Lease: g.lease})
@@ -176,8 +192,7 @@ func (g *gate) recordOnce(ctx context.Context, key dedupe.Key, owner string, res
 				return err
 			}
 		case ledger.StatusHeld:
-			// Another resolve of the identity records it now: it is as good.
-			return nil
+			return &heldError{retryAfter: max(claim.RetryAfter, 10*time.Millisecond)}
 		default:
 			return fmt.Errorf("the record is %s", claim.Status)
 		}

@@ -9,7 +9,9 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/standin"
+	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // An alert's lifecycle: its firing and its resolve share an identity
@@ -292,5 +294,33 @@ func TestSlackDigest(t *testing.T) {
 	}
 	if d := r.dispatchStats(); d.Sent != n || d.Unknown != 0 {
 		t.Errorf("dispatch stats %+v; want each of the %d entries sent", d, n)
+	}
+}
+
+// TestResolvingRecordNotLeftPending: a resolve claimed the record that
+// says it goes and never committed it (its commit refused by a ledger
+// outage, or its process killed between the two writes). The next resolve
+// of the identity took "held" for "recorded by another" and went on, and
+// the claim was left pending for good (the soak found it). It now waits
+// for the claim's lease, takes it over and commits it.
+func TestResolvingRecordNotLeftPending(t *testing.T) {
+	r := startRecipe(t, standin.Options{}, pageAll(500*time.Millisecond))
+	ctx := context.Background()
+	identity, err := dedupe.ParseKey(r.identity(t, "left1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk := consumer.ResolvingKey(identity)
+	if _, err := r.ledger.Begin(ctx, rk, ledger.BeginOptions{Owner: "dead-replica#resolving", Lease: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	r.publish("triggers.alerts", amAlert("left1", "page", "resolved", 0))
+	waitFor(t, 20*time.Second, "the resolving record committed", func() bool {
+		rec, err := r.ledger.Get(ctx, rk)
+		return err == nil && rec.State == ledger.StateCommitted
+	}, r.fixture)
+	waitFor(t, 10*time.Second, "the resolve settled", func() bool { return r.allAcked("alerts") }, r.fixture)
+	if st := r.pd.Stats(); st.Resolves != 0 || st.Triggers != 0 {
+		t.Errorf("PagerDuty %+v; want nothing (an alert never paged here)", st)
 	}
 }

@@ -1,0 +1,4 @@
+package consumer
+
+// ResolvingKey is resolvingKey, for the external tests.
+var ResolvingKey = resolvingKey
