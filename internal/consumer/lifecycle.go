@@ -305,6 +305,16 @@ func (s *entryOrderStage) wrap(next Handler) Handler {
 				t.res, t.effected, t.dropped = sink.Result{Body: droppedResult}, true, true
 			}
 		})
-		pass(ctx, next, ts)
+		// A dropped entry goes no further: the claim stage commits its
+		// dispatch as dropped, and the effect stage must not send it.
+		var rest []*Trigger
+		for _, t := range open(ts) {
+			if !t.dropped {
+				rest = append(rest, t)
+			}
+		}
+		if len(rest) > 0 {
+			next(ctx, rest)
+		}
 	}
 }

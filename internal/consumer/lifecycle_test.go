@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -322,5 +323,67 @@ func TestResolvingRecordNotLeftPending(t *testing.T) {
 	waitFor(t, 10*time.Second, "the resolve settled", func() bool { return r.allAcked("alerts") }, r.fixture)
 	if st := r.pd.Stats(); st.Resolves != 0 || st.Triggers != 0 {
 		t.Errorf("PagerDuty %+v; want nothing (an alert never paged here)", st)
+	}
+}
+
+// holdLedger refuses to claim one key while hold is set, as a ledger
+// outage would.
+type holdLedger struct {
+	ledger.Ledger
+	key  dedupe.Key
+	hold atomic.Bool
+}
+
+func (l *holdLedger) Begin(ctx context.Context, k dedupe.Key, o ledger.BeginOptions) (ledger.Claim, error) {
+	if k == l.key && l.hold.Load() {
+		return ledger.Claim{}, errLedgerDown
+	}
+	return l.Ledger.Begin(ctx, k, o)
+}
+
+// TestSlackFiringAfterItsResolveNotSent: a firing's Slack message waits in
+// the outbox (here its dispatch claim refused, as in a ledger outage; in
+// the soak also a backlog) while its resolve goes out. The dispatcher
+// found the resolve gone and logged the firing's message "not sent" — and
+// the effect stage sent it all the same, after its resolve's note (the
+// soak saw it 1.2 to 18 s after); the resolve's note, "not sent" because
+// its firing's was not, went out too. A dropped entry now goes no further
+// than the stage that drops it.
+func TestSlackFiringAfterItsResolveNotSent(t *testing.T) {
+	hl := &holdLedger{}
+	r := startRecipe(t, standin.Options{}, func(p *config.Pipeline) {
+		p.Routes = []config.Route{{Name: "rest", Effects: []string{"slack"}}}
+		p.Key.ResolveWait = 500 * time.Millisecond
+	}, func(o *consumer.Options) {
+		hl.Ledger = o.Ledger
+		o.Ledger = hl
+	})
+	identity, err := dedupe.ParseKey(r.identity(t, "late1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl.key = consumer.DispatchKey(consumer.EffectKey(identity, "slack"))
+	hl.hold.Store(true)
+	r.publish("triggers.alerts", amAlert("late1", "warning", "firing", 0))
+	waitFor(t, 10*time.Second, "the firing's message in the outbox", func() bool { return r.stats("alerts").Effects == 1 }, r.fixture)
+	r.publish("triggers.alerts", amAlert("late1", "warning", "resolved", 1))
+	ctx := context.Background()
+	waitFor(t, 10*time.Second, "the resolve gone out", func() bool {
+		rec, err := hl.Get(ctx, consumer.ResolvingKey(identity))
+		return err == nil && rec.State == ledger.StateCommitted
+	}, r.fixture)
+	hl.hold.Store(false)
+	waitFor(t, 20*time.Second, "both settled and the outbox done", func() bool {
+		return r.stats("alerts").Effects == 2 && r.allAcked("alerts") && r.outboxDone("alerts")
+	}, r.fixture)
+	var texts []string
+	for _, m := range r.slack.Messages() {
+		texts = append(texts, m.Text)
+	}
+	if len(texts) != 0 {
+		t.Errorf("Slack got %q; want nothing: the firing's message was still in the outbox when its resolve went out, so neither is sent", texts)
+	}
+	if s := r.dispatchStats(); s.AfterResolve != 1 || s.Unopened != 1 || s.Sent != 0 {
+		t.Errorf("dispatch stats %+v; want the firing's entry dropped after its resolve, the resolve's note not sent (its firing's was not), nothing sent", s)
 	}
 }

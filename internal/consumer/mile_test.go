@@ -28,7 +28,7 @@ type recipe struct {
 	keyer *dedupe.Keyer
 }
 
-func startRecipe(t *testing.T, modelOpts standin.Options, edit func(p *config.Pipeline)) *recipe {
+func startRecipe(t *testing.T, modelOpts standin.Options, edit func(p *config.Pipeline), opts ...func(*consumer.Options)) *recipe {
 	t.Helper()
 	pd := receiver.NewPagerDuty(routingKey)
 	pdSrv := httptest.NewServer(pd)
@@ -61,7 +61,7 @@ func startRecipe(t *testing.T, modelOpts standin.Options, edit func(p *config.Pi
 	}
 	f := start(t, func(c *config.Config) {
 		c.Pipelines = []config.Pipeline{p}
-	}, modelOpts)
+	}, modelOpts, opts...)
 	return &recipe{fixture: f, pd: pd, slack: slack, keyer: keyer}
 }
 
