@@ -79,8 +79,9 @@ type redriver struct {
 	h     *harness
 	fixed chan struct{} // closed when the payment sink stops refusing
 
-	mu     sync.Mutex
-	passes []redrivePass
+	mu        sync.Mutex
+	passes    []redrivePass
+	auditRead uint64 // redrive entries read from the audit stream
 }
 
 // refuse makes the payment sink refuse new charges over its part of the
@@ -252,33 +253,43 @@ func (r *redriver) readAudit(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{admin.AuditPrefix + "." + streamName + "." + admin.AuditRedrive + ".>"}})
+	filter := admin.AuditPrefix + "." + streamName + "." + admin.AuditRedrive + ".>"
+	// How many entries there are, counted by the stream, so that a fetch
+	// that comes back empty (a cluster still electing the stream's leader
+	// after its faults) is tried again rather than read as the end.
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return err
+	}
+	var want uint64
+	for _, n := range info.State.Subjects {
+		want += n
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
 		return err
 	}
 	byJob := map[string][]admin.RedriveResult{}
-	for pending := true; pending; {
+	var read uint64
+	for deadline := time.Now().Add(time.Minute); read < want; {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("read %d of the %d redrive entries in a minute", read, want)
+		}
 		b, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			return err
 		}
-		got := 0
 		for m := range b.Messages() {
-			got++
+			read++
 			var e admin.AuditEntry
 			if json.Unmarshal(m.Data(), &e) == nil && e.Letter != nil && e.Job != "" {
 				byJob[e.Job] = append(byJob[e.Job], admin.RedriveResult{Stream: e.Letter.Stream, Seq: e.Letter.Seq, Key: e.Key, Outcome: e.Outcome})
 			}
-			if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
-				pending = false
-			}
-		}
-		if got == 0 {
-			pending = false
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.auditRead = read
 	for i := range r.passes {
 		r.passes[i].results = byJob[r.passes[i].job]
 	}
@@ -321,6 +332,7 @@ type redriveReport struct {
 	left          []string // dead letters the last pass did not find redriven or committed
 	notRedriven   []int    // charges intents refused and left dead-lettered
 	lastPassAfter bool     // the last pass ran after everything settled
+	auditRead     uint64   // redrive entries read from the audit stream
 }
 
 // ok reports whether the redrive phase kept its promises: something was
@@ -348,7 +360,7 @@ func (r *redriveReport) ok() bool {
 func (r *redriver) summarize(rep *report, deadSeq map[uint64]int, effects map[int]int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rr := &redriveReport{refusedCalls: r.h.pay.refused.Load(), deadLetters: len(deadSeq), final: map[string]int{}}
+	rr := &redriveReport{refusedCalls: r.h.pay.refused.Load(), deadLetters: len(deadSeq), final: map[string]int{}, auditRead: r.auditRead}
 	times := map[uint64]int{}
 	for _, p := range r.passes {
 		if p.after {
@@ -419,9 +431,9 @@ func (r *redriver) summarize(rep *report, deadSeq map[uint64]int, effects map[in
 func (r *redriveReport) String() string {
 	s := fmt.Sprintf("the payment sink refused %d new charges from %.0f%% to %.0f%% of the fault window; %d dead letters (permanent_effect) of %d intents; "+
 		"bulk redrive command run %d times during the faults and %d after (%d did not answer, %d of them while a majority of the nodes was up); %d dead letters republished, %d of them twice; "+
-		"%d of %d redriven intents ended with exactly one charge; the last redrive (every dead letter again): %s",
+		"%d of %d redriven intents ended with exactly one charge; the last redrive (every dead letter again): %s; %d audit entries of the redrives read",
 		r.refusedCalls, 100*refuseFrom, 100*refuseTo, r.deadLetters, r.intents, r.passesDuring, r.passesAfter, r.failedPasses, r.unserved,
-		r.republished, len(r.twice), r.oneEffect, r.intents, formatCounts(r.final))
+		r.republished, len(r.twice), r.oneEffect, r.intents, formatCounts(r.final), r.auditRead)
 	switch {
 	case r.deadLetters > 0:
 	case r.refusedCalls == 0:
