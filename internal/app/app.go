@@ -490,7 +490,16 @@ func (a *App) WaitReady(ctx context.Context) error {
 // delivered and unacknowledged. It is the server's count, redeliveries
 // included; a caller waits for it to reach 0 to know that every trigger
 // published is settled.
+//
+// A consumer's counts can lag a publish the stream has already
+// acknowledged (the consumer is told of new messages asynchronously), so a
+// pipeline whose last trigger on its subject lies past its consumer's ack
+// floor counts one outstanding even while its counts say 0.
 func (a *App) Outstanding(ctx context.Context) (uint64, error) {
+	st, err := a.JS.Stream(ctx, a.Config.Stream.Name)
+	if err != nil {
+		return 0, err
+	}
 	var n uint64
 	for _, p := range a.Config.Pipelines {
 		c, err := a.JS.Consumer(ctx, a.Config.Stream.Name, consumer.Durable(p.Name))
@@ -501,7 +510,18 @@ func (a *App) Outstanding(ctx context.Context) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		n += info.NumPending + uint64(info.NumAckPending)
+		held := info.NumPending + uint64(info.NumAckPending)
+		if held == 0 {
+			last, err := st.GetLastMsgForSubject(ctx, p.Subject)
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+			case err != nil:
+				return 0, err
+			case last.Sequence > info.AckFloor.Stream:
+				held = 1
+			}
+		}
+		n += held
 	}
 	return n, nil
 }
