@@ -60,13 +60,17 @@ func TestHandlerOnce(t *testing.T) {
 			}
 		}
 	}
-	if _, err := js.Publish(ctx, "orders.new", []byte(`{"no order here":1}`)); err != nil {
+	last, err := js.Publish(ctx, "orders.new", []byte(`{"no order here":1}`))
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Settled once the ack floor reaches the last message: the consumer's
+	// pending count can still be 0 just after the publish, before the
+	// consumer is told of the messages.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		info, err := cons.Info(ctx)
-		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+		if err == nil && info.AckFloor.Stream >= last.Sequence && info.NumAckPending == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
