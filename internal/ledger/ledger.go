@@ -80,6 +80,16 @@ type Ledger interface {
 	// release it so: it ends its lease with a positive d (a nanosecond)
 	// instead, and the next Begin is a plain takeover, told to reconcile.
 	Extend(ctx context.Context, key dedupe.Key, token uint64, d time.Duration) (Lease, error)
+	// Note stores note in the pending record of key held with token, in
+	// place of the note it had, and renews the lease for d from now, as
+	// Extend does; the returned lease is the one to use from then on. A
+	// note is what the work produced on its way to its effect that a
+	// retry, a takeover or a redrive must find instead of producing it
+	// again: a model's answer, paid for. It is durable when Note returns,
+	// even for a volatile claim, and is kept with the record through
+	// takeovers, Commit, Fail and Clear, until the record expires. d must
+	// be positive, and note at most MaxResultBytes (ErrResultTooLarge).
+	Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (Lease, error)
 	// Commit records the work as done with result. It is durable when
 	// Commit returns.
 	Commit(ctx context.Context, key dedupe.Key, token uint64, result Result) error
@@ -256,6 +266,9 @@ type Record struct {
 	// cleared it and why, then the failure's reason; for a pending record
 	// its holder released undone, ReasonReleased.
 	Reason string
+	// Note is what the work stored on its way (Ledger.Note), kept
+	// through takeovers, the commit, a failure and its clearing.
+	Note []byte
 }
 
 // Result is what committed work produced: enough for a retry to answer as

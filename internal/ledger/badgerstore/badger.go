@@ -431,6 +431,18 @@ func (l *Ledger) Extend(ctx context.Context, key dedupe.Key, token uint64, d tim
 	return lease, err
 }
 
+// Note implements [ledger.Ledger]. The record is written and synced, even
+// for a volatile claim: a note is what a crash must not lose.
+func (l *Ledger) Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (ledger.Lease, error) {
+	var lease ledger.Lease
+	err := l.update(ctx, key, durableClaim, func(cur *ledger.Record, now time.Time) (*ledger.Record, bool, error) {
+		rec, ls, err := ledgerproto.Noted(&l.opts, key, cur, token, note, d, now)
+		lease = ls
+		return &rec, true, err
+	})
+	return lease, err
+}
+
 // Commit implements [ledger.Ledger]. Commits made at the same time by other
 // goroutines are written with it in one transaction and one sync.
 func (l *Ledger) Commit(ctx context.Context, key dedupe.Key, token uint64, result ledger.Result) error {

@@ -16,7 +16,7 @@ import (
 var ErrOutage = errors.New("history: the ledger refuses writes (simulated outage)")
 
 // Outage is a ledger.Ledger that refuses every write (Begin, Extend,
-// Commit, Fail, and the batches) with ErrOutage while an outage is on,
+// Note, Commit, Fail, and the batches) with ErrOutage while an outage is on,
 // without reaching the ledger it wraps; reads (Get, Pending) still work, as
 // on a store whose disk is full. NewOutage returns an *OutageBatcher when the
 // wrapped ledger is a ledger.Batcher.
@@ -73,6 +73,14 @@ func (o *Outage) Extend(ctx context.Context, key dedupe.Key, token uint64, d tim
 		return ledger.Lease{}, ErrOutage
 	}
 	return o.l.Extend(ctx, key, token, d)
+}
+
+// Note implements ledger.Ledger.
+func (o *Outage) Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (ledger.Lease, error) {
+	if o.on() {
+		return ledger.Lease{}, ErrOutage
+	}
+	return o.l.Note(ctx, key, token, note, d)
 }
 
 // Commit implements ledger.Ledger.

@@ -38,7 +38,8 @@ const (
 	// compare-and-set to a concurrent writer of the same key.
 	maxConflictRetries = 32
 	// recordOverhead bounds what a stored record takes beyond its result or
-	// failure reason: the fixed fields, the owner, the message headers.
+	// failure reason and its note: the fixed fields, the owner, the message
+	// headers.
 	recordOverhead = 4 << 10
 	// errCodeReplicasNotSupported is the JetStream API error for replicas
 	// asked of a server that is not in a cluster.
@@ -126,8 +127,8 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Ledger, er
 		return nil, err
 	}
 	nc := js.Conn()
-	if limit := nc.MaxPayload(); limit > 0 && int64(opts.MaxResultBytes)+recordOverhead > limit {
-		return nil, fmt.Errorf("%w: results of up to %d bytes do not fit in the server's %d-byte max_payload",
+	if limit := nc.MaxPayload(); limit > 0 && maxRecord(opts.MaxResultBytes) > limit {
+		return nil, fmt.Errorf("%w: results and notes of up to %d bytes each do not fit in the server's %d-byte max_payload",
 			ledger.ErrInvalidLedger, opts.MaxResultBytes, limit)
 	}
 	ttl := opts.Retention + retentionMargin
@@ -197,11 +198,15 @@ func (o *Options) check(cfg jetstream.KeyValueConfig) error {
 		return invalid("is in memory; file storage was asked for")
 	case cfg.Replicas != 0 && cfg.Replicas < o.Replicas:
 		return invalid("has %d replicas; %d were asked for", cfg.Replicas, o.Replicas)
-	case cfg.MaxValueSize > 0 && int64(cfg.MaxValueSize) < int64(o.MaxResultBytes)+recordOverhead:
-		return invalid("limits values to %d bytes, too small for results of up to %d", cfg.MaxValueSize, o.MaxResultBytes)
+	case cfg.MaxValueSize > 0 && int64(cfg.MaxValueSize) < maxRecord(o.MaxResultBytes):
+		return invalid("limits values to %d bytes, too small for results and notes of up to %d each", cfg.MaxValueSize, o.MaxResultBytes)
 	}
 	return nil
 }
+
+// maxRecord bounds a stored record whose result (or reason) and note are
+// each up to maxResult bytes.
+func maxRecord(maxResult int) int64 { return 2*int64(maxResult) + recordOverhead }
 
 // wrapErr wraps a store failure with what the ledger was doing, and marks a
 // closed or closing connection with ledger.ErrClosed.
@@ -278,6 +283,17 @@ func (l *Ledger) Extend(ctx context.Context, key dedupe.Key, token uint64, d tim
 	var lease ledger.Lease
 	err := l.update(ctx, "extend", key, token, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
 		rec, ls, err := ledgerproto.Extended(&l.opts.Options, key, cur, token, d, now)
+		lease = ls
+		return rec, err
+	})
+	return lease, err
+}
+
+// Note implements ledger.Ledger.
+func (l *Ledger) Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (ledger.Lease, error) {
+	var lease ledger.Lease
+	err := l.update(ctx, "note", key, token, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
+		rec, ls, err := ledgerproto.Noted(&l.opts.Options, key, cur, token, note, d, now)
 		lease = ls
 		return rec, err
 	})

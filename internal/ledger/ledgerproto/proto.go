@@ -4,7 +4,7 @@
 // only through the ledger.Ledger contract.
 //
 // A store reads the current record (nil if absent), calls one of Decide,
-// Extended, Committed or Failed with the ledger's clock reading, and writes
+// Extended, Noted, Committed or Failed with the ledger's clock reading, and writes
 // the returned record back atomically: in the transaction it read in, or by
 // compare-and-set on the revision it read. If the write loses a race, the
 // store reads again and calls again.
@@ -53,15 +53,17 @@ func Decide(o *ledger.Options, key dedupe.Key, cur *ledger.Record, opts ledger.B
 	}
 	cur = Live(cur, now)
 	var token uint64 = 1
+	var note []byte
 	if cur != nil && cur.State == ledger.StateCleared {
 		// A failure a person cleared is new work, fenced above every
 		// holder the failed work had: a stalled one of them must not
-		// commit over the new holder.
-		token, cur = cur.Token+1, nil
+		// commit over the new holder. What the failed work noted (a
+		// model's answer, paid for) is the new work's to reuse.
+		token, note, cur = cur.Token+1, cur.Note, nil
 	}
 	if cur == nil {
 		rec := ledger.Record{Key: key, State: ledger.StatePending, Owner: opts.Owner, Token: token, LeaseUntil: now.Add(opts.Lease),
-			Attempts: 1, Fingerprint: opts.Fingerprint, Created: now, Updated: now, Expires: now.Add(o.Retention)}
+			Attempts: 1, Fingerprint: opts.Fingerprint, Created: now, Updated: now, Expires: now.Add(o.Retention), Note: note}
 		return ledger.Claim{Status: ledger.StatusNew, Lease: ledger.Lease{Token: token, Until: rec.LeaseUntil}, Record: rec}, true, nil
 	}
 	rec := *cur
@@ -111,6 +113,23 @@ func Extended(o *ledger.Options, key dedupe.Key, cur *ledger.Record, token uint6
 		rec.Reason = ledger.ReasonReleased
 	}
 	return rec, ledger.Lease{Token: token, Until: rec.LeaseUntil}, nil
+}
+
+// Noted returns cur with note in place of its note and its lease renewed
+// for d from now, if token is current.
+func Noted(o *ledger.Options, key dedupe.Key, cur *ledger.Record, token uint64, note []byte, d time.Duration, now time.Time) (ledger.Record, ledger.Lease, error) {
+	if d <= 0 {
+		return ledger.Record{}, ledger.Lease{}, fmt.Errorf("%w: lease %v must be positive", ledger.ErrInvalidLedger, d)
+	}
+	if len(note) > o.MaxResultBytes {
+		return ledger.Record{}, ledger.Lease{}, fmt.Errorf("%w: a note of %d bytes, limit %d", ledger.ErrResultTooLarge, len(note), o.MaxResultBytes)
+	}
+	rec, lease, err := Extended(o, key, cur, token, d, now)
+	if err != nil {
+		return ledger.Record{}, ledger.Lease{}, err
+	}
+	rec.Note = append([]byte(nil), note...)
+	return rec, lease, nil
 }
 
 // Committed returns cur committed with result, if token is current.

@@ -16,10 +16,17 @@ import (
 //	token, attempts, mismatches (uvarint)
 //	lease until, created, updated, expires, committed (varint Unix nanoseconds; 0 is the zero time)
 //	owner, reason, downstream id, model ref, response (uvarint length, bytes)
+//	note (uvarint length, bytes), in version 2 only
 //	CRC-32C of everything before it (4 bytes, little endian)
 //
+// A record without a note is written in version 1, byte for byte as before
+// notes existed, so that most records cost nothing more and a process
+// that predates notes still reads them; one with a note is version 2.
 // The checksum makes a torn or flipped record an error, not a wrong answer.
-const recordVersion = 1
+const (
+	recordVersion     = 1
+	recordVersionNote = 2
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -33,7 +40,11 @@ func appendTime(b []byte, t time.Time) []byte {
 // Append appends the encoding of r to b.
 func Append(b []byte, r *ledger.Record) []byte {
 	start := len(b)
-	b = append(b, recordVersion, byte(r.State))
+	version := byte(recordVersion)
+	if len(r.Note) > 0 {
+		version = recordVersionNote
+	}
+	b = append(b, version, byte(r.State))
 	b = append(b, r.Fingerprint[:]...)
 	b = binary.AppendUvarint(b, r.Token)
 	b = binary.AppendUvarint(b, uint64(r.Attempts))
@@ -46,6 +57,9 @@ func Append(b []byte, r *ledger.Record) []byte {
 	b = appendString(b, r.Result.DownstreamID)
 	b = appendString(b, r.Result.ModelRef)
 	b = appendString(b, r.Result.Response)
+	if version == recordVersionNote {
+		b = appendString(b, r.Note)
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
@@ -105,7 +119,7 @@ func Decode(key dedupe.Key, b []byte) (ledger.Record, error) {
 	if crc32.Checksum(body, castagnoli) != sum {
 		return ledger.Record{}, fmt.Errorf("%w: key %v: checksum mismatch", ledger.ErrCorruptRecord, key)
 	}
-	if body[0] != recordVersion {
+	if body[0] != recordVersion && body[0] != recordVersionNote {
 		return ledger.Record{}, fmt.Errorf("%w: key %v: unknown version %d", ledger.ErrCorruptRecord, key, body[0])
 	}
 	rec := ledger.Record{Key: key, State: ledger.State(body[1])}
@@ -121,6 +135,13 @@ func Decode(key dedupe.Key, b []byte) (ledger.Record, error) {
 	rec.Result.ModelRef = string(r.bytes())
 	if resp := r.bytes(); len(resp) > 0 {
 		rec.Result.Response = append([]byte(nil), resp...)
+	}
+	if body[0] == recordVersionNote {
+		if note := r.bytes(); len(note) > 0 {
+			rec.Note = append([]byte(nil), note...)
+		} else {
+			r.fail("empty note in a version 2 record")
+		}
 	}
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailing bytes")
