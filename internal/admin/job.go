@@ -21,6 +21,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/llmcache"
@@ -463,7 +464,8 @@ type modelEstimator struct {
 }
 
 // estimate fills in what the model step of d's redriven trigger will cost:
-// nothing if its answer is in the cache (or it has no step, or d is a
+// nothing if its answer is kept in the intent's ledger record or the
+// cache (or it has no step, or d is a
 // one-shot effect's, which is sent without one), else the tokens the
 // offline tokenizer counts in its prompt and the completion it allows,
 // priced with llm.prices.
@@ -476,23 +478,36 @@ func (a *Admin) estimate(ctx context.Context, est *modelEstimator, d *DeadLetter
 	if err != nil {
 		return
 	}
-	if a.opts.Cache == nil {
-		res.Model = ModelUnknown
-		return
-	}
-	if !est.made {
-		est.endpoint, est.made = modelEndpoint(a.cfg), true
-	}
 	req, call, err := consumer.StepCall(a.cfg, p, k, nil)
 	if err != nil {
 		res.Model = ModelUnknown
 		return
 	}
-	key, err := llmcache.KeyOf(est.endpoint, call, req)
-	if err == nil {
-		if _, hit, err := llmhook.Get(a.opts.Cache, key); err == nil && hit {
+	if call.Mode == llmcache.ModeBypass && a.opts.Ledger != nil {
+		// The step keeps its answers in the intent's ledger record.
+		rec, err := a.opts.Ledger.Get(ctx, k)
+		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			res.Model = ModelUnknown
+			return
+		}
+		if err == nil && consumer.RecordedAnswer(a.cfg, p, rec.Note) {
 			res.Model = ModelCached
 			return
+		}
+	} else {
+		if a.opts.Cache == nil {
+			res.Model = ModelUnknown
+			return
+		}
+		if !est.made {
+			est.endpoint, est.made = modelEndpoint(a.cfg), true
+		}
+		key, err := llmcache.KeyOf(est.endpoint, call, req)
+		if err == nil {
+			if _, hit, err := llmhook.Get(a.opts.Cache, key); err == nil && hit {
+				res.Model = ModelCached
+				return
+			}
 		}
 	}
 	res.Model = ModelPaid

@@ -68,6 +68,15 @@ type Cache struct {
 	Endpoint string `yaml:"endpoint"`
 	// KV configures the buckets, when Store is StoreKV.
 	KV CacheKV `yaml:"kv"`
+	// Share puts a model step's calls through the cache keyed by the
+	// rendered prompt, so that triggers of different intents that send the
+	// same prompt share one answer. Without it (the default), a pipeline
+	// with a ledger keeps each answer in its intent's ledger record, where
+	// a retry, a takeover or a redrive of the intent finds it, and its
+	// calls do not touch the cache's store (budgets and spend limits still
+	// apply); a pipeline without a ledger (gate-window) keeps its answers
+	// in the cache, keyed by the intent.
+	Share bool `yaml:"share"`
 }
 
 // Price is what a model costs, in USD per million tokens.
@@ -118,6 +127,7 @@ func (c *Config) llmDefaults() {
 	setDefault(c, "llm.cache.ttl", &m.Cache.TTL, DefaultCacheTTL)
 	setDefault(c, "llm.cache.max_entry_bytes", &m.Cache.MaxEntryBytes, DefaultMaxEntryBytes)
 	setDefault(c, "llm.cache.budget_tokens", &m.Cache.BudgetTokens, 0)
+	setDefault(c, "llm.cache.share", &m.Cache.Share, false)
 	c.cacheStoreDefaults()
 	c.rateLimitDefaults()
 	setDefault(c, "llm.prices", &m.Prices, defaultPrices())
@@ -193,6 +203,11 @@ func (x *explainer) llm() {
 	x.row("llm cache", "ttl "+x.d("llm.cache.ttl", m.Cache.TTL, formatDuration(m.Cache.TTL)),
 		"max entry "+x.d("llm.cache.max_entry_bytes", m.Cache.MaxEntryBytes, m.Cache.MaxEntryBytes.String()),
 		"token budget per intent "+x.d("llm.cache.budget_tokens", m.Cache.BudgetTokens, budgetText(m.Cache.BudgetTokens)))
+	share := "steps' answers kept in their intents' ledger records"
+	if m.Cache.Share {
+		share = "steps' answers shared by identical prompts"
+	}
+	x.row("", x.d("llm.cache.share", m.Cache.Share, share))
 	x.explainRateLimit()
 }
 

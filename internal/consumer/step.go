@@ -42,6 +42,56 @@ type step struct {
 	// schema validates a structured answer; nil without step.schema.
 	schema   *jsonschema.Schema
 	attempts int // calls for one structured answer
+	// inRecord says the step's answers are kept in the intent's ledger
+	// record (stepRecord), not in the cache: its pipeline has a ledger.
+	inRecord bool
+	// share sends the calls through the cache keyed by the rendered
+	// prompt (llm.cache.share).
+	share bool
+}
+
+// stepRecord is where a step keeps its answers in its intent's ledger
+// record: prior is the record's note when the work was claimed, and save
+// writes a new one (ledger.Ledger.Note) before the effect. The zero
+// stepRecord keeps nothing.
+type stepRecord struct {
+	prior []byte
+	save  func(note []byte)
+}
+
+// stepNote is what a model step keeps in its intent's ledger record
+// (ledger.Ledger.Note): the answers of its calls, in order (more than one
+// for a structured answer asked again), for the step's version. A retry,
+// a takeover or a redrive of the intent takes them from the record
+// instead of paying for them again; a new version (another prompt, model
+// or schema) asks again.
+type stepNote struct {
+	Version string        `json:"version"`
+	Answers []notedAnswer `json:"answers"`
+}
+
+// notedAnswer is one call's answer in a stepNote.
+type notedAnswer struct {
+	Text   string `json:"text"`
+	Model  string `json:"model,omitempty"`
+	Input  int    `json:"input_tokens,omitempty"`
+	Output int    `json:"output_tokens,omitempty"`
+}
+
+// CacheRecord is answer.Cache for an answer taken from the intent's
+// ledger record.
+const CacheRecord = "record"
+
+// noted returns the answers the note holds for version, if any.
+func noted(note []byte, version string) []notedAnswer {
+	if len(note) == 0 {
+		return nil
+	}
+	var n stepNote
+	if err := json.Unmarshal(note, &n); err != nil || n.Version != version {
+		return nil
+	}
+	return n.Answers
 }
 
 // answer is what the model step produced.
@@ -104,6 +154,7 @@ func newStep(c *Consumer, p *config.Pipeline) (*step, error) {
 		pipeline: p.Name, cfg: p.Step, tmpl: t, model: model,
 		budget: budget, timeout: c.cfg.LLM.Timeout, client: c.opts.Model,
 		attempts: max(p.Step.AnswerAttempts, 1),
+		inRecord: p.Mode != config.ModeGateWindow, share: c.cfg.LLM.Cache.Share,
 	}
 	if len(p.Step.Schema) > 0 {
 		// The schema asks for other answers: it is part of the version,
@@ -138,8 +189,9 @@ func (s *step) render(name string, doc any) (string, error) {
 	return b.String(), nil
 }
 
-// run renders the prompt from payload and asks the model through the cache.
-func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte) (answer, error) {
+// run renders the prompt from payload and asks the model, or takes its
+// answers from rec (the intent's ledger record) and keeps new ones there.
+func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte, rec stepRecord) (answer, error) {
 	var doc any
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
@@ -177,14 +229,32 @@ func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte) (answer, e
 		}
 	}
 	var why error
+	kept := stepNote{Version: s.version}
+	if s.inRecord {
+		kept.Answers = noted(rec.prior, s.version)
+	}
 	for attempt := range s.attempts {
-		ans, err := s.call(ctx, k, req, attempt)
-		if err != nil {
-			if why != nil && errors.Is(err, llmcache.ErrBudgetExceeded) {
-				// The budget ends the retries of a structured answer.
-				return answer{}, &stepError{outcome.ReasonBadAnswer, true, fmt.Errorf("%w; asking again: %w", why, err), 0}
+		var ans answer
+		if attempt < len(kept.Answers) {
+			// Paid for before, by an earlier delivery or holder of the
+			// intent, and kept in its record.
+			n := kept.Answers[attempt]
+			ans = answer{Text: n.Text, Model: n.Model, Cache: CacheRecord, InputTokens: n.Input, OutputTokens: n.Output}
+		} else {
+			var err error
+			if ans, err = s.call(ctx, k, req, attempt); err != nil {
+				if why != nil && errors.Is(err, llmcache.ErrBudgetExceeded) {
+					// The budget ends the retries of a structured answer.
+					return answer{}, &stepError{outcome.ReasonBadAnswer, true, fmt.Errorf("%w; asking again: %w", why, err), 0}
+				}
+				return answer{}, err
 			}
-			return answer{}, err
+			if s.inRecord && rec.save != nil {
+				kept.Answers = append(kept.Answers[:attempt:attempt], notedAnswer{Text: ans.Text, Model: ans.Model, Input: ans.InputTokens, Output: ans.OutputTokens})
+				if note, err := json.Marshal(kept); err == nil {
+					rec.save(note)
+				}
+			}
 		}
 		if s.schema == nil {
 			return ans, nil
@@ -192,10 +262,10 @@ func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte) (answer, e
 		if ans.Fields, why = s.check(ans.Text); why == nil {
 			return ans, nil
 		}
-		// Ask again, saying what was wrong: another request, and (by the
-		// attempt in the cache key) another cache entry, so that a retry of
-		// the trigger replays each attempt from the cache instead of paying
-		// for it again.
+		// Ask again, saying what was wrong: another request, and another
+		// answer kept in the record (or, by the attempt in the cache key,
+		// another cache entry), so that a retry of the trigger replays
+		// each attempt instead of paying for it again.
 		req.Messages = append(req.Messages,
 			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: ans.Text},
 			openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: "That answer does not match the JSON schema (" + why.Error() + "). Answer again with JSON that matches it."})
@@ -232,11 +302,7 @@ func (s *step) call(ctx context.Context, k dedupe.Key, req openai.ChatCompletion
 	if attempt > 0 {
 		input = fmt.Appendf(nil, `{"attempt":%d}`, attempt)
 	}
-	call := llmcache.Call{
-		Namespace: s.pipeline, Step: s.cfg.Name, Intent: k.String(), KeyByIntent: true,
-		Template: &llmcache.Template{Name: s.pipeline + "/" + s.cfg.Name, Version: s.version, Input: input},
-		Budget:   s.budget, Limits: s.limits, CompletionTokens: s.completion,
-	}
+	call := s.cacheCall(k, input)
 	ctx, cancel := context.WithTimeout(llmcache.WithCall(ctx, call), s.timeout)
 	defer cancel()
 	resp, err := s.client.CreateChatCompletion(ctx, req)
@@ -262,6 +328,29 @@ func (s *step) call(ctx context.Context, k dedupe.Key, req openai.ChatCompletion
 		cacheKey:    resp.Header().Get(llmcache.HeaderCacheKey),
 		InputTokens: resp.Usage.PromptTokens, OutputTokens: resp.Usage.CompletionTokens,
 	}, nil
+}
+
+// cacheCall is how call number attempt (input says which) for intent k
+// uses the LLM cache: keyed by the rendered prompt, shared by every intent
+// that sends it (llm.cache.share); past the cache, its answer kept in the
+// intent's ledger record instead (a pipeline with a ledger); or keyed by
+// the intent and the step's version (a pipeline without one), so that a
+// reworded duplicate of a trigger reuses the answer. Budgets and spend
+// limits apply to every call the cache lets out.
+func (s *step) cacheCall(k dedupe.Key, input []byte) llmcache.Call {
+	call := llmcache.Call{
+		Namespace: s.pipeline, Step: s.cfg.Name, Intent: k.String(),
+		Budget: s.budget, Limits: s.limits, CompletionTokens: s.completion,
+	}
+	switch {
+	case s.share:
+	case s.inRecord:
+		call.Mode = llmcache.ModeBypass
+	default:
+		call.KeyByIntent = true
+		call.Template = &llmcache.Template{Name: s.pipeline + "/" + s.cfg.Name, Version: s.version, Input: input}
+	}
+	return call
 }
 
 // effectBody is what a full pipeline's effect carries: the intent, the

@@ -16,7 +16,9 @@ import (
 // StepCall returns the first model call pipeline p's step makes for
 // intent k, as the step sends it through the LLM cache: the request and
 // the cache's Call, whose key (llmcache.KeyOf) says whether a redo of the
-// intent is answered from the cache. With payload (the trigger's), the
+// intent is answered from the cache, unless its Mode is
+// llmcache.ModeBypass: then the answer is kept in the intent's ledger
+// record (RecordedAnswer). With payload (the trigger's), the
 // request holds the rendered messages, to estimate its tokens; without,
 // it holds none (the cache keys a step's call by its template, not by
 // the rendered messages). It is for package admin's preview of a redrive:
@@ -62,10 +64,22 @@ func StepCall(cfg *config.Config, p *config.Pipeline, k dedupe.Key, payload []by
 		}
 		req.Messages = append(req.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: prompt})
 	}
-	call := llmcache.Call{
-		Namespace: s.pipeline, Step: s.cfg.Name, Intent: k.String(), KeyByIntent: true,
-		Template: &llmcache.Template{Name: s.pipeline + "/" + s.cfg.Name, Version: s.version, Input: []byte("{}")},
-		Budget:   s.budget, Limits: s.limits,
-	}
+	call := s.cacheCall(k, []byte("{}"))
+	call.CompletionTokens = 0
 	return req, call, nil
+}
+
+// RecordedAnswer reports whether note, the ledger record note of an
+// intent of pipeline p, holds its step's first answer for the step as cfg
+// configures it now: a redo of the intent takes it from there instead of
+// calling the model. It is for package admin's preview of a redrive.
+func RecordedAnswer(cfg *config.Config, p *config.Pipeline, note []byte) bool {
+	if p.Step == nil {
+		return false
+	}
+	s, err := newStep(&Consumer{cfg: cfg}, p)
+	if err != nil || !s.inRecord {
+		return false
+	}
+	return len(noted(note, s.version)) > 0
 }
