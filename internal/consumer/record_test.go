@@ -115,4 +115,3 @@ func TestSharedAnswerAcrossIntents(t *testing.T) {
 		t.Errorf("%d effects; want 2", s.Effects)
 	}
 }
-
