@@ -19,7 +19,9 @@ import (
 	"github.com/oncegate/oncegate/internal/app"
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
+	"github.com/oncegate/oncegate/internal/ledger/ledgerproto"
 	"github.com/oncegate/oncegate/internal/natstest"
+	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // encConfig is the default configuration on dir with the key file.
@@ -30,6 +32,9 @@ func encConfig(t *testing.T, dir, keyFile string) *config.Config {
 	cfg.NATS.Embedded.Listen = "127.0.0.1:0"
 	cfg.NATS.Embedded.StoreDir = filepath.Join(dir, "nats")
 	cfg.LLM.Standin = true // the alerts pipeline's triage, offline
+	// The step's answers go through the cache as well as into the
+	// ledger's record, so that both stores hold one.
+	cfg.LLM.Cache.Share = true
 	cfg.Encryption.KeyFile = keyFile
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -118,7 +123,7 @@ func badgerFilesContain(t *testing.T, dataDir string, needle []byte) (ledger, ca
 }
 
 // TestEncryptionAtRest: with encryption.key_file, the model's answer is
-// stored in the ledger (the effect's result) and in the LLM cache, and
+// stored in the ledger (its record's note) and in the LLM cache, and
 // its text is in neither store's files (without a key it is in both,
 // which shows the search finds it); starting again without the key, or
 // with another, fails with ErrEncryptionKey, and with the key it works.
@@ -238,6 +243,7 @@ func TestEncryptedKVCache(t *testing.T) {
 	cfg.LLM.Standin = true // the alerts pipeline's triage, offline
 	cfg.Encryption.KeyFile = keyFile
 	cfg.LLM.Cache.Store = config.StoreKV
+	cfg.LLM.Cache.Share = true // the step's answers go through the cache
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -291,5 +297,75 @@ func TestEncryptedKVCache(t *testing.T) {
 	}
 	if !errors.Is(err, app.ErrEncryptionKey) || !strings.Contains(err.Error(), "LLM cache") {
 		t.Errorf("Start without the key: %v; want ErrEncryptionKey naming the LLM cache", err)
+	}
+}
+
+// TestSealedNotesInKVLedger: with ledger.store: kv, the model step's
+// answer is kept in its intent's record (the note), and with
+// encryption.key_file the note is sealed with the key before it reaches
+// the bucket: read raw with nats.go after the consumer stopped, no value
+// holds the answer's text. Without a key (the control) the record holds
+// it in plain text, which shows the search finds it.
+func TestSealedNotesInKVLedger(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "oncegate.key")
+	if err := os.WriteFile(keyFile, bytes.Repeat([]byte{0x5e}, 32), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"", keyFile} {
+		dir := t.TempDir()
+		cfg := config.Default()
+		cfg.DataDir = dir
+		cfg.NATS.Embedded.Listen = "127.0.0.1:0"
+		cfg.NATS.Embedded.StoreDir = filepath.Join(dir, "nats")
+		cfg.LLM.Standin = true
+		cfg.Encryption.KeyFile = key
+		cfg.Ledger.Store = config.StoreKV
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		effect := runOneAlert(t, cfg, committed)
+		var body struct{ Answer string }
+		if err := json.Unmarshal(effect, &body); err != nil {
+			t.Fatalf("effect %q: %v", effect, err)
+		}
+		_, summary, ok := strings.Cut(body.Answer, "Summary: ")
+		if !ok || len(summary) < 20 {
+			t.Fatalf("effect %q: want the stand-in model's answer", effect)
+		}
+
+		s := natstest.RunServer(t, func(o *server.Options) { o.StoreDir = cfg.NATS.Embedded.StoreDir })
+		_, js := natstest.Connect(t, s)
+		ctx := context.Background()
+		kv, err := js.KeyValue(ctx, cfg.Ledger.KV.Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := kv.ListKeys(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		records, plain := 0, 0
+		for k := range keys.Keys() {
+			e, err := kv.Get(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			records++
+			if bytes.Contains(e.Value(), []byte(summary)) {
+				plain++
+				rec, err := ledgerproto.Decode(dedupe.Key{}, e.Value())
+				t.Logf("key %q: record %s: note %q, result %+v (%v)", key, k, rec.Note, rec.Result, err)
+			}
+		}
+		s.Shutdown()
+		s.WaitForShutdown()
+		switch {
+		case records == 0:
+			t.Fatalf("key %q: no record in the KV ledger", key)
+		case key == "" && plain == 0:
+			t.Errorf("without a key, no ledger record holds the answer %q in plain text; want its note to, or the search proves nothing", summary)
+		case key != "" && plain != 0:
+			t.Errorf("with a key, %d ledger records hold the answer %q in plain text; want its note sealed", plain, summary)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
+	"github.com/oncegate/oncegate/internal/ledger/sealed"
 )
 
 // LedgerOptions translates the ledger section of the configuration into
@@ -95,6 +96,20 @@ func OpenLedger(ctx context.Context, cfg *config.Config, js jetstream.JetStream,
 		}
 		closers = append(closers, kv.Close)
 		l = kv
+		// The bucket is not encrypted at rest: with a key, the records'
+		// notes (the model steps' answers) and responses (the effects'
+		// bodies) are sealed before they reach it.
+		key, err := EncryptionKey(cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		if key != nil {
+			l, err = sealed.New(kv, key)
+			clear(key)
+			if err != nil {
+				return nil, nil, fmt.Errorf("app: ledger: %w", err)
+			}
+		}
 	default:
 		dir := cfg.BadgerDir()
 		key, err := EncryptionKey(cfg) // its length and permissions

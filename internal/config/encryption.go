@@ -2,9 +2,11 @@ package config
 
 // Encryption configures encryption at rest: the Badger stores in DataDir
 // (the ledger with ledger.store: badger, the LLM cache with
-// llm.cache.store: badger), encrypted by Badger with AES, and the LLM
-// cache's answers in JetStream KV (llm.cache.store: kv), sealed with
-// AES-GCM before they reach the servers.
+// llm.cache.store: badger), encrypted by Badger with AES, and the model's
+// answers in JetStream KV — the LLM cache's (llm.cache.store: kv) and
+// what the KV ledger's records quote of the work (ledger.store: kv): their
+// notes, the model steps' answers, and their results' responses, the
+// effects' bodies — sealed with AES-GCM before they reach the servers.
 //
 // One key serves them all. They sit in the same directory, on the same disk,
 // are read by the same process and are exposed by the same accidents (a
@@ -12,9 +14,10 @@ package config
 // second key would add a secret to provision, rotate and back up without
 // separating anything; and one setting cannot leave one store in plain
 // text while the other is encrypted. What is not covered: the JetStream
-// streams (triggers, effects, dead letters, the outbox) and the KV
-// ledger's records (whose results may hold the model's answer); encrypt
-// those in the NATS server's configuration.
+// streams (triggers, effects, dead letters, the outbox) and the rest of
+// the KV ledger's records (the intent's state, owner, times, downstream
+// id, a failure's reason); encrypt those in the NATS server's
+// configuration.
 type Encryption struct {
 	// KeyFile names a file holding the AES key: exactly 16, 24 or 32 raw
 	// bytes (AES-128, -192 or -256), such as
@@ -45,7 +48,7 @@ func (x *explainer) encryption() {
 		}
 		what[len(what)-1] += " with the key in " + x.d("encryption.key_file", k, k)
 		if c.Ledger.Store == StoreKV {
-			what = append(what, "not the KV ledger's records (results may hold the model's answer)")
+			what = append(what, "the KV ledger's notes and responses (the model steps' answers, the effects' bodies) sealed (AES-GCM), not the rest of its records")
 		}
 		what = append(what, "not the JetStream streams (triggers, effects, dead letters): encrypt those in the NATS server")
 		x.row("encryption", what...)

@@ -48,7 +48,7 @@ func TestEncryptionKeyFile(t *testing.T) {
 	if err := c.Explain(&x); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"LLM cache answers sealed (AES-GCM) in JetStream KV with the key in /k", "not the KV ledger's records"} {
+	for _, want := range []string{"LLM cache answers sealed (AES-GCM) in JetStream KV with the key in /k", "the KV ledger's notes and responses (the model steps' answers, the effects' bodies) sealed"} {
 		if !strings.Contains(x.String(), want) {
 			t.Errorf("Explain with the KV stores lacks %q:\n%s", want, x.String())
 		}
