@@ -117,7 +117,7 @@ func (r *recipeApp) stats(t *testing.T, pipeline string) (filtered, skipped, dea
 	}
 	for _, s := range llmhook.Stats(r.a.Cache) {
 		if s.Namespace == pipeline {
-			answers += s.Stored
+			answers += s.Misses + s.Bypassed - s.Errors // the answers paid for
 		}
 	}
 	return

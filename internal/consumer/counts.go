@@ -36,7 +36,10 @@ type counts interface {
 	afterResolve()
 	// unopened counts a resolve with nothing sent: its firing went nowhere.
 	unopened()
-	modelCall()   // a model step's call made
+	modelCall() // a model step's call made
+	// recorded counts a model step's answer taken from its intent's
+	// ledger record, and the tokens it was paid for with.
+	recorded(tokens int64)
 	stepSkipped() // a model step not run: skip_when held
 	// unknown, failed and cancelled count a one-shot send of unknown
 	// outcome, one refused for good, and one cancelled before it went out.
@@ -128,6 +131,11 @@ func (p *pipelineCounts) unopened()    { p.observeFiltered("unopened") }
 func (p *pipelineCounts) modelCall()   { p.n.modelCalls.Add(1) }
 func (p *pipelineCounts) stepSkipped() { p.n.skipped.Add(1) }
 
+func (p *pipelineCounts) recorded(tokens int64) {
+	p.n.recorded.Add(1)
+	p.n.savedTokens.Add(tokens)
+}
+
 // A pipeline's effect is replayable (or its outbox publish is): it has no
 // one-shot outcome to count.
 func (p *pipelineCounts) unknown()   {}
@@ -164,3 +172,4 @@ func (dispatchCounts) dead()                             {}
 func (dispatchCounts) filtered(string)                   {}
 func (dispatchCounts) modelCall()                        {}
 func (dispatchCounts) stepSkipped()                      {}
+func (dispatchCounts) recorded(int64)                    {}

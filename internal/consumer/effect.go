@@ -30,6 +30,9 @@ func (s *modelStage) wrap(next Handler) Handler {
 			ans, err := g.step.run(trace.ContextWithSpan(ctx, sp), t.intent, t.msg.Data(), g.stepRecord(ctx, t))
 			traceModel(sp, g.step.model, ans, err)
 			g.pol.modelCall()
+			if err == nil && ans.Cache == CacheRecord {
+				g.pol.recorded(int64(ans.InputTokens + ans.OutputTokens))
+			}
 			g.c.obs.Step(g.pipeline, g.step.cfg.Name, time.Since(t0))
 			if err != nil {
 				se, ok := errors.AsType[*stepError](err)

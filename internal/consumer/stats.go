@@ -20,9 +20,13 @@ type PipelineStats struct {
 	DeadLetters      int64 // sent to the dead-letter subject and termed
 	TakenOver        int64 // claims that took over an expired lease
 	ModelCalls       int64 // model step calls made (hits included)
-	Stale            int64 // commits refused because another worker took over
-	Filtered         int64 // acked because the pipeline's when: condition was false
-	StepsSkipped     int64 // model steps not run because skip_when held (a resolve)
+	// RecordAnswers counts the model step's answers (of ModelCalls) taken
+	// from the intent's ledger record, paid for by an earlier delivery or
+	// holder of the intent; SavedTokens is what they had cost.
+	RecordAnswers, SavedTokens int64
+	Stale                      int64 // commits refused because another worker took over
+	Filtered                   int64 // acked because the pipeline's when: condition was false
+	StepsSkipped               int64 // model steps not run because skip_when held (a resolve)
 	// AfterResolve counts firings (of Effects: committed with that
 	// decision) whose effects were not sent, or not all of them, because
 	// the resolve of their identity had gone out first (key.status).
@@ -33,6 +37,7 @@ type pipelineCounters struct {
 	deliveries, effects, dupWindow, dupLedger, dupStream atomic.Int64
 	held, retries, dead, takenOver, modelCalls, stale    atomic.Int64
 	filtered, skipped, afterResolve                      atomic.Int64
+	recorded, savedTokens                                atomic.Int64
 }
 
 func (c *pipelineCounters) snapshot(name string) PipelineStats {
@@ -42,6 +47,6 @@ func (c *pipelineCounters) snapshot(name string) PipelineStats {
 		DuplicatesStream: c.dupStream.Load(), Held: c.held.Load(), Retries: c.retries.Load(),
 		DeadLetters: c.dead.Load(), TakenOver: c.takenOver.Load(), ModelCalls: c.modelCalls.Load(),
 		Stale: c.stale.Load(), Filtered: c.filtered.Load(), StepsSkipped: c.skipped.Load(),
-		AfterResolve: c.afterResolve.Load(),
+		AfterResolve: c.afterResolve.Load(), RecordAnswers: c.recorded.Load(), SavedTokens: c.savedTokens.Load(),
 	}
 }

@@ -474,6 +474,8 @@ func sumStats(runs [][]consumer.PipelineStats, except string) consumer.PipelineS
 			t.DeadLetters += s.DeadLetters
 			t.TakenOver += s.TakenOver
 			t.ModelCalls += s.ModelCalls
+			t.RecordAnswers += s.RecordAnswers
+			t.SavedTokens += s.SavedTokens
 		}
 	}
 	return t
@@ -590,9 +592,11 @@ func demoReport(ctx context.Context, out io.Writer, a *app.App, js jetstream.Jet
 	fmt.Fprintf(tw, "faults worked through\t\t%d model errors, %d rate limits, %d effect failures, 1 consumer restart (%d retried deliveries)\n",
 		model.ServerErrors, model.RateLimited, faults, total.Retries)
 	fmt.Fprintf(tw, "model calls made\t%d\t(answered %d; the rest failed and were retried)\n", model.Requests, model.Completions)
-	fmt.Fprintf(tw, "model calls avoided\t%d\t(%d cache hits, %d shared in flight)\n", llm.Hits+llm.Shared, llm.Hits, llm.Shared)
+	fmt.Fprintf(tw, "model calls avoided\t%d\t(%d answers kept in their intents' ledger records, %d cache hits, %d shared in flight)\n",
+		total.RecordAnswers+llm.Hits+llm.Shared, total.RecordAnswers, llm.Hits, llm.Shared)
 	fmt.Fprintf(tw, "tokens spent\t%d\t($%.6f)\n", llm.PromptTokens+llm.CompletionTokens, llm.CostSpent)
-	fmt.Fprintf(tw, "tokens saved\t%d\t($%.6f at the configured gpt-4o-mini price)\n", llm.SavedPromptTokens+llm.SavedCompletionTokens, llm.CostSaved)
+	fmt.Fprintf(tw, "tokens saved\t%d\t(%d by answers kept in records; $%.6f by the cache's, at the configured gpt-4o-mini price)\n",
+		total.SavedTokens+llm.SavedPromptTokens+llm.SavedCompletionTokens, total.SavedTokens, llm.CostSaved)
 	tw.Flush()
 	fmt.Fprintf(out, "answers come from the offline stand-in model (%q); set llm.base_url to use a real one.\n", standin.Label)
 	if check != "OK" || total.DeadLetters != int64(w.malformed+w.redrive.deadLetters()) {

@@ -236,7 +236,7 @@ func recipeReport(out io.Writer, a *app.App, r *demoReceivers, w recipeWorkload)
 	var answers int64
 	for _, st := range llmhook.Stats(a.Cache) {
 		if st.Namespace == demoRecipeName {
-			answers += st.Stored
+			answers += paid(st)
 		}
 	}
 	pd := r.pd.Stats()
@@ -292,3 +292,9 @@ func recipeReport(out io.Writer, a *app.App, r *demoReceivers, w recipeWorkload)
 }
 
 var _ http.Handler = (*receiver.Slack)(nil)
+
+// paid counts the answers a step's cache figures say were paid for: the
+// calls the cache sent upstream (misses, and the calls of a step that
+// keeps its answers in the ledger, which pass the cache's store) that
+// did not fail.
+func paid(st llmhook.StepStats) int64 { return st.Misses + st.Bypassed - st.Errors }
