@@ -101,6 +101,9 @@ type Consumer struct {
 	pipes   []*pipeline
 	running atomic.Bool
 	health  *ledgerHealth // nil without a ledger
+	// unsaved holds the model answers the ledger refused to keep
+	// (answers.go), for the intent's next try in this process.
+	unsaved unsavedNotes
 }
 
 // New checks opts and builds the pipelines; it does not touch NATS yet.

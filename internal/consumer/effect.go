@@ -7,7 +7,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
 )
@@ -62,33 +61,6 @@ func (s *modelStage) wrap(next Handler) Handler {
 		})
 		pass(ctx, next, ts)
 	}
-}
-
-// stepRecord is where t's model step finds and keeps its answers: the
-// note of t's ledger record, as its claim read it, and a save that writes
-// the answers into the record before the effect, renewing the lease. A
-// save that finds the lease taken over marks t lost (its effect is not
-// sent; the new holder, or this message's redelivery, finds the answer
-// in the record); one the ledger refuses otherwise is logged, and the
-// work goes on with the answer in hand: only a retry that found no
-// record of it would pay again.
-func (g *gate) stepRecord(ctx context.Context, t *Trigger) stepRecord {
-	if g.ledger == nil {
-		return stepRecord{}
-	}
-	return stepRecord{prior: t.claim.Record.Note, save: func(note []byte) {
-		asked := mono()
-		l, err := g.ledger.Note(context.WithoutCancel(ctx), t.key, t.token.Load(), note, g.lease)
-		switch {
-		case err == nil:
-			t.token.Store(l.Token)
-			t.leaseEnd.Store(asked + int64(g.lease))
-		case errors.Is(err, ledger.ErrStaleToken):
-			t.lost.Store(true)
-		default:
-			g.c.log.Warn("the model's answer was not kept in the intent's record", "pipeline", g.pipeline, "key", t.key.String(), "err", err)
-		}
-	}}
 }
 
 // effect performs each trigger's effect; it is the last stage.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,5 +114,77 @@ func TestSharedAnswerAcrossIntents(t *testing.T) {
 	}
 	if s := f.stats("alerts"); s.Effects != 2 {
 		t.Errorf("%d effects; want 2", s.Effects)
+	}
+}
+
+// noteOutage refuses Note, as a ledger that is away (a KV leader
+// election), until up is closed; with commits set, it also refuses the
+// first commit of every key.
+type noteOutage struct {
+	refuseFirstCommit
+	up      chan struct{}
+	commits bool
+	refused atomic.Int64
+}
+
+func (l *noteOutage) Note(ctx context.Context, k dedupe.Key, token uint64, note []byte, d time.Duration) (ledger.Lease, error) {
+	select {
+	case <-l.up:
+		return l.Ledger.Note(ctx, k, token, note, d)
+	default:
+		l.refused.Add(1)
+		return ledger.Lease{}, errLedgerDown
+	}
+}
+
+func (l *noteOutage) Commit(ctx context.Context, k dedupe.Key, token uint64, r ledger.Result) error {
+	if l.commits {
+		return l.refuseFirstCommit.Commit(ctx, k, token, r)
+	}
+	return l.Ledger.Commit(ctx, k, token, r)
+}
+
+// TestAnswerKeptThroughALedgerOutage: a paid answer is not lost to a
+// ledger that refuses its note for a while. Through a short outage the
+// note is written once the ledger is back, within the lease; through one
+// that outlasts the lease (here, with each alert's first commit refused
+// too, so that each comes back), the process keeps the answer, and the
+// intent's next try here takes it from there. Either way the model is
+// called once per alert.
+func TestAnswerKeptThroughALedgerOutage(t *testing.T) {
+	for _, long := range []bool{false, true} {
+		t.Run(fmt.Sprintf("long=%v", long), func(t *testing.T) {
+			const alerts = 4
+			l := &noteOutage{refuseFirstCommit: refuseFirstCommit{refused: map[dedupe.Key]bool{}}, up: make(chan struct{}), commits: long}
+			f := start(t, func(c *config.Config) {
+				c.Ledger.Lease = time.Second
+				c.Pipelines[0].MaxDeliver = 10
+			}, standin.Options{}, func(o *consumer.Options) { l.Ledger = o.Ledger; o.Ledger = l })
+			for i := range alerts {
+				f.publish("triggers.alerts", alert(fmt.Sprintf("out%v%02d", long, i), 1, 0))
+			}
+			waitFor(t, 20*time.Second, "every answer's note refused", func() bool { return l.refused.Load() >= alerts }, f)
+			if !long {
+				close(l.up)
+			}
+			waitFor(t, 60*time.Second, "every alert settled", func() bool { return settled(f.stats("alerts")) == alerts }, f)
+			if got := f.model.Stats().Completions; got != alerts {
+				t.Errorf("model calls = %d; want %d (one per alert)", got, alerts)
+			}
+			s := f.stats("alerts")
+			if long && s.RecordAnswers != alerts {
+				t.Errorf("%d answers taken from the process after the outage; want %d", s.RecordAnswers, alerts)
+			}
+			if !long {
+				for _, m := range f.streamMsgs("ONCEGATE_EFFECTS", "effects.alerts") {
+					var e struct{ Key string }
+					json.Unmarshal(m.Data(), &e)
+					k, _ := dedupe.ParseKey(e.Key)
+					if rec, err := f.ledger.Get(context.Background(), k); err != nil || len(rec.Note) == 0 {
+						t.Errorf("record of %s: %v, note %q; want the answer noted once the ledger was back", k, err, rec.Note)
+					}
+				}
+			}
+		})
 	}
 }
