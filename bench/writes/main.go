@@ -53,6 +53,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -117,9 +118,22 @@ func run(out io.Writer, args []string) error {
 		stores  = fs.String("stores", "kv,badger", "stores: kv, badger")
 		quiet   = fs.Duration("quiet", 500*time.Millisecond, "how long the tap must see nothing after the last ack before the count stops")
 		verbose = fs.Bool("v", false, "print every subject class and the consumer's warnings")
+		base    = fs.String("baseline", "", "a git revision of this repository (main, 738eae5) whose writes program runs first, with the same flags, its table printed above this one's: the same figures of the design before, in one run")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *base != "" {
+		var rest []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "baseline" {
+				rest = append(rest, "-"+f.Name+"="+f.Value.String())
+			}
+		})
+		if err := baseline(out, *base, rest); err != nil {
+			return fmt.Errorf("-baseline %s: %w", *base, err)
+		}
+		fmt.Fprintf(out, "\n== this tree ==\n")
 	}
 	o := options{n: *n, quiet: *quiet, verbose: *verbose}
 	if *short {
@@ -628,6 +642,45 @@ func (t *tally) component(m *nats.Msg) string {
 	return "kv " + bucket + ": write"
 }
 
+// baseline runs the writes program of revision rev, checked out in a
+// temporary worktree, with args, and prints its table.
+func baseline(out io.Writer, rev string, args []string) error {
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return fmt.Errorf("finding the repository: %w", err)
+	}
+	repo := strings.TrimSpace(string(top))
+	dir, err := os.MkdirTemp("", "oncegate-writes-baseline-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	wt := filepath.Join(dir, "tree")
+	if b, err := exec.Command("git", "-C", repo, "worktree", "add", "--detach", wt, rev).CombinedOutput(); err != nil {
+		return fmt.Errorf("git worktree add: %v: %s", err, b)
+	}
+	defer exec.Command("git", "-C", repo, "worktree", "remove", "--force", wt).Run()
+	sha, _ := exec.Command("git", "-C", wt, "rev-parse", "--short", "HEAD").Output()
+	fmt.Fprintf(out, "== baseline: %s (%s) ==\n", rev, strings.TrimSpace(string(sha)))
+	cmd := exec.Command("go", append([]string{"run", "./writes"}, args...)...)
+	cmd.Dir = filepath.Join(wt, "bench")
+	cmd.Stderr = os.Stderr
+	b, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("its writes program: %w", err)
+	}
+	// Its table: from the heading to the first blank line after the rows.
+	text := string(b)
+	if i := strings.Index(text, "per trigger,"); i >= 0 {
+		text = text[i:]
+	}
+	if i := strings.Index(text, "\n\nrequests:"); i >= 0 {
+		text = text[:i+1]
+	}
+	_, err = io.WriteString(out, text)
+	return err
+}
+
 // ledgerWrite names a ledger KV write by its operation and its record's
 // state.
 func ledgerWrite(data []byte, op string, create bool) string {
@@ -645,6 +698,8 @@ func ledgerWrite(data []byte, op string, create bool) string {
 			return "claim"
 		case rec.Reason == ledger.ReasonReleased:
 			return "release"
+		case len(rec.Note) > 0:
+			return "note (the step's answer), or a renewal after it"
 		}
 		return "extend or takeover"
 	case ledger.StateCommitted:
@@ -727,6 +782,9 @@ func badgerVersions(dir string, m map[string]int) (map[string]int, error) {
 				switch rec.State {
 				case ledger.StatePending:
 					what = "ledger: pending (claim, extend or release)"
+					if len(rec.Note) > 0 {
+						what = "ledger: pending with a note (the step's answer)"
+					}
 				case ledger.StateCommitted:
 					what = "ledger: commit"
 				default:

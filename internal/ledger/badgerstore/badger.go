@@ -263,7 +263,9 @@ func (l *Ledger) update(ctx context.Context, key dedupe.Key, vol volatility, fn 
 				kept = true
 				return nil
 			}
-			wrote = durable
+			// A note on a volatile claim is written as its claim was,
+			// without waiting for the disk (see Note).
+			wrote = durable && !(vol == noteClaim && curVolatile)
 			return l.write(txn, next)
 		})
 		if !errors.Is(err, badger.ErrConflict) {
@@ -332,6 +334,7 @@ const (
 	durableClaim  volatility = iota // in the DB
 	volatileClaim                   // in memory and the journal, if there is room
 	sameClaim                       // where the record it renews is
+	noteClaim                       // in the DB; synced unless the record it renews was volatile
 )
 
 // keep reports whether next, key's next record, is to be kept in memory
@@ -431,11 +434,14 @@ func (l *Ledger) Extend(ctx context.Context, key dedupe.Key, token uint64, d tim
 	return lease, err
 }
 
-// Note implements [ledger.Ledger]. The record is written and synced, even
-// for a volatile claim: a note is what a crash must not lose.
+// Note implements [ledger.Ledger]. The record is written to the DB, a
+// volatile claim's too (the claims journal holds no notes): a process's
+// crash does not lose it. It is synced unless the claim was volatile: a
+// volatile claim's note is as durable as the claim, and a power loss may
+// lose both (the work is then done again, and its model asked again).
 func (l *Ledger) Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (ledger.Lease, error) {
 	var lease ledger.Lease
-	err := l.update(ctx, key, durableClaim, func(cur *ledger.Record, now time.Time) (*ledger.Record, bool, error) {
+	err := l.update(ctx, key, noteClaim, func(cur *ledger.Record, now time.Time) (*ledger.Record, bool, error) {
 		rec, ls, err := ledgerproto.Noted(&l.opts, key, cur, token, note, d, now)
 		lease = ls
 		return &rec, true, err
