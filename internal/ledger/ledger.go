@@ -85,10 +85,10 @@ type Ledger interface {
 	// Extend does; the returned lease is the one to use from then on. A
 	// note is what the work produced on its way to its effect that a
 	// retry, a takeover or a redrive must find instead of producing it
-	// again: a model's answer, paid for. It is durable when Note returns
-	// (for a volatile claim, as durable as the claim: it survives the
-	// process's crash, and may not survive a power loss), and is kept with
-	// the record through
+	// again: a model's answer, paid for. It survives the process's crash
+	// once Note returns (a store that one process owns may not wait for
+	// the disk: a power loss may lose it, and the work produces it
+	// again), and is kept with the record through
 	// takeovers, Commit, Fail and Clear, until the record expires. d must
 	// be positive, and note at most MaxResultBytes (ErrResultTooLarge).
 	Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (Lease, error)

@@ -263,9 +263,7 @@ func (l *Ledger) update(ctx context.Context, key dedupe.Key, vol volatility, fn 
 				kept = true
 				return nil
 			}
-			// A note on a volatile claim is written as its claim was,
-			// without waiting for the disk (see Note).
-			wrote = durable && !(vol == noteClaim && curVolatile)
+			wrote = durable
 			return l.write(txn, next)
 		})
 		if !errors.Is(err, badger.ErrConflict) {
@@ -334,7 +332,6 @@ const (
 	durableClaim  volatility = iota // in the DB
 	volatileClaim                   // in memory and the journal, if there is room
 	sameClaim                       // where the record it renews is
-	noteClaim                       // in the DB; synced unless the record it renews was volatile
 )
 
 // keep reports whether next, key's next record, is to be kept in memory
@@ -435,16 +432,17 @@ func (l *Ledger) Extend(ctx context.Context, key dedupe.Key, token uint64, d tim
 }
 
 // Note implements [ledger.Ledger]. The record is written to the DB, a
-// volatile claim's too (the claims journal holds no notes): a process's
-// crash does not lose it. It is synced unless the claim was volatile: a
-// volatile claim's note is as durable as the claim, and a power loss may
-// lose both (the work is then done again, and its model asked again).
+// volatile claim's too (the claims journal holds no notes), without
+// waiting for the disk, as the LLM cache's Badger store writes its
+// answers: a process's crash does not lose it, a power loss may (the
+// model is then asked again). A sync per answer would put an fsync on
+// every model step's path for what only saves a second call.
 func (l *Ledger) Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (ledger.Lease, error) {
 	var lease ledger.Lease
-	err := l.update(ctx, key, noteClaim, func(cur *ledger.Record, now time.Time) (*ledger.Record, bool, error) {
+	err := l.update(ctx, key, durableClaim, func(cur *ledger.Record, now time.Time) (*ledger.Record, bool, error) {
 		rec, ls, err := ledgerproto.Noted(&l.opts, key, cur, token, note, d, now)
 		lease = ls
-		return &rec, true, err
+		return &rec, false, err
 	})
 	return lease, err
 }
