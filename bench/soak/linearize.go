@@ -43,6 +43,11 @@ import (
 //   - a committed record answers every later Begin and Get with committed,
 //     the result committed and the token that committed it; a failed one
 //     with failed and its reason;
+//   - Note succeeds only as Extend does, and sets the record's note, which
+//     every later Begin and Get that shows the record returns (held
+//     excepted: it may come from a replica behind), through a takeover,
+//     the commit, a failure and its clearing, and into the claim that
+//     follows a Clear;
 //   - a record keeps the fingerprint it was begun with; Begin reports a
 //     mismatch exactly when the caller's differs, and under MismatchReject
 //     fails instead.
@@ -70,6 +75,7 @@ type ledgerState struct {
 	FP     string // the fingerprint it was begun with
 	Result string // hash of the committed result
 	Reason string // the failure reason (cut as the history cuts it)
+	Note   string // hash of the record's note (history.NoteHash), kept through every state
 }
 
 func (s ledgerState) String() string {
@@ -80,6 +86,9 @@ func (s ledgerState) String() string {
 		return fmt.Sprintf("committed t%d %s", s.Token, short(s.Result))
 	case "failed":
 		return fmt.Sprintf("failed t%d %q", s.Token, short(s.Reason))
+	}
+	if s.Note != "" {
+		return fmt.Sprintf("%s t%d note %s", s.State, s.Token, short(s.Note))
 	}
 	return fmt.Sprintf("%s t%d", s.State, s.Token)
 }
@@ -127,24 +136,31 @@ func stepLedger(pol ledger.MismatchPolicy, s ledgerState, op ledgerOp) []any {
 			case s.State == "":
 				out = append(out, ledgerState{State: "pending", Token: 1, FP: c.Fingerprint})
 			case s.State == "cleared":
-				// A cleared failure is new work, fenced above its holders.
-				out = append(out, ledgerState{State: "pending", Token: s.Token + 1, FP: c.Fingerprint})
+				// A cleared failure is new work, fenced above its holders,
+				// with the failed work's note.
+				out = append(out, ledgerState{State: "pending", Token: s.Token + 1, FP: c.Fingerprint, Note: s.Note})
 			case s.State == "pending" && (pol == ledger.MismatchAccept || s.FP == c.Fingerprint):
 				n := s
 				n.Token++
 				out = append(out, n)
 			}
+		case history.OpNote:
+			if pendingWith(c.Token) {
+				n := s
+				n.Note = c.Note
+				out = append(out, n)
+			}
 		case history.OpCommit:
 			if pendingWith(c.Token) {
-				out = append(out, ledgerState{State: "committed", Token: s.Token, FP: s.FP, Result: c.Result})
+				out = append(out, ledgerState{State: "committed", Token: s.Token, FP: s.FP, Result: c.Result, Note: s.Note})
 			}
 		case history.OpFail:
 			if pendingWith(c.Token) {
-				out = append(out, ledgerState{State: "failed", Token: s.Token, FP: s.FP, Reason: c.Reason})
+				out = append(out, ledgerState{State: "failed", Token: s.Token, FP: s.FP, Reason: c.Reason, Note: s.Note})
 			}
 		case history.OpClear:
 			if s.State == "failed" && s.Token == c.Token {
-				out = append(out, ledgerState{State: "cleared", Token: s.Token, FP: s.FP})
+				out = append(out, ledgerState{State: "cleared", Token: s.Token, FP: s.FP, Note: s.Note})
 			}
 		}
 		return out
@@ -173,12 +189,13 @@ func stepLedger(pol ledger.MismatchPolicy, s ledgerState, op ledgerOp) []any {
 	case history.OpBegin:
 		if s.State == "" {
 			return ok(ledgerState{State: "pending", Token: r.Token, FP: c.Fingerprint},
-				r.Status == "new" && r.Token > 0 && !r.Mismatch && r.State == "pending" && r.RecToken == r.Token)
+				r.Status == "new" && r.Token > 0 && !r.Mismatch && r.State == "pending" && r.RecToken == r.Token && r.Note == "")
 		}
 		if s.State == "cleared" && r.Status == "new" {
-			// A cleared failure is new work, fenced above its holders.
-			return ok(ledgerState{State: "pending", Token: r.Token, FP: c.Fingerprint},
-				r.Token == s.Token+1 && !r.Mismatch && r.State == "pending" && r.RecToken == r.Token)
+			// A cleared failure is new work, fenced above its holders,
+			// with the failed work's note.
+			return ok(ledgerState{State: "pending", Token: r.Token, FP: c.Fingerprint, Note: s.Note},
+				r.Token == s.Token+1 && !r.Mismatch && r.State == "pending" && r.RecToken == r.Token && r.Note == s.Note)
 		}
 		mismatch := s.FP != c.Fingerprint
 		if r.Mismatch != mismatch || mismatch && pol == ledger.MismatchReject {
@@ -186,28 +203,32 @@ func stepLedger(pol ledger.MismatchPolicy, s ledgerState, op ledgerOp) []any {
 		}
 		switch r.Status {
 		case "taken-over":
-			return ok(ledgerState{State: "pending", Token: r.Token, FP: s.FP},
-				s.State == "pending" && r.Token > s.Token && r.State == "pending" && r.RecToken == r.Token)
+			return ok(ledgerState{State: "pending", Token: r.Token, FP: s.FP, Note: s.Note},
+				s.State == "pending" && r.Token > s.Token && r.State == "pending" && r.RecToken == r.Token && r.Note == s.Note)
 		case "held":
 			// From the record as it is, or (a stale first read) as it was.
 			return ok(s, r.State == "pending" && r.RecToken > 0 && r.RecToken <= s.Token)
 		case "committed":
-			return ok(s, s.State == "committed" && r.State == "committed" && r.Result == s.Result && r.RecToken == s.Token)
+			return ok(s, s.State == "committed" && r.State == "committed" && r.Result == s.Result && r.RecToken == s.Token && r.Note == s.Note)
 		case "failed":
-			return ok(s, s.State == "failed" && r.State == "failed" && r.Reason == s.Reason && r.RecToken == s.Token)
+			return ok(s, s.State == "failed" && r.State == "failed" && r.Reason == s.Reason && r.RecToken == s.Token && r.Note == s.Note)
 		}
 		return nil // new on a key that has a record, or a status unknown here
 	case history.OpExtend:
 		return ok(s, pendingWith(c.Token) && r.Token == c.Token)
+	case history.OpNote:
+		n := s
+		n.Note = c.Note
+		return ok(n, pendingWith(c.Token) && r.Token == c.Token)
 	case history.OpCommit:
-		return ok(ledgerState{State: "committed", Token: s.Token, FP: s.FP, Result: c.Result}, pendingWith(c.Token))
+		return ok(ledgerState{State: "committed", Token: s.Token, FP: s.FP, Result: c.Result, Note: s.Note}, pendingWith(c.Token))
 	case history.OpFail:
-		return ok(ledgerState{State: "failed", Token: s.Token, FP: s.FP, Reason: c.Reason}, pendingWith(c.Token))
+		return ok(ledgerState{State: "failed", Token: s.Token, FP: s.FP, Reason: c.Reason, Note: s.Note}, pendingWith(c.Token))
 	case history.OpClear:
-		return ok(ledgerState{State: "cleared", Token: s.Token, FP: s.FP},
+		return ok(ledgerState{State: "cleared", Token: s.Token, FP: s.FP, Note: s.Note},
 			(s.State == "failed" || s.State == "cleared") && s.Token == c.Token)
 	case history.OpGet:
-		legal := s.State != "" && r.State == s.State && r.RecToken == s.Token &&
+		legal := s.State != "" && r.State == s.State && r.RecToken == s.Token && r.Note == s.Note &&
 			(s.State != "committed" || r.Result == s.Result) && (s.State != "failed" || r.Reason == s.Reason)
 		return ok(s, legal)
 	}
@@ -222,6 +243,8 @@ func describeOp(op ledgerOp) string {
 		in = fmt.Sprintf("begin(fp %s, %s)", short(c.Fingerprint), c.Owner)
 	case history.OpExtend:
 		in = fmt.Sprintf("extend(t%d, %v)", c.Token, time.Duration(c.Lease))
+	case history.OpNote:
+		in = fmt.Sprintf("note(t%d, %s, %v)", c.Token, short(c.Note), time.Duration(c.Lease))
 	case history.OpCommit:
 		in = fmt.Sprintf("commit(t%d, %s)", c.Token, short(c.Result))
 	case history.OpFail:
@@ -245,7 +268,7 @@ func describeOp(op ledgerOp) string {
 		out += ")"
 	case c.Op == history.OpGet:
 		out = fmt.Sprintf("%s t%d", r.State, r.RecToken)
-	case c.Op == history.OpExtend:
+	case c.Op == history.OpExtend || c.Op == history.OpNote:
 		out = fmt.Sprintf("ok t%d", r.Token)
 	default:
 		out = "ok"

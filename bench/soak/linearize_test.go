@@ -56,6 +56,10 @@ func fail(token uint64, reason string) history.Event {
 }
 func extend(token uint64) history.Event { return history.Event{Op: history.OpExtend, Token: token} }
 func get() history.Event                { return history.Event{Op: history.OpGet} }
+func note(token uint64, hash string) history.Event {
+	return history.Event{Op: history.OpNote, Token: token, Note: hash}
+}
+func withNote(e history.Event, hash string) history.Event { e.Note = hash; return e }
 
 func claim(status string, token uint64) history.Event {
 	return history.Event{Status: status, Token: token, State: "pending", RecToken: token}
@@ -153,6 +157,29 @@ func TestLedgerModelLegal(t *testing.T) {
 			op("c/1", 70, 80, begin("f"), history.Event{Status: "held", State: "pending", RecToken: 2, Mismatch: true}).
 			op("c/2", 90, 100, begin("g"), claim("taken-over", 3)).
 			op("c/3", 110, 120, commit(3, "r"), okay())},
+		{"a note rides through a takeover, the commit and later reads", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, note(1, "n1"), history.Event{Token: 1}).
+			op("b/1", 40, 50, begin("f"), withNote(claim("taken-over", 2), "n1")).
+			op("a/3", 45, 55, note(1, "n1b"), refused(history.ErrStale)).
+			op("b/2", 60, 70, note(2, "n2"), history.Event{Token: 2}).
+			op("b/3", 80, 90, commit(2, "r"), okay()).
+			op("c/1", 100, 110, begin("f"), withNote(done("r", 2), "n2")).
+			op("c/2", 100, 110, get(), history.Event{State: "committed", RecToken: 2, Result: "r", Note: "n2"})},
+		{"a note whose process died took effect, or not", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, never, note(1, "n1"), okay()).
+			op("b/1", 40, 50, begin("f"), withNote(claim("taken-over", 2), "n1")).
+			op("c/1", 0, 10, history.Event{Op: history.OpBegin, Key: "k2", Fingerprint: "f"}, claim("new", 1)).
+			op("c/2", 20, never, history.Event{Op: history.OpNote, Key: "k2", Token: 1, Note: "m1"}, okay()).
+			op("d/1", 40, 50, history.Event{Op: history.OpBegin, Key: "k2", Fingerprint: "f"}, claim("taken-over", 2))},
+		{"a redrive's claim carries the failed work's note", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, note(1, "n1"), history.Event{Token: 1}).
+			op("a/3", 40, 50, fail(1, "exhausted: x"), okay()).
+			op("b/1", 60, 70, begin("f"), withNote(gaveUp("exhausted: x", 1), "n1")).
+			op("r/1", 80, 90, history.Event{Op: history.OpClear, Token: 1}, okay()).
+			op("c/1", 100, 110, begin("f"), withNote(claim("new", 2), "n1"))},
 		{"keys apart", ledger.MismatchAccept, new(h).
 			op("a/1", 0, 10, begin("f"), claim("new", 1)).
 			op("a/2", 0, 10, history.Event{Op: history.OpBegin, Key: "k2"}, claim("new", 1))},
@@ -215,6 +242,28 @@ func TestLedgerModelIllegal(t *testing.T) {
 		{"a reworded claim accepted under reject", ledger.MismatchReject, new(h).
 			op("a/1", 0, 10, begin("f"), claim("new", 1)).
 			op("b/1", 20, 30, begin("g"), history.Event{Status: "held", State: "pending", RecToken: 1, Mismatch: true})},
+		{"a note with a stale token succeeds", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("b/1", 20, 30, begin("f"), claim("taken-over", 2)).
+			op("a/2", 40, 50, note(1, "n1"), history.Event{Token: 1})},
+		{"a takeover loses the note", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, note(1, "n1"), history.Event{Token: 1}).
+			op("b/1", 40, 50, begin("f"), claim("taken-over", 2))},
+		{"a read returns an overwritten note", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, note(1, "n1"), history.Event{Token: 1}).
+			op("a/3", 40, 50, note(1, "n2"), history.Event{Token: 1}).
+			op("a/4", 60, 70, commit(1, "r"), okay()).
+			op("b/1", 80, 90, get(), history.Event{State: "committed", RecToken: 1, Result: "r", Note: "n1"})},
+		{"a new claim shows a note", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), withNote(claim("new", 1), "n0"))},
+		{"a redrive's claim loses the failed work's note", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, note(1, "n1"), history.Event{Token: 1}).
+			op("a/3", 40, 50, fail(1, "exhausted: x"), okay()).
+			op("r/1", 80, 90, history.Event{Op: history.OpClear, Token: 1}, okay()).
+			op("c/1", 100, 110, begin("f"), claim("new", 2))},
 		{"a mismatch not reported", ledger.MismatchAccept, new(h).
 			op("a/1", 0, 10, begin("f"), claim("new", 1)).
 			op("b/1", 20, 30, begin("g"), held(1))},

@@ -25,6 +25,7 @@ package history
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -51,6 +52,7 @@ import (
 const (
 	OpBegin   = "begin"
 	OpExtend  = "extend"
+	OpNote    = "note"
 	OpCommit  = "commit"
 	OpFail    = "fail"
 	OpClear   = "clear"
@@ -114,6 +116,9 @@ type Event struct {
 	// a Commit's call; the one stored, on a return that shows a committed
 	// record.
 	Result string `json:"result,omitempty"`
+	// Note is a hash of a note (see NoteHash): the one given, on a Note's
+	// call; the one stored, on a return that shows a record with one.
+	Note string `json:"note,omitempty"`
 	// Reason is a failure reason, cut to MaxReason bytes: the one given,
 	// on a Fail's call; the one stored, on a return that shows a failed
 	// record.
@@ -178,6 +183,7 @@ func (ev *Event) appendJSON(b []byte) []byte {
 	flag("volatile", ev.Volatile)
 	num("token", ev.Token, false)
 	str("result", ev.Result)
+	str("note", ev.Note)
 	str("reason", ev.Reason)
 	str("status", ev.Status)
 	str("state", ev.State)
@@ -244,6 +250,15 @@ func ResultHash(r ledger.Result) string {
 	d.Write(r.Response)
 	var b [8]byte
 	return hex.EncodeToString(d.Sum(b[:0]))
+}
+
+// NoteHash returns the hash an event keeps of a note.
+func NoteHash(note []byte) string {
+	if len(note) == 0 {
+		return ""
+	}
+	var b [8]byte
+	return hex.EncodeToString(binary.BigEndian.AppendUint64(b[:0], xxhash.Sum64(note)))
 }
 
 func cutReason(s string) string {
@@ -439,6 +454,7 @@ func beginReturn(id string, t int64, c ledger.Claim, err error) Event {
 
 func recordFields(ev *Event, rec ledger.Record) {
 	ev.State, ev.RecToken = rec.State.String(), rec.Token
+	ev.Note = NoteHash(rec.Note)
 	switch rec.State {
 	case ledger.StateCommitted:
 		ev.Result = ResultHash(rec.Result)
@@ -461,6 +477,20 @@ func (r *Recorder) Extend(ctx context.Context, key dedupe.Key, token uint64, d t
 	id := r.id()
 	r.log(true, Event{Kind: KindCall, ID: id, Time: r.now(), Op: OpExtend, Key: key.String(), Token: token, Lease: int64(d)})
 	ls, err := r.l.Extend(ctx, key, token, d)
+	ev := Event{Kind: KindReturn, ID: id, Time: r.now()}
+	if err == nil {
+		ev.Token = ls.Token
+	}
+	errEvent(&ev, err)
+	r.log(false, ev)
+	return ls, err
+}
+
+// Note implements ledger.Ledger.
+func (r *Recorder) Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (ledger.Lease, error) {
+	id := r.id()
+	r.log(true, Event{Kind: KindCall, ID: id, Time: r.now(), Op: OpNote, Key: key.String(), Token: token, Lease: int64(d), Note: NoteHash(note)})
+	ls, err := r.l.Note(ctx, key, token, note, d)
 	ev := Event{Kind: KindReturn, ID: id, Time: r.now()}
 	if err == nil {
 		ev.Token = ls.Token
