@@ -58,6 +58,8 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"TakeOver", s.testTakeOver},
 		{"Fencing", s.testFencing},
 		{"Extend", s.testExtend},
+		{"Note", s.testNote},
+		{"NoteThroughClear", s.testNoteThroughClear},
 		{"Release", s.testRelease},
 		{"Fail", s.testFail},
 		{"NotFound", s.testNotFound},
