@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/nats-io/nats.go"
 
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -13,24 +18,38 @@ import (
 
 // stepRecord is where t's model step finds and keeps its answers: the
 // note of t's ledger record, as its claim read it (or, if it has none,
-// one this process could not write there), and a save that writes the
-// answers into the record before the effect, renewing the lease.
+// one this process could not write there, or the answer of the holder
+// whose claim t's took over: askPrevious), and a save that writes the
+// answers into the record before the effect, renewing the lease. The
+// returned function ends the step's call: it tells the intent's askers
+// (serveAnswers) what the step has, and must be called once the step has
+// run.
 //
 // A paid answer must not be lost to a ledger that is briefly away (a KV
 // leader election, a server restarting): save retries the write while
 // t's lease lasts, and while it fails keeps the note in the process
-// (unsaved), where the intent's next try here finds it. A save that finds
-// the lease taken over marks t lost: its effect is not sent, and the new
-// holder, or this message's redelivery, answers for the intent.
-func (g *gate) stepRecord(ctx context.Context, t *Trigger) stepRecord {
+// (unsaved), where the intent's next try here finds it, and a replica
+// that takes the intent over can ask for it. A save that finds the lease
+// taken over marks t lost: its effect is not sent, and the new holder, or
+// this message's redelivery, answers for the intent.
+func (g *gate) stepRecord(ctx context.Context, t *Trigger) (stepRecord, func()) {
 	if g.ledger == nil {
-		return stepRecord{}
+		return stepRecord{}, func() {}
 	}
 	prior := t.claim.Record.Note
 	if len(prior) == 0 {
 		prior = g.c.unsaved.get(t.key)
 	}
-	return stepRecord{prior: prior, save: func(note []byte) { g.saveNote(ctx, t, note) }}
+	if len(prior) == 0 && t.claim.Status == ledger.StatusTakenOver && !t.claim.Released && t.claim.Previous != "" {
+		prior = g.askPrevious(ctx, t)
+	}
+	f := g.c.board.start(t.key)
+	var last []byte
+	rec := stepRecord{prior: prior, save: func(note []byte) {
+		last = note
+		g.saveNote(ctx, t, note)
+	}}
+	return rec, func() { g.c.board.finish(t.key, f, last) }
 }
 
 // saveNote writes note into t's ledger record (see stepRecord).
@@ -48,7 +67,10 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 			}
 			return
 		case errors.Is(err, ledger.ErrStaleToken):
+			// Taken over while the model answered: the new holder may
+			// ask for the answer (serveAnswers).
 			t.lost.Store(true)
+			g.c.unsaved.keep(t.key, note)
 			return
 		case errors.Is(err, ledger.ErrResultTooLarge), errors.Is(err, ledger.ErrInvalidLedger), errors.Is(err, ledger.ErrClosed):
 			g.c.log.Warn("the model's answer was not kept in the intent's record: a retry pays for it again",
@@ -112,4 +134,140 @@ func (u *unsavedNotes) forget(k dedupe.Key) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	delete(u.notes, k) // its place in order goes when it comes up
+}
+
+// A replica that takes an intent over from a holder that is still alive —
+// its lease ran out while it waited on the model (a pause, a stall, a
+// clock that jumped), or the ledger refused its answer's note — would pay
+// for the answer again. So before it calls the model it asks the holder
+// it took the claim from (Claim.Previous), over NATS: each consumer
+// process answers on a subject of its own (answersSubject) with the note
+// of an intent whose step it has run (unsaved) or, once its call ends,
+// is running (answerBoard). No responder means the holder is gone, and
+// the new holder calls at once; a holder that does not answer in
+// llm.timeout (a paused process) is given up on too.
+
+// answersPrefix starts the subjects consumer processes answer on.
+const answersPrefix = "oncegate.answers."
+
+// answersSubject is the subject the process whose ledger owner is owner
+// (with or without a trigger's "#ref") answers on.
+func answersSubject(owner string) string {
+	owner, _, _ = strings.Cut(owner, "#")
+	return answersPrefix + strconv.FormatUint(xxhash.Sum64String(owner), 16)
+}
+
+// serveAnswers answers the askers of this process's intents; the
+// returned function stops it.
+func (c *Consumer) serveAnswers() (func(), error) {
+	sub, err := c.nc.Subscribe(answersSubject(c.opts.Owner), func(m *nats.Msg) {
+		k, err := dedupe.ParseKey(string(m.Data))
+		if err != nil {
+			return
+		}
+		go func() {
+			var note []byte
+			if f := c.board.get(k); f != nil {
+				t := time.NewTimer(c.cfg.LLM.Timeout)
+				select {
+				case <-f.done:
+					note = f.note
+				case <-t.C:
+				}
+				t.Stop()
+			}
+			if note == nil {
+				note = c.answerOf(k)
+			}
+			m.Respond(note)
+		}()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() { sub.Unsubscribe() }, nil
+}
+
+// answerOf is the note this process holds for k: the one its step's call
+// ended with, or one the ledger would not take; nil if none.
+func (c *Consumer) answerOf(k dedupe.Key) []byte {
+	if f := c.board.get(k); f != nil {
+		select {
+		case <-f.done:
+			return f.note
+		default:
+		}
+	}
+	return c.unsaved.get(k)
+}
+
+// askPrevious asks the holder t's claim took the intent over from for the
+// note of its step (see answersSubject), and returns it, or nil.
+func (g *gate) askPrevious(ctx context.Context, t *Trigger) []byte {
+	ctx, cancel := context.WithTimeout(ctx, g.c.cfg.LLM.Timeout)
+	defer cancel()
+	subject := answersSubject(t.claim.Previous)
+	if subject == answersSubject(g.c.opts.Owner) {
+		// An earlier delivery in this process.
+		if f := g.c.board.get(t.key); f != nil {
+			select {
+			case <-f.done:
+				if f.note != nil {
+					return f.note
+				}
+			case <-ctx.Done():
+			}
+		}
+		return g.c.answerOf(t.key)
+	}
+	m, err := g.c.nc.RequestWithContext(ctx, subject, []byte(t.key.String()))
+	if err != nil {
+		if !errors.Is(err, nats.ErrNoResponders) {
+			g.c.log.Debug("the intent's previous holder did not answer", "pipeline", g.pipeline, "key", t.key.String(), "holder", t.claim.Previous, "err", err)
+		}
+		return nil
+	}
+	return m.Data
+}
+
+// answerBoard holds the model calls this process's steps are making, by
+// intent, so that an asker waits for one's answer.
+type answerBoard struct {
+	mu    sync.Mutex
+	calls map[dedupe.Key]*inFlight
+}
+
+// inFlight is a step's call: done is closed when it ends, with note.
+type inFlight struct {
+	done chan struct{}
+	note []byte
+}
+
+func (b *answerBoard) start(k dedupe.Key) *inFlight {
+	f := &inFlight{done: make(chan struct{})}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.calls == nil {
+		b.calls = map[dedupe.Key]*inFlight{}
+	}
+	b.calls[k] = f
+	return f
+}
+
+func (b *answerBoard) get(k dedupe.Key) *inFlight {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls[k]
+}
+
+// finish ends f, k's call, with note: an asker waiting for it gets it, and
+// later ones get it from the record or from unsaved.
+func (b *answerBoard) finish(k dedupe.Key, f *inFlight, note []byte) {
+	f.note = note
+	close(f.done)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.calls[k] == f {
+		delete(b.calls, k)
+	}
 }

@@ -104,6 +104,7 @@ type Consumer struct {
 	// unsaved holds the model answers the ledger refused to keep
 	// (answers.go), for the intent's next try in this process.
 	unsaved unsavedNotes
+	board   answerBoard // the model calls in flight (answers.go)
 }
 
 // New checks opts and builds the pipelines; it does not touch NATS yet.
@@ -221,6 +222,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			defer p.dispatch.unsubscribe()
 		}
+	}
+	if c.opts.Ledger != nil {
+		stop, err := c.serveAnswers()
+		if err != nil {
+			return fmt.Errorf("consumer: answering for the intents it holds: %w", err)
+		}
+		defer stop()
 	}
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()

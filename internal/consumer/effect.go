@@ -26,7 +26,9 @@ func (s *modelStage) wrap(next Handler) Handler {
 			}
 			t0 := time.Now()
 			sp := t.child(g, "chat "+g.step.model, trace.SpanKindClient)
-			ans, err := g.step.run(trace.ContextWithSpan(ctx, sp), t.intent, t.msg.Data(), g.stepRecord(ctx, t))
+			rec, ended := g.stepRecord(ctx, t)
+			ans, err := g.step.run(trace.ContextWithSpan(ctx, sp), t.intent, t.msg.Data(), rec)
+			ended()
 			traceModel(sp, g.step.model, ans, err)
 			g.pol.modelCall()
 			if err == nil && ans.Cache == CacheRecord {

@@ -200,6 +200,10 @@ type Claim struct {
 	// done, rather than stopping or letting its lease run out: there is
 	// nothing to reconcile.
 	Released bool
+	// Previous is, for StatusTakenOver, the owner whose claim was taken
+	// over (the record's Owner before the takeover): a caller may ask it
+	// for what it did before it was taken over.
+	Previous string
 	// Record is the record as Begin left it.
 	Record Record
 }

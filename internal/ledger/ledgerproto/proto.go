@@ -83,7 +83,7 @@ func Decide(o *ledger.Options, key dedupe.Key, cur *ledger.Record, opts ledger.B
 	}
 	// The holder's lease ran out, or it released the claim: take the work
 	// over with a higher token.
-	released := rec.Reason == ledger.ReasonReleased
+	released, previous := rec.Reason == ledger.ReasonReleased, rec.Owner
 	rec.Reason = ""
 	rec.Token++
 	rec.Owner = opts.Owner
@@ -94,7 +94,7 @@ func Decide(o *ledger.Options, key dedupe.Key, cur *ledger.Record, opts ledger.B
 	if mismatch {
 		rec.Mismatches++
 	}
-	return ledger.Claim{Status: ledger.StatusTakenOver, Lease: ledger.Lease{Token: rec.Token, Until: rec.LeaseUntil}, Mismatch: mismatch, Released: released, Record: rec}, true, nil
+	return ledger.Claim{Status: ledger.StatusTakenOver, Lease: ledger.Lease{Token: rec.Token, Until: rec.LeaseUntil}, Mismatch: mismatch, Released: released, Previous: previous, Record: rec}, true, nil
 }
 
 // Extended returns cur with its lease renewed for d from now, if token is

@@ -1,0 +1,64 @@
+package consumer
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/oncegate/oncegate/internal/config"
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/natstest"
+	"github.com/oncegate/oncegate/pkg/dedupe"
+)
+
+// TestAskThePreviousHolder: a process that takes an intent over asks the
+// holder it took the claim from, over NATS, for its step's answer: a
+// holder whose call is still in flight answers once the call ends; one
+// whose note the ledger refused answers from what it kept; a holder that
+// is gone has no responder, and the asker calls at once.
+func TestAskThePreviousHolder(t *testing.T) {
+	s := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, s)
+	cfg := config.Default()
+	cfg.LLM.Timeout = 5 * time.Second
+	newConsumer := func(owner string) *Consumer {
+		return &Consumer{cfg: cfg, nc: nc, log: slog.New(slog.DiscardHandler), opts: Options{Owner: owner}}
+	}
+	a, b := newConsumer("host-a:1"), newConsumer("host-b:2")
+	stop, err := a.serveAnswers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	g := &gate{c: b, pipeline: "alerts"}
+	ask := func(k dedupe.Key, previous string) ([]byte, time.Duration) {
+		tr := &Trigger{key: k, claim: ledger.Claim{Status: ledger.StatusTakenOver, Previous: previous}}
+		start := time.Now()
+		note := g.askPrevious(context.Background(), tr)
+		return note, time.Since(start)
+	}
+
+	inflight := dedupe.Key{1}
+	f := a.board.start(inflight)
+	answer := []byte(`{"version":"v","answers":[{"text":"restart the replica"}]}`)
+	time.AfterFunc(300*time.Millisecond, func() { a.board.finish(inflight, f, answer) })
+	if note, took := ask(inflight, "host-a:1#ONCEGATE:7"); !bytes.Equal(note, answer) || took < 250*time.Millisecond {
+		t.Errorf("asking for a call in flight: %q after %v; want its answer once the call ended (300ms)", note, took)
+	}
+
+	refused := dedupe.Key{2}
+	a.unsaved.keep(refused, answer)
+	if note, _ := ask(refused, "host-a:1#ONCEGATE:8"); !bytes.Equal(note, answer) {
+		t.Errorf("asking for an answer the ledger refused: %q; want it", note)
+	}
+
+	if note, _ := ask(dedupe.Key{3}, "host-a:1#ONCEGATE:9"); len(note) != 0 {
+		t.Errorf("asking for an intent the holder never called for: %q; want none", note)
+	}
+
+	if note, took := ask(refused, "host-c:3#ONCEGATE:1"); len(note) != 0 || took > 2*time.Second {
+		t.Errorf("asking a holder that is gone: %q after %v; want none, at once (no responders)", note, took)
+	}
+}
