@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -301,6 +302,15 @@ func (a *App) startConsumer(cfg *config.Config, client *openai.Client, o Options
 		Config: cfg, Conn: a.Conn, Ledger: a.Ledger, Model: client,
 		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"),
 		Tracer: tp,
+	}
+	if a.Ledger != nil && cfg.DataDir != "" {
+		// A paid answer the ledger would not take waits on this disk
+		// (sealed with the key, if one is set) until it does.
+		key, err := EncryptionKey(cfg)
+		if err != nil {
+			return err
+		}
+		a.consumerOpts.HeldDir, a.consumerOpts.HeldKey = filepath.Join(cfg.DataDir, "answers-held"), key
 	}
 	if o.WrapSink != nil {
 		a.consumerOpts.Sinks = map[string]sink.Sink{}

@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"errors"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,7 +69,7 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 			// Taken over while the model answered: the new holder may
 			// ask for the answer (serveAnswers).
 			t.lost.Store(true)
-			g.c.unsaved.keep(t.key, note)
+			g.c.unsaved.keep(t.key, note, 0)
 			return
 		case errors.Is(err, ledger.ErrResultTooLarge), errors.Is(err, ledger.ErrInvalidLedger), errors.Is(err, ledger.ErrClosed):
 			g.c.log.Warn("the model's answer was not kept in the intent's record: a retry pays for it again",
@@ -78,11 +77,16 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 			return
 		}
 		if !kept {
-			g.c.unsaved.keep(t.key, note)
+			g.c.unsaved.keep(t.key, note, t.token.Load())
 			kept = true
 		}
 		if g.leaseGone(t) || mono()+int64(wait) > t.leaseEnd.Load()-int64(g.lease/10) {
-			g.c.log.Warn("the model's answer was not kept in the intent's record; this process keeps it for the intent's next try here",
+			// The process keeps it (on disk, if it has a data
+			// directory) and writes it once the ledger is back
+			// (heldNotes.flush), unless the intent was taken over by
+			// then.
+			g.c.unsaved.giveUp(t.key)
+			g.c.log.Warn("the model's answer was not kept in the intent's record; this process keeps it, and writes it once the ledger takes it",
 				"pipeline", g.pipeline, "key", t.key.String(), "err", err)
 			return
 		}
@@ -92,48 +96,6 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 		case <-time.After(wait):
 		}
 	}
-}
-
-// maxUnsaved bounds the notes a process keeps for the ledger: past it, the
-// oldest is dropped (its intent's next try pays again).
-const maxUnsaved = 4096
-
-// unsavedNotes are the notes the ledger refused, by intent, oldest first.
-type unsavedNotes struct {
-	mu    sync.Mutex
-	notes map[dedupe.Key][]byte
-	order []dedupe.Key
-}
-
-func (u *unsavedNotes) keep(k dedupe.Key, note []byte) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.notes == nil {
-		u.notes = map[dedupe.Key][]byte{}
-	}
-	if _, ok := u.notes[k]; !ok {
-		u.order = append(u.order, k)
-	}
-	u.notes[k] = note
-	if len(u.order) > 2*maxUnsaved { // forgotten ones: drop their places
-		u.order = slices.DeleteFunc(u.order, func(k dedupe.Key) bool { return u.notes[k] == nil })
-	}
-	for len(u.notes) > maxUnsaved {
-		delete(u.notes, u.order[0])
-		u.order = u.order[1:]
-	}
-}
-
-func (u *unsavedNotes) get(k dedupe.Key) []byte {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.notes[k]
-}
-
-func (u *unsavedNotes) forget(k dedupe.Key) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	delete(u.notes, k) // its place in order goes when it comes up
 }
 
 // A replica that takes an intent over from a holder that is still alive —

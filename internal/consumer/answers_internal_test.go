@@ -24,7 +24,11 @@ func TestAskThePreviousHolder(t *testing.T) {
 	cfg := config.Default()
 	cfg.LLM.Timeout = 5 * time.Second
 	newConsumer := func(owner string) *Consumer {
-		return &Consumer{cfg: cfg, nc: nc, log: slog.New(slog.DiscardHandler), opts: Options{Owner: owner}}
+		h, err := newHeldNotes("", nil, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &Consumer{cfg: cfg, nc: nc, log: slog.New(slog.DiscardHandler), opts: Options{Owner: owner}, unsaved: h}
 	}
 	a, b := newConsumer("host-a:1"), newConsumer("host-b:2")
 	stop, err := a.serveAnswers()
@@ -49,7 +53,7 @@ func TestAskThePreviousHolder(t *testing.T) {
 	}
 
 	refused := dedupe.Key{2}
-	a.unsaved.keep(refused, answer)
+	a.unsaved.keep(refused, answer, 0)
 	if note, _ := ask(refused, "host-a:1#ONCEGATE:8"); !bytes.Equal(note, answer) {
 		t.Errorf("asking for an answer the ledger refused: %q; want it", note)
 	}

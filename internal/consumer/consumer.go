@@ -86,6 +86,15 @@ type Options struct {
 
 	// Tracer, if set, traces each trigger through the gate (trace.go).
 	Tracer trace.TracerProvider
+
+	// HeldDir, if set, is where a model step's answer waits on this
+	// process's disk while the ledger refuses to keep it in the intent's
+	// record, so that a crash then does not lose it: the next start
+	// writes it (held.go). The default keeps such answers in memory.
+	HeldDir string
+	// HeldKey, if set, seals the answers in HeldDir (AES-GCM; 16, 24 or
+	// 32 bytes).
+	HeldKey []byte
 }
 
 // Consumer takes triggers off JetStream and runs each pipeline's flow:
@@ -102,8 +111,8 @@ type Consumer struct {
 	running atomic.Bool
 	health  *ledgerHealth // nil without a ledger
 	// unsaved holds the model answers the ledger refused to keep
-	// (answers.go), for the intent's next try in this process.
-	unsaved unsavedNotes
+	// (held.go), for the intent's next try in this process.
+	unsaved *heldNotes
 	board   answerBoard // the model calls in flight (answers.go)
 }
 
@@ -127,6 +136,9 @@ func New(opts Options) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	c := &Consumer{opts: opts, cfg: opts.Config, nc: opts.Conn, js: js, log: opts.Logger, obs: opts.Observer}
+	if c.unsaved, err = newHeldNotes(opts.HeldDir, opts.HeldKey, opts.Logger); err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
 	if c.obs == nil {
 		c.obs = nopObserver{}
 	}
@@ -229,6 +241,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return fmt.Errorf("consumer: answering for the intents it holds: %w", err)
 		}
 		defer stop()
+		flushCtx, stopFlush := context.WithCancel(context.WithoutCancel(ctx))
+		flushed := make(chan struct{})
+		go func() {
+			defer close(flushed)
+			c.unsaved.flushEvery(flushCtx, c.opts.Ledger, heldFlushEvery)
+		}()
+		defer func() { stopFlush(); <-flushed }()
 	}
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()

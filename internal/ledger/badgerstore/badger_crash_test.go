@@ -26,9 +26,13 @@ import (
 // The crash test runs a child process (this test binary, re-executed) that
 // begins (with durable or volatile claims, with or without SyncWrites) and
 // commits intents in a loop and prints the index of each commit
-// after Commit returns. The parent kills it with SIGKILL at a random moment,
-// reopens the database, and checks that every commit the child reported is
-// there, intact, and that every record in the store decodes.
+// after Commit returns; in some runs it notes each claim (Ledger.Note)
+// before its commit and prints the index after Note returns. The parent
+// kills it with SIGKILL at a random moment, reopens the database, and
+// checks that every commit and every note the child reported is there,
+// intact (a volatile claim's note too: Note writes it to the DB, without
+// the sync, which a process's crash does not undo), and that every record
+// in the store decodes.
 
 const (
 	crashDirEnv   = "ONCEGATE_CRASH_DIR"
@@ -37,6 +41,7 @@ const (
 	crashVolEnv   = "ONCEGATE_CRASH_VOLATILE" // claims are volatile: only the commits are written
 	crashKillsEnv = "ONCEGATE_CRASH_KILLS"    // default 20; the full run is 50
 	crashSeedEnv  = "ONCEGATE_CRASH_SEED"
+	crashNoteEnv  = "ONCEGATE_CRASH_NOTE" // each claim is noted before its commit
 )
 
 func crashKey(i int) dedupe.Key {
@@ -52,6 +57,10 @@ func crashResult(i int) ledger.Result {
 		ModelRef:     fmt.Sprintf("llm/%x", crashKey(i)),
 		Response:     bytes.Repeat([]byte(strconv.Itoa(i)+","), 20+i%50),
 	}
+}
+
+func crashNote(i int) []byte {
+	return fmt.Appendf(nil, `{"answer":%d,"pad":%q}`, i, strings.Repeat("n", i%70))
 }
 
 // TestBadgerCrashChild is the child's body; it does nothing unless the
@@ -83,6 +92,15 @@ func TestBadgerCrashChild(t *testing.T) {
 			out.Flush()
 			os.Exit(3)
 		}
+		if os.Getenv(crashNoteEnv) == "1" {
+			if _, err := l.Note(ctx, crashKey(i), c.Lease.Token, crashNote(i), time.Millisecond); err != nil {
+				fmt.Fprintf(out, "note %d: %v\n", i, err)
+				out.Flush()
+				os.Exit(3)
+			}
+			fmt.Fprintf(out, "noted %d\n", i)
+			out.Flush()
+		}
 		if err := l.Commit(ctx, crashKey(i), c.Lease.Token, crashResult(i)); err != nil {
 			fmt.Fprintf(out, "commit %d: %v\n", i, err)
 			out.Flush()
@@ -108,13 +126,14 @@ func TestBadgerCrash(t *testing.T) {
 	}
 	t.Logf("seed %d (replay the kill schedule with %s=%d)", seed, crashSeedEnv, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	committed := map[int]bool{}
-	next := 0
+	committed, noted := map[int]bool{}, map[int]bool{}
+	next, pending := 0, 0
 	for kill := range kills {
 		flag := map[bool]string{true: "1", false: "0"}
+		notes := kill%8 >= 4
 		cmd := exec.Command(os.Args[0], "-test.run=^TestBadgerCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashStartEnv+"="+strconv.Itoa(next),
-			crashSyncEnv+"="+flag[kill%2 == 1], crashVolEnv+"="+flag[kill%4 >= 2])
+			crashSyncEnv+"="+flag[kill%2 == 1], crashVolEnv+"="+flag[kill%4 >= 2], crashNoteEnv+"="+flag[notes])
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -152,6 +171,15 @@ func TestBadgerCrash(t *testing.T) {
 					i, _ := strconv.Atoi(strings.TrimPrefix(line, "committed "))
 					committed[i] = true
 					next = max(next, i+1)
+					if n++; n == target && !notes {
+						cmd.Process.Kill()
+					}
+				case strings.HasPrefix(line, "noted "):
+					i, _ := strconv.Atoi(strings.TrimPrefix(line, "noted "))
+					noted[i] = true
+					next = max(next, i+1)
+					// Killed just after a Note returned, the claim is
+					// likely still pending: its note must be there alone.
 					if n++; n == target {
 						cmd.Process.Kill()
 					}
@@ -173,14 +201,15 @@ func TestBadgerCrash(t *testing.T) {
 		}
 		// The child may have begun one more intent than it reported.
 		next++
-		verifyCrashDir(t, dir, committed)
+		pending = verifyCrashDir(t, dir, committed, noted)
 	}
-	t.Logf("%d kills, %d commits verified", kills, len(committed))
+	t.Logf("%d kills, %d commits and %d notes verified (%d of them on claims left pending)", kills, len(committed), len(noted), pending)
 }
 
 // verifyCrashDir reopens the database and checks every reported commit and
-// every stored record.
-func verifyCrashDir(t *testing.T, dir string, committed map[int]bool) {
+// note and every stored record. It returns how many reported notes are on
+// claims left pending.
+func verifyCrashDir(t *testing.T, dir string, committed, noted map[int]bool) (pending int) {
 	t.Helper()
 	db, err := badgerstore.Open(dir, badgerstore.OpenOptions{})
 	if err != nil {
@@ -200,6 +229,18 @@ func verifyCrashDir(t *testing.T, dir string, committed map[int]bool) {
 		if rec.State != ledger.StateCommitted || rec.Result.DownstreamID != want.DownstreamID ||
 			rec.Result.ModelRef != want.ModelRef || !bytes.Equal(rec.Result.Response, want.Response) {
 			t.Fatalf("commit %d: record %+v; want committed with %+v", i, rec, want)
+		}
+	}
+	for i := range noted {
+		rec, err := l.Get(context.Background(), crashKey(i))
+		if err != nil {
+			t.Fatalf("note %d was reported but Get fails: %v", i, err)
+		}
+		if want := crashNote(i); !bytes.Equal(rec.Note, want) {
+			t.Fatalf("note %d: the %v record has note %q; want %q", i, rec.State, rec.Note, want)
+		}
+		if rec.State == ledger.StatePending {
+			pending++
 		}
 	}
 	// Every record in the store decodes: none is half-written.
@@ -222,6 +263,7 @@ func verifyCrashDir(t *testing.T, dir string, committed map[int]bool) {
 	if err != nil {
 		t.Fatalf("scanning records after kill: %v", err)
 	}
+	return pending
 }
 
 // TestBadgerLedgerBadInput covers the ledger's typed errors for input and

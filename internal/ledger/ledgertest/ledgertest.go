@@ -60,6 +60,7 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"Extend", s.testExtend},
 		{"Note", s.testNote},
 		{"NoteThroughClear", s.testNoteThroughClear},
+		{"NoteBounds", s.testNoteBounds},
 		{"Release", s.testRelease},
 		{"Fail", s.testFail},
 		{"NotFound", s.testNotFound},

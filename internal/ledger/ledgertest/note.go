@@ -101,3 +101,75 @@ func (s *suite) testNoteThroughClear(t *testing.T) {
 		t.Errorf("the claim after the clearing: token %d, note %q; want a token above %d and the failed work's note", n.Lease.Token, n.Record.Note, a.Lease.Token)
 	}
 }
+
+// testNoteBounds: a note of exactly MaxResultBytes is stored, and kept
+// beside a result of MaxResultBytes through the commit; a lease of 0 or
+// less and a larger note are refused and renew nothing; an empty note
+// takes the note away; the holder that took the work over replaces the
+// note it found, the holder it fenced out cannot; a failed or cleared
+// record takes no note.
+func (s *suite) testNoteBounds(t *testing.T) {
+	const limit = 64
+	l, c := s.open(t, ledger.Options{MaxResultBytes: limit})
+	k := key(t, 1)
+	full := bytes.Repeat([]byte("n"), limit)
+	a := begin(t, l, k, "worker-a", ledger.StatusNew)
+	ls, err := l.Note(ctx, k, a.Lease.Token, full, lease)
+	if err != nil {
+		t.Fatalf("Note of MaxResultBytes: %v", err)
+	}
+	c.Advance(10 * time.Second)
+	for _, d := range []time.Duration{-time.Second, 0} {
+		_, err := l.Note(ctx, k, a.Lease.Token, []byte("x"), d)
+		wantErr(t, "Note with a lease of "+d.String(), err, ledger.ErrInvalidLedger)
+	}
+	_, err = l.Note(ctx, k, a.Lease.Token, append(bytes.Clone(full), 'x'), time.Hour)
+	wantErr(t, "Note one byte over MaxResultBytes", err, ledger.ErrResultTooLarge)
+	rec, err := l.Get(ctx, k)
+	if err != nil || !bytes.Equal(rec.Note, full) || !rec.LeaseUntil.Equal(ls.Until) || rec.Token != a.Lease.Token {
+		t.Fatalf("Get after refused Notes = %+v, %v; want the note of %d bytes, the lease until %v", rec, err, limit, ls.Until)
+	}
+	if _, err := l.Note(ctx, k, a.Lease.Token, nil, lease); err != nil {
+		t.Fatalf("an empty Note: %v", err)
+	}
+	if rec, err := l.Get(ctx, k); err != nil || len(rec.Note) != 0 {
+		t.Fatalf("Get after an empty Note: note %q, %v; want none", rec.Note, err)
+	}
+	if _, err := l.Note(ctx, k, a.Lease.Token, []byte("found"), lease); err != nil {
+		t.Fatalf("Note: %v", err)
+	}
+	c.Advance(lease)
+	b := begin(t, l, k, "worker-b", ledger.StatusTakenOver)
+	if string(b.Record.Note) != "found" {
+		t.Fatalf("the takeover's claim shows note %q; want %q", b.Record.Note, "found")
+	}
+	if _, err := l.Note(ctx, k, b.Lease.Token, full, lease); err != nil {
+		t.Fatalf("Note by the holder that took over: %v", err)
+	}
+	_, err = l.Note(ctx, k, a.Lease.Token, []byte("zombie"), lease)
+	wantErr(t, "Note by the holder fenced out", err, ledger.ErrStaleToken)
+	res := ledger.Result{Response: bytes.Repeat([]byte("r"), limit)}
+	if err := l.Commit(ctx, k, b.Lease.Token, res); err != nil {
+		t.Fatalf("Commit of MaxResultBytes beside a note of MaxResultBytes: %v", err)
+	}
+	rec, err = l.Get(ctx, k)
+	if err != nil || rec.State != ledger.StateCommitted || !bytes.Equal(rec.Note, full) || !bytes.Equal(rec.Result.Response, res.Response) {
+		t.Fatalf("Get after the commit = %+v, %v; want committed with both at full size", rec, err)
+	}
+
+	k2 := key(t, 2)
+	f := begin(t, l, k2, "worker-a", ledger.StatusNew)
+	if err := l.Fail(ctx, k2, f.Lease.Token, "exhausted: x"); err != nil {
+		t.Fatalf("Fail: %v", err)
+	}
+	_, err = l.Note(ctx, k2, f.Lease.Token, []byte("late"), lease)
+	wantErr(t, "Note on a failed record", err, ledger.ErrStaleToken)
+	if err := l.Clear(ctx, k2, f.Lease.Token, "redriven by test"); err != nil {
+		t.Fatalf("Clear: %v", err)
+	}
+	_, err = l.Note(ctx, k2, f.Lease.Token, []byte("late"), lease)
+	wantErr(t, "Note on a cleared record", err, ledger.ErrStaleToken)
+	if rec, err := l.Get(ctx, k2); err != nil || rec.State != ledger.StateCleared || len(rec.Note) != 0 {
+		t.Fatalf("Get of the cleared record = %+v, %v; want cleared with no note", rec, err)
+	}
+}

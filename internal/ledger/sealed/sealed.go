@@ -33,11 +33,28 @@ import (
 // magic starts every sealed note; it names the format.
 var magic = []byte("OGN1")
 
+// Box seals and opens values bound to an intent's key and a kind (one
+// byte saying what the value is), with AES-GCM, a random nonce per value.
+type Box struct{ aead cipher.AEAD }
+
+// NewBox returns a Box for key (16, 24 or 32 bytes). It does not keep key.
+func NewBox(key []byte) (*Box, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("sealed: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("sealed: %w", err)
+	}
+	return &Box{aead}, nil
+}
+
 // Ledger is a ledger.Ledger whose notes and responses are sealed. It is a
 // ledger.Batcher if the ledger it wraps is.
 type Ledger struct {
-	l    ledger.Ledger
-	aead cipher.AEAD
+	l ledger.Ledger
+	*Box
 }
 
 // Batcher is a Ledger of a ledger.Batcher.
@@ -55,15 +72,11 @@ var (
 // -192 or -256). The result is a *Batcher if l is a ledger.Batcher. It
 // does not keep key.
 func New(l ledger.Ledger, key []byte) (ledger.Ledger, error) {
-	block, err := aes.NewCipher(key)
+	box, err := NewBox(key)
 	if err != nil {
-		return nil, fmt.Errorf("sealnote: %w", err)
+		return nil, err
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, fmt.Errorf("sealnote: %w", err)
-	}
-	s := &Ledger{l: l, aead: aead}
+	s := &Ledger{l: l, Box: box}
 	if b, ok := l.(ledger.Batcher); ok {
 		return &Batcher{Ledger: s, b: b}, nil
 	}
@@ -76,8 +89,8 @@ const (
 	kindResponse = 'r'
 )
 
-// seal returns v sealed for key's record, as kind.
-func (s *Ledger) seal(key dedupe.Key, kind byte, v []byte) []byte {
+// Seal returns v sealed for key, as kind; an empty v stays empty.
+func (s *Box) Seal(key dedupe.Key, kind byte, v []byte) []byte {
 	if len(v) == 0 {
 		return v
 	}
@@ -87,9 +100,9 @@ func (s *Ledger) seal(key dedupe.Key, kind byte, v []byte) []byte {
 	return s.aead.Seal(out, out[len(magic):], v, append(key[:len(key):len(key)], kind))
 }
 
-// unseal returns the value v sealed for key's record as kind, or nil if
-// it does not open.
-func (s *Ledger) unseal(key dedupe.Key, kind byte, v []byte) []byte {
+// Open returns the value v sealed for key as kind, or nil if it does not
+// open.
+func (s *Box) Open(key dedupe.Key, kind byte, v []byte) []byte {
 	n := len(magic) + s.aead.NonceSize()
 	if len(v) < n || !bytes.Equal(v[:len(magic)], magic) {
 		return nil
@@ -105,24 +118,24 @@ func (s *Ledger) unseal(key dedupe.Key, kind byte, v []byte) []byte {
 // without them if they do not open.
 func (s *Ledger) open(rec ledger.Record) ledger.Record {
 	if len(rec.Note) > 0 {
-		rec.Note = s.unseal(rec.Key, kindNote, rec.Note)
+		rec.Note = s.Open(rec.Key, kindNote, rec.Note)
 	}
 	if len(rec.Result.Response) > 0 {
-		rec.Result.Response = s.unseal(rec.Key, kindResponse, rec.Result.Response)
+		rec.Result.Response = s.Open(rec.Key, kindResponse, rec.Result.Response)
 	}
 	return rec
 }
 
 // sealResult returns r with its response sealed for key's record.
 func (s *Ledger) sealResult(key dedupe.Key, r ledger.Result) ledger.Result {
-	r.Response = s.seal(key, kindResponse, r.Response)
+	r.Response = s.Seal(key, kindResponse, r.Response)
 	return r
 }
 
 // Note implements ledger.Ledger: it stores note sealed. The limit on a
 // note's size applies to the sealed note, 32 bytes longer.
 func (s *Ledger) Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (ledger.Lease, error) {
-	return s.l.Note(ctx, key, token, s.seal(key, kindNote, note), d)
+	return s.l.Note(ctx, key, token, s.Seal(key, kindNote, note), d)
 }
 
 // Begin implements ledger.Ledger.
