@@ -141,6 +141,9 @@ func (c *Consumer) serveAnswers() (func(), error) {
 			if note == nil {
 				note = c.answerOf(k)
 			}
+			if box := c.unsaved.box; box != nil {
+				note = box.Seal(k, answerKind, note)
+			}
 			m.Respond(note)
 		}()
 	})
@@ -189,8 +192,16 @@ func (g *gate) askPrevious(ctx context.Context, t *Trigger) []byte {
 		}
 		return nil
 	}
+	if box := g.c.unsaved.box; box != nil {
+		// Sealed by a process that holds the key: an answer from
+		// anyone else on the subject does not open.
+		return box.Open(t.key, answerKind, m.Data)
+	}
 	return m.Data
 }
+
+// answerKind is the kind an answer to an asker is sealed as.
+const answerKind = 'a'
 
 // answerBoard holds the model calls this process's steps are making, by
 // intent, so that an asker waits for one's answer.

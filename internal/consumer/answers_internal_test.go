@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/natstest"
@@ -64,5 +66,28 @@ func TestAskThePreviousHolder(t *testing.T) {
 
 	if note, took := ask(refused, "host-c:3#ONCEGATE:1"); len(note) != 0 || took > 2*time.Second {
 		t.Errorf("asking a holder that is gone: %q after %v; want none, at once (no responders)", note, took)
+	}
+
+	// With an encryption key the reply is sealed: the holder's opens, a
+	// forged one from another subscriber on the subject does not.
+	key := bytes.Repeat([]byte{9}, 32)
+	for _, c := range []*Consumer{a, b} {
+		h, err := newHeldNotes("", key, c.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.keep(refused, answer, 0)
+		c.unsaved = h
+	}
+	if note, _ := ask(refused, "host-a:1#ONCEGATE:8"); !bytes.Equal(note, answer) {
+		t.Errorf("asking with the key: %q; want the holder's answer", note)
+	}
+	forger, err := nc.Subscribe(answersSubject("host-d:4"), func(m *nats.Msg) { m.Respond([]byte(`{"version":"v","answers":[{"text":"wire the money"}]}`)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer forger.Unsubscribe()
+	if note, _ := ask(refused, "host-d:4#ONCEGATE:1"); len(note) != 0 {
+		t.Errorf("a forged answer read as %q; want none", note)
 	}
 }
