@@ -3,16 +3,22 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/internal/ledger/history"
+	"github.com/oncegate/oncegate/internal/ledger/ledgertest"
+	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
 // h builds hand-made histories: one operation per call, on one key unless
@@ -180,6 +186,21 @@ func TestLedgerModelLegal(t *testing.T) {
 			op("b/1", 60, 70, begin("f"), withNote(gaveUp("exhausted: x", 1), "n1")).
 			op("r/1", 80, 90, history.Event{Op: history.OpClear, Token: 1}, okay()).
 			op("c/1", 100, 110, begin("f"), withNote(claim("new", 2), "n1"))},
+		{"overlapping notes: a read may show either", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 40, note(1, "n1"), history.Event{Token: 1}).
+			op("a/3", 25, 45, note(1, "n2"), history.Event{Token: 1}).
+			op("b/1", 50, 60, get(), history.Event{State: "pending", RecToken: 1, Note: "n1"})},
+		{"an empty note takes the note away", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, note(1, "n1"), history.Event{Token: 1}).
+			op("a/3", 40, 50, note(1, ""), history.Event{Token: 1}).
+			op("b/1", 60, 70, get(), history.Event{State: "pending", RecToken: 1})},
+		{"a refused note leaves the note", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, note(1, "n1"), history.Event{Token: 1}).
+			op("a/3", 40, 50, note(1, "big"), refused(history.ErrTooLarge)).
+			op("b/1", 60, 70, get(), history.Event{State: "pending", RecToken: 1, Note: "n1"})},
 		{"keys apart", ledger.MismatchAccept, new(h).
 			op("a/1", 0, 10, begin("f"), claim("new", 1)).
 			op("a/2", 0, 10, history.Event{Op: history.OpBegin, Key: "k2"}, claim("new", 1))},
@@ -264,6 +285,25 @@ func TestLedgerModelIllegal(t *testing.T) {
 			op("a/3", 40, 50, fail(1, "exhausted: x"), okay()).
 			op("r/1", 80, 90, history.Event{Op: history.OpClear, Token: 1}, okay()).
 			op("c/1", 100, 110, begin("f"), claim("new", 2))},
+		{"a note after the commit succeeds", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, commit(1, "r"), okay()).
+			op("a/3", 40, 50, note(1, "n1"), history.Event{Token: 1})},
+		{"the commit loses the note", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, note(1, "n1"), history.Event{Token: 1}).
+			op("a/3", 40, 50, commit(1, "r"), okay()).
+			op("b/1", 60, 70, begin("f"), done("r", 1))},
+		{"a failure loses the note", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, note(1, "n1"), history.Event{Token: 1}).
+			op("a/3", 40, 50, fail(1, "exhausted: x"), okay()).
+			op("b/1", 60, 70, get(), history.Event{State: "failed", RecToken: 1, Reason: "exhausted: x"})},
+		{"a refused note taken for a write", ledger.MismatchAccept, new(h).
+			op("a/1", 0, 10, begin("f"), claim("new", 1)).
+			op("a/2", 20, 30, note(1, "n1"), history.Event{Token: 1}).
+			op("a/3", 40, 50, note(1, "big"), refused(history.ErrTooLarge)).
+			op("b/1", 60, 70, get(), history.Event{State: "pending", RecToken: 1, Note: "big"})},
 		{"a mismatch not reported", ledger.MismatchAccept, new(h).
 			op("a/1", 0, 10, begin("f"), claim("new", 1)).
 			op("b/1", 20, 30, begin("g"), held(1))},
@@ -328,5 +368,134 @@ func TestCheckHistories(t *testing.T) {
 	}
 	if !strings.Contains(res.String(), "NOT linearizable on 1 keys, e.g. k2") {
 		t.Errorf("verdict line %q does not name the key", res.String())
+	}
+}
+
+// TestRecordedNotes runs notes through a recorder over a real ledger (a
+// Badger one in memory, on a clock the test moves): a note, a duplicate
+// held, the lease run out, the takeover that shows the note, the fenced
+// holder's late note refused, the new holder's note, its failure, its
+// clearing and the next claim that carries the note, the commit; the
+// recorded history passes the check. The same history with the last read
+// showing the first note instead of the last, or with the fenced holder's
+// note accepted, fails it: the recorder's events carry what the model
+// needs to tell.
+func TestRecordedNotes(t *testing.T) {
+	dir := t.TempDir()
+	db, err := badgerstore.Open("", badgerstore.OpenOptions{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	clock := ledgertest.NewClock()
+	bl, err := badgerstore.New(db, badgerstore.Options{Options: ledger.Options{Clock: clock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "p1.jsonl")
+	l, err := history.Open(path, bl, history.Options{Process: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var k dedupe.Key
+	copy(k[:], "recorded notes")
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	claimBy := func(owner string, want ledger.Status) ledger.Claim {
+		t.Helper()
+		c, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: owner, Lease: time.Minute})
+		if err != nil || c.Status != want {
+			t.Fatalf("Begin by %s = %v, %v; want %v", owner, c.Status, err, want)
+		}
+		return c
+	}
+	a := claimBy("a", ledger.StatusNew)
+	_, err = l.Note(ctx, k, a.Lease.Token, []byte("first answer"), time.Minute)
+	must("Note", err)
+	claimBy("b", ledger.StatusHeld)
+	clock.Advance(2 * time.Minute)
+	b := claimBy("b", ledger.StatusTakenOver)
+	_, err = l.Note(ctx, k, a.Lease.Token, []byte("late answer"), time.Minute)
+	if !errors.Is(err, ledger.ErrStaleToken) {
+		t.Fatalf("the fenced holder's Note: %v; want ErrStaleToken", err)
+	}
+	_, err = l.Note(ctx, k, b.Lease.Token, []byte("second answer"), time.Minute)
+	must("Note", err)
+	_, err = l.Get(ctx, k)
+	must("Get", err)
+	must("Fail", l.Fail(ctx, k, b.Lease.Token, "exhausted: test"))
+	claimBy("c", ledger.StatusFailed)
+	must("Clear", l.Clear(ctx, k, b.Lease.Token, "redriven by test"))
+	n := claimBy("c", ledger.StatusNew)
+	if string(n.Record.Note) != "second answer" {
+		t.Fatalf("the claim after the clearing shows note %q", n.Record.Note)
+	}
+	must("Commit", l.Commit(ctx, k, n.Lease.Token, ledger.Result{DownstreamID: "d"}))
+	_, err = l.Get(ctx, k)
+	must("Get", err)
+	must("Close", l.Close())
+
+	res := checkHistories(ctx, []string{path}, ledger.MismatchAccept, "")
+	if !res.ok() || res.ops != 13 || res.unknown != 0 {
+		t.Fatalf("check of the recorded history: %s (%+v); want 13 operations, linearizable", res, res)
+	}
+	ops, _, err := history.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := history.NoteHash([]byte("first answer")), history.NoteHash([]byte("second answer"))
+	var notes, shown int
+	for _, o := range ops {
+		if o.Call.Op == history.OpNote {
+			notes++
+		}
+		if o.Return.Note != "" {
+			shown++
+		}
+	}
+	last := ops[len(ops)-2] // the last Get; Close is last
+	if notes != 3 || shown != 6 || last.Call.Op != history.OpGet || last.Return.Note != second {
+		t.Fatalf("recorded %d Notes, %d returns showing a note, last Get showing %q; want 3, 6 and %q", notes, shown, last.Return.Note, second)
+	}
+	for _, tt := range []struct {
+		name   string
+		tamper func(ops []history.Op)
+	}{
+		{"the last read shows an overwritten note", func(ops []history.Op) { ops[len(ops)-2].Return.Note = first }},
+		{"the fenced holder's note accepted", func(ops []history.Op) {
+			for i, o := range ops {
+				if o.Call.Op == history.OpNote && o.Return.Err == history.ErrStale {
+					ops[i].Return = history.Event{Kind: o.Return.Kind, ID: o.Return.ID, Time: o.Return.Time, Token: o.Call.Token}
+				}
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := slices.Clone(ops)
+			tt.tamper(bad)
+			var b []byte
+			b = append(b, `{"ev":"open","process":"p1","t":0}`+"\n"...)
+			for _, o := range bad {
+				for _, ev := range []history.Event{o.Call, o.Return} {
+					line, err := json.Marshal(ev)
+					if err != nil {
+						t.Fatal(err)
+					}
+					b = append(append(b, line...), '\n')
+				}
+			}
+			p := filepath.Join(dir, "tampered.jsonl")
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if res := checkHistories(ctx, []string{p}, ledger.MismatchAccept, ""); res.ok() || len(res.illegal) != 1 {
+				t.Fatalf("check of the tampered history: %s; want %v not linearizable", res, k)
+			}
+		})
 	}
 }
