@@ -370,6 +370,10 @@ func (l *Ledger) recoverJournal(s *inproc) error {
 				if err != nil {
 					return err
 				}
+				var note []byte // what the record noted: the claim carries it on
+				if cur != nil {
+					note = cur.Note
+				}
 				if cur != nil && cur.State == ledger.StateCleared && cur.Token < e.Token {
 					cur = nil // a failure cleared (Ledger.Clear), then claimed anew: the claim is new work
 				}
@@ -378,7 +382,7 @@ func (l *Ledger) recoverJournal(s *inproc) error {
 				}
 				rec := ledger.Record{Key: e.Key, State: ledger.StatePending, Owner: "a process that held the directory before",
 					Token: e.Token, LeaseUntil: now, Attempts: e.Attempts, Fingerprint: e.Fingerprint,
-					Created: e.Created, Updated: now, Expires: now.Add(l.opts.Retention)}
+					Created: e.Created, Updated: now, Expires: now.Add(l.opts.Retention), Note: note}
 				if cur != nil {
 					rec.Attempts, rec.Mismatches = max(rec.Attempts, cur.Attempts), cur.Mismatches
 				}
