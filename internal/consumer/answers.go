@@ -91,7 +91,8 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 			return
 		}
 		select {
-		case <-ctx.Done():
+		case <-ctx.Done(): // the lease ran out, or the consumer stops
+			g.c.unsaved.giveUp(t.key)
 			return
 		case <-time.After(wait):
 		}

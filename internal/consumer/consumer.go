@@ -224,6 +224,18 @@ func (c *Consumer) sources() []*source {
 // A durable consumer deleted under a running Consumer is set up again;
 // meanwhile Ready reports an error.
 func (c *Consumer) Run(ctx context.Context) error {
+	if c.opts.Ledger != nil {
+		// Answers a process before this one held for the ledger are
+		// written first: a replica taking their intents over would pay
+		// for them again.
+		flushCtx, stopFlush := context.WithCancel(context.WithoutCancel(ctx))
+		flushed := make(chan struct{})
+		go func() {
+			defer close(flushed)
+			c.unsaved.flushEvery(flushCtx, c.opts.Ledger, heldFlushEvery)
+		}()
+		defer func() { stopFlush(); <-flushed }()
+	}
 	if err := c.Setup(ctx); err != nil {
 		return err
 	}
@@ -241,13 +253,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return fmt.Errorf("consumer: answering for the intents it holds: %w", err)
 		}
 		defer stop()
-		flushCtx, stopFlush := context.WithCancel(context.WithoutCancel(ctx))
-		flushed := make(chan struct{})
-		go func() {
-			defer close(flushed)
-			c.unsaved.flushEvery(flushCtx, c.opts.Ledger, heldFlushEvery)
-		}()
-		defer func() { stopFlush(); <-flushed }()
 	}
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
