@@ -247,15 +247,7 @@ func TestEncryptedKVCache(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	effect := runOneAlert(t, cfg, committed)
-	var body struct{ Answer string }
-	if err := json.Unmarshal(effect, &body); err != nil {
-		t.Fatalf("effect %q: %v", effect, err)
-	}
-	_, summary, ok := strings.Cut(body.Answer, "Summary: ")
-	if !ok || len(summary) < 20 {
-		t.Fatalf("effect %q: want the stand-in model's answer", effect)
-	}
+	summary := answerSummary(t, runOneAlert(t, cfg, committed))
 
 	s := natstest.RunServer(t, func(o *server.Options) { o.StoreDir = cfg.NATS.Embedded.StoreDir })
 	_, js := natstest.Connect(t, s)
@@ -323,15 +315,7 @@ func TestSealedNotesInKVLedger(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		effect := runOneAlert(t, cfg, committed)
-		var body struct{ Answer string }
-		if err := json.Unmarshal(effect, &body); err != nil {
-			t.Fatalf("effect %q: %v", effect, err)
-		}
-		_, summary, ok := strings.Cut(body.Answer, "Summary: ")
-		if !ok || len(summary) < 20 {
-			t.Fatalf("effect %q: want the stand-in model's answer", effect)
-		}
+		summary := answerSummary(t, runOneAlert(t, cfg, committed))
 
 		s := natstest.RunServer(t, func(o *server.Options) { o.StoreDir = cfg.NATS.Embedded.StoreDir })
 		_, js := natstest.Connect(t, s)
@@ -368,4 +352,20 @@ func TestSealedNotesInKVLedger(t *testing.T) {
 			t.Errorf("with a key, %d ledger records hold the answer %q in plain text; want its note sealed", plain, summary)
 		}
 	}
+}
+
+// answerSummary returns the last words of the stand-in model's answer in
+// the effect's body: nothing in them is escaped in JSON, so a search of
+// the stores' bytes finds them if they are there in plain text.
+func answerSummary(t *testing.T, effect []byte) string {
+	t.Helper()
+	var body struct{ Answer string }
+	if err := json.Unmarshal(effect, &body); err != nil {
+		t.Fatalf("effect %q: %v", effect, err)
+	}
+	_, summary, ok := strings.Cut(body.Answer, "Summary: ")
+	if !ok || len(summary) < 20 {
+		t.Fatalf("effect %q: want the stand-in model's answer", effect)
+	}
+	return summary
 }
