@@ -35,16 +35,18 @@ func (g *gate) stepRecord(ctx context.Context, t *Trigger) (stepRecord, func()) 
 	if g.ledger == nil {
 		return stepRecord{}, func() {}
 	}
-	prior := t.claim.Record.Note
+	prior, elsewhere := t.claim.Record.Note, false
 	if len(prior) == 0 {
 		prior = g.c.unsaved.get(t.key)
+		elsewhere = len(prior) > 0
 	}
 	if len(prior) == 0 && t.claim.Status == ledger.StatusTakenOver && !t.claim.Released && t.claim.Previous != "" {
 		prior = g.askPrevious(ctx, t)
+		elsewhere = len(prior) > 0
 	}
 	f := g.c.board.start(t.key)
-	var last []byte
-	rec := stepRecord{prior: prior, save: func(note []byte) {
+	last := prior
+	rec := stepRecord{prior: prior, elsewhere: elsewhere, save: func(note []byte) {
 		last = note
 		g.saveNote(ctx, t, note)
 	}}

@@ -56,7 +56,12 @@ type step struct {
 // stepRecord keeps nothing.
 type stepRecord struct {
 	prior []byte
-	save  func(note []byte)
+	// elsewhere says prior is not the record's note: this process held it
+	// for the ledger, or the holder this one took over from had it. The
+	// step writes it into the record before the effect, as if it had paid
+	// for it, so that it outlives this holder too.
+	elsewhere bool
+	save      func(note []byte)
 }
 
 // stepNote is what a model step keeps in its intent's ledger record
@@ -232,6 +237,11 @@ func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte, rec stepRe
 	kept := stepNote{Version: s.version}
 	if s.inRecord {
 		kept.Answers = noted(rec.prior, s.version)
+		if len(kept.Answers) > 0 && rec.elsewhere && rec.save != nil {
+			if note, err := json.Marshal(kept); err == nil {
+				rec.save(note)
+			}
+		}
 	}
 	for attempt := range s.attempts {
 		var ans answer
