@@ -49,7 +49,7 @@ func (g *gate) stepRecord(ctx context.Context, t *Trigger) (stepRecord, func()) 
 	rec := stepRecord{prior: prior, elsewhere: elsewhere, save: func(note []byte) {
 		last = note
 		g.saveNote(ctx, t, note)
-	}}
+	}, live: func() bool { return !g.leaseGone(t) }}
 	return rec, func() { g.c.board.finish(t.key, f, last) }
 }
 

@@ -24,6 +24,15 @@ func (s *modelStage) wrap(next Handler) Handler {
 				g.pol.stepSkipped()
 				return // skip_when holds (a resolve): no call, nothing paid
 			}
+			if g.leaseGone(t) {
+				// Its lease ran out before the model was asked (a pause, a
+				// stalled ledger): the model is asked only under a live
+				// claim, as the effect is sent only under one. Whoever took
+				// the intent over asks it; this message comes back.
+				g.pol.stale()
+				t.decide(wait(t.keyRef(), g.lease, errLeaseLost))
+				return
+			}
 			t0 := time.Now()
 			sp := t.child(g, "chat "+g.step.model, trace.SpanKindClient)
 			rec, ended := g.stepRecord(ctx, t)
@@ -35,6 +44,11 @@ func (s *modelStage) wrap(next Handler) Handler {
 				g.pol.recorded(int64(ans.InputTokens + ans.OutputTokens))
 			}
 			g.c.obs.Step(g.pipeline, g.step.cfg.Name, time.Since(t0))
+			if errors.Is(err, errLeaseLost) {
+				g.pol.stale()
+				t.decide(wait(t.keyRef(), g.lease, err))
+				return
+			}
 			if err != nil {
 				se, ok := errors.AsType[*stepError](err)
 				switch {

@@ -62,6 +62,9 @@ type stepRecord struct {
 	// for it, so that it outlives this holder too.
 	elsewhere bool
 	save      func(note []byte)
+	// live, if set, reports whether the claim still holds: the model is
+	// asked only while it does (errLeaseLost otherwise).
+	live func() bool
 }
 
 // stepNote is what a model step keeps in its intent's ledger record
@@ -251,6 +254,9 @@ func (s *step) run(ctx context.Context, k dedupe.Key, payload []byte, rec stepRe
 			n := kept.Answers[attempt]
 			ans = answer{Text: n.Text, Model: n.Model, Cache: CacheRecord, InputTokens: n.Input, OutputTokens: n.Output}
 		} else {
+			if rec.live != nil && !rec.live() {
+				return answer{}, errLeaseLost
+			}
 			var err error
 			if ans, err = s.call(ctx, k, req, attempt); err != nil {
 				if why != nil && errors.Is(err, llmcache.ErrBudgetExceeded) {
