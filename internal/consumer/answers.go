@@ -19,10 +19,9 @@ import (
 // note of t's ledger record, as its claim read it (or, if it has none,
 // one this process could not write there, or the answer of the holder
 // whose claim t's took over: askPrevious), and a save that writes the
-// answers into the record before the effect, renewing the lease. The
-// returned function ends the step's call: it tells the intent's askers
-// (serveAnswers) what the step has, and must be called once the step has
-// run.
+// answers into the record before the effect, renewing the lease. What
+// the step has is t.stepNote, which the intent's askers (serveAnswers)
+// get once t's work ends.
 //
 // A paid answer must not be lost to a ledger that is briefly away (a KV
 // leader election, a server restarting): save retries the write while
@@ -31,9 +30,9 @@ import (
 // that takes the intent over can ask for it. A save that finds the lease
 // taken over marks t lost: its effect is not sent, and the new holder, or
 // this message's redelivery, answers for the intent.
-func (g *gate) stepRecord(ctx context.Context, t *Trigger) (stepRecord, func()) {
+func (g *gate) stepRecord(ctx context.Context, t *Trigger) stepRecord {
 	if g.ledger == nil {
-		return stepRecord{}, func() {}
+		return stepRecord{}
 	}
 	prior, elsewhere := t.claim.Record.Note, false
 	if len(prior) == 0 {
@@ -44,13 +43,11 @@ func (g *gate) stepRecord(ctx context.Context, t *Trigger) (stepRecord, func()) 
 		prior = g.askPrevious(ctx, t)
 		elsewhere = len(prior) > 0
 	}
-	f := g.c.board.start(t.key)
-	last := prior
-	rec := stepRecord{prior: prior, elsewhere: elsewhere, save: func(note []byte) {
-		last = note
+	t.stepNote = prior
+	return stepRecord{prior: prior, elsewhere: elsewhere, save: func(note []byte) {
+		t.stepNote = note
 		g.saveNote(ctx, t, note)
 	}, live: func() bool { return !g.leaseGone(t) }}
-	return rec, func() { g.c.board.finish(t.key, f, last) }
 }
 
 // saveNote writes note into t's ledger record (see stepRecord).

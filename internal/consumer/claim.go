@@ -76,6 +76,13 @@ func (s *claimStage) wrap(next Handler) Handler {
 		// The work this process holds is in flight: a duplicate of it here
 		// waits for it in the process rather than coming back later.
 		s.flights.start(held)
+		if g.step != nil {
+			// From the claim on, a replica that takes one of these
+			// intents over and asks for its answer waits for this work.
+			for _, t := range held {
+				t.call = g.c.board.start(t.key)
+			}
+		}
 		var local []*Trigger
 		for _, t := range waiting {
 			if g.pol.waitLocal {
@@ -99,6 +106,11 @@ func (s *claimStage) wrap(next Handler) Handler {
 				next(hctx, held)
 			}()
 			stop()
+			for _, t := range held {
+				if t.call != nil {
+					g.c.board.finish(t.key, t.call, t.stepNote)
+				}
+			}
 			g.finish(ctx, held)
 			s.flights.end(held)
 			g.c.obs.Leases(g.pipeline, -len(held))

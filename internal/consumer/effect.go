@@ -35,9 +35,7 @@ func (s *modelStage) wrap(next Handler) Handler {
 			}
 			t0 := time.Now()
 			sp := t.child(g, "chat "+g.step.model, trace.SpanKindClient)
-			rec, ended := g.stepRecord(ctx, t)
-			ans, err := g.step.run(trace.ContextWithSpan(ctx, sp), t.intent, t.msg.Data(), rec)
-			ended()
+			ans, err := g.step.run(trace.ContextWithSpan(ctx, sp), t.intent, t.msg.Data(), g.stepRecord(ctx, t))
 			traceModel(sp, g.step.model, ans, err)
 			g.pol.modelCall()
 			if err == nil && ans.Cache == CacheRecord {

@@ -49,6 +49,11 @@ type Trigger struct {
 	decided bool
 
 	flight *flight // the work in this process that holds the intent, for a duplicate of it
+	// call is t's entry on the board of model calls (answers.go), from its
+	// claim to its end, for a replica that takes the intent over and asks
+	// for the answer; stepNote is the step's note, what it tells one.
+	call     *inFlight
+	stepNote []byte
 
 	lm *mileState // the last mile's (render.go); nil on pipelines without it
 
