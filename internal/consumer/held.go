@@ -40,8 +40,9 @@ type heldNotes struct {
 	order []dedupe.Key
 }
 
-// held is one note and the token its answer was paid under; background
-// says its step gave up on the ledger, and flush writes it.
+// held is one note and the token its answer was paid under (0: one no
+// longer current); background says its step gave up on the ledger, or
+// was taken over, and flush writes it.
 type held struct {
 	note       []byte
 	token      uint64
@@ -108,7 +109,9 @@ func (h *heldNotes) keep(k dedupe.Key, note []byte, token uint64) {
 	if _, ok := h.notes[k]; !ok {
 		h.order = append(h.order, k)
 	}
-	h.notes[k] = &held{note: note, token: token}
+	// A note paid under a token that is no longer current (0) is only to
+	// be deposited (flush) where the intent's new holder left none.
+	h.notes[k] = &held{note: note, token: token, background: token == 0}
 	if len(h.order) > 2*maxHeld { // forgotten ones: drop their places
 		h.order = slices.DeleteFunc(h.order, func(k dedupe.Key) bool { return h.notes[k] == nil })
 	}
@@ -177,9 +180,12 @@ func (h *heldNotes) flushEvery(ctx context.Context, l ledger.Ledger, d time.Dura
 // flush writes the notes whose steps gave up on the ledger into their
 // records, with the token each was paid under and a lease that ends at
 // once (the work may have half happened: its next claim is a takeover,
-// told to reconcile, that finds the note). A note the ledger refuses
-// for its token (the intent taken over, or done) is forgotten: its new
-// holder has asked for it or paid.
+// told to reconcile, that finds the note). A note the ledger refuses for
+// its token — the intent was taken over, and its new holder may have died
+// before it could ask for the answer or write it — is deposited in the
+// record as it is now, if it is pending without a note: whoever holds or
+// next claims the intent finds it there. A note whose intent is done, or
+// noted, is forgotten.
 func (h *heldNotes) flush(ctx context.Context, l ledger.Ledger) {
 	h.mu.Lock()
 	var due []dedupe.Key
@@ -196,21 +202,59 @@ func (h *heldNotes) flush(ctx context.Context, l ledger.Ledger) {
 		if n == nil || !n.background {
 			continue
 		}
+		done, err := h.write(ctx, l, k, n)
+		if err != nil {
+			return // the ledger is still away: the rest wait too
+		}
+		if done {
+			h.mu.Lock()
+			if h.notes[k] == n {
+				h.drop(k)
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+// write writes n into k's record (see flush), and reports whether n is
+// done with; an error says the ledger did not answer.
+func (h *heldNotes) write(ctx context.Context, l ledger.Ledger, k dedupe.Key, n *held) (bool, error) {
+	if n.token != 0 {
 		_, err := l.Note(ctx, k, n.token, n.note, time.Nanosecond)
 		switch {
 		case err == nil:
 			h.log.Info("a held answer is kept in its intent's record", "key", k.String())
-		case errors.Is(err, ledger.ErrStaleToken), errors.Is(err, ledger.ErrNotFound),
-			errors.Is(err, ledger.ErrResultTooLarge), errors.Is(err, ledger.ErrInvalidLedger):
-		default:
-			return // the ledger is still away: the rest wait too
+			return true, nil
+		case errors.Is(err, ledger.ErrNotFound), errors.Is(err, ledger.ErrResultTooLarge), errors.Is(err, ledger.ErrInvalidLedger):
+			return true, nil
+		case !errors.Is(err, ledger.ErrStaleToken):
+			return false, err
 		}
-		h.mu.Lock()
-		if h.notes[k] == n {
-			h.drop(k)
-		}
-		h.mu.Unlock()
 	}
+	rec, err := l.Get(ctx, k)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, err
+	case rec.State != ledger.StatePending || len(rec.Note) > 0:
+		return true, nil // done, failed, or noted by its holder
+	}
+	d := time.Until(rec.LeaseUntil) // the holder's lease, as it is
+	if d <= 0 {
+		d = time.Nanosecond
+	}
+	_, err = l.Note(ctx, k, rec.Token, n.note, d)
+	switch {
+	case err == nil:
+		h.log.Info("a held answer is kept in its intent's record, under its new holder", "key", k.String())
+		return true, nil
+	case errors.Is(err, ledger.ErrStaleToken):
+		return false, nil // claimed again meanwhile: look next time
+	case errors.Is(err, ledger.ErrNotFound), errors.Is(err, ledger.ErrResultTooLarge), errors.Is(err, ledger.ErrInvalidLedger):
+		return true, nil
+	}
+	return false, err
 }
 
 // writeFileSync writes b to path through a temporary file, synced, then

@@ -19,7 +19,8 @@ import (
 // directory (as after a crash) loads it, writes it into its intent's
 // record with the token it was paid under once the ledger takes writes
 // (the lease ending at once), and removes the file. One whose intent was
-// taken over meanwhile is dropped, not written.
+// taken over meanwhile (its new holder may die before it asks) is
+// deposited in the record under the new holder's token, its lease kept.
 func TestHeldAnswerOutlivesTheProcess(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -63,8 +64,9 @@ func TestHeldAnswerOutlivesTheProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Millisecond) // past that lease, on the ledger's clock
-	if c, err := l.Begin(ctx, taken, ledger.BeginOptions{Owner: "b", Lease: time.Minute}); err != nil || c.Status != ledger.StatusTakenOver {
-		t.Fatalf("takeover: %v, %v", c.Status, err)
+	tb, err := l.Begin(ctx, taken, ledger.BeginOptions{Owner: "b", Lease: time.Minute})
+	if err != nil || tb.Status != ledger.StatusTakenOver {
+		t.Fatalf("takeover: %v, %v", tb.Status, err)
 	}
 
 	// Loaded with another key, nothing reads, and nothing is removed.
@@ -87,8 +89,8 @@ func TestHeldAnswerOutlivesTheProcess(t *testing.T) {
 	if c, err := l.Begin(ctx, kept, ledger.BeginOptions{Owner: "c", Lease: time.Minute}); err != nil || c.Status != ledger.StatusTakenOver || !bytes.Equal(c.Record.Note, answer) {
 		t.Errorf("the next claim: %v, %v, note %q; want a takeover at once, with the answer", c.Status, err, c.Record.Note)
 	}
-	if rec, _ := l.Get(ctx, taken); rec.Note != nil {
-		t.Errorf("the intent taken over got note %q; want none", rec.Note)
+	if rec, err := l.Get(ctx, taken); err != nil || !bytes.Equal(rec.Note, answer) || rec.Token != tb.Lease.Token || !rec.LeaseUntil.After(time.Now().Add(30*time.Second)) {
+		t.Errorf("the intent taken over: %v, token %d, lease until %v, note %q; want the answer deposited under its new holder's token %d, its lease kept", err, rec.Token, rec.LeaseUntil, rec.Note, tb.Lease.Token)
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("%d held files left after the flush; want none", len(left))
