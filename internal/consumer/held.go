@@ -240,11 +240,7 @@ func (h *heldNotes) write(ctx context.Context, l ledger.Ledger, k dedupe.Key, n 
 	case rec.State != ledger.StatePending || len(rec.Note) > 0:
 		return true, nil // done, failed, or noted by its holder
 	}
-	d := time.Until(rec.LeaseUntil) // the holder's lease, as it is
-	if d <= 0 {
-		d = time.Nanosecond
-	}
-	_, err = l.Note(ctx, k, rec.Token, n.note, d)
+	_, err = l.Note(ctx, k, rec.Token, n.note, 0) // the holder's lease as it is
 	switch {
 	case err == nil:
 		h.log.Info("a held answer is kept in its intent's record, under its new holder", "key", k.String())

@@ -89,8 +89,11 @@ type Ledger interface {
 	// once Note returns (a store that one process owns may not wait for
 	// the disk: a power loss may lose it, and the work produces it
 	// again), and is kept with the record through
-	// takeovers, Commit, Fail and Clear, until the record expires. d must
-	// be positive, and note at most MaxResultBytes (ErrResultTooLarge).
+	// takeovers, Commit, Fail and Clear, until the record expires. With
+	// d = 0 the lease is left as it is (and a release stays a release):
+	// what a process that no longer holds the claim uses to leave what it
+	// paid for where the holder will find it. note is at most
+	// MaxResultBytes (ErrResultTooLarge).
 	Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (Lease, error)
 	// Commit records the work as done with result. It is durable when
 	// Commit returns.

@@ -116,20 +116,24 @@ func Extended(o *ledger.Options, key dedupe.Key, cur *ledger.Record, token uint6
 }
 
 // Noted returns cur with note in place of its note and its lease renewed
-// for d from now, if token is current.
+// for d from now (with d = 0, the lease as it was), if token is current.
 func Noted(o *ledger.Options, key dedupe.Key, cur *ledger.Record, token uint64, note []byte, d time.Duration, now time.Time) (ledger.Record, ledger.Lease, error) {
-	if d <= 0 {
-		return ledger.Record{}, ledger.Lease{}, fmt.Errorf("%w: lease %v must be positive", ledger.ErrInvalidLedger, d)
+	if d < 0 {
+		return ledger.Record{}, ledger.Lease{}, fmt.Errorf("%w: lease %v must not be negative", ledger.ErrInvalidLedger, d)
 	}
 	if len(note) > o.MaxResultBytes {
 		return ledger.Record{}, ledger.Lease{}, fmt.Errorf("%w: a note of %d bytes, limit %d", ledger.ErrResultTooLarge, len(note), o.MaxResultBytes)
 	}
-	rec, lease, err := Extended(o, key, cur, token, d, now)
-	if err != nil {
+	if err := CheckToken(key, Live(cur, now), token); err != nil {
 		return ledger.Record{}, ledger.Lease{}, err
 	}
+	rec := *cur
+	if d > 0 {
+		rec.LeaseUntil, rec.Reason = now.Add(d), ""
+	}
+	rec.Updated, rec.Expires = now, now.Add(o.Retention)
 	rec.Note = append([]byte(nil), note...)
-	return rec, lease, nil
+	return rec, ledger.Lease{Token: token, Until: rec.LeaseUntil}, nil
 }
 
 // Committed returns cur committed with result, if token is current.

@@ -11,7 +11,7 @@ import (
 // testNote: Note stores a note in the pending record held with the token
 // and renews its lease; later notes replace it; every read shows it (Get,
 // a duplicate's Begin, a takeover's claim); it is kept through the commit.
-// A stale token, a lease of 0 or less and a note over MaxResultBytes are
+// A stale token, a negative lease and a note over MaxResultBytes are
 // refused, and leave the record as it was.
 func (s *suite) testNote(t *testing.T) {
 	l, c := s.open(t, ledger.Options{MaxResultBytes: 64})
@@ -37,8 +37,8 @@ func (s *suite) testNote(t *testing.T) {
 		d     time.Duration
 		want  error
 	}{
-		"a stale token": {a.Lease.Token + 1, []byte("x"), time.Minute, ledger.ErrStaleToken},
-		"a lease of 0":  {a.Lease.Token, []byte("x"), 0, ledger.ErrInvalidLedger},
+		"a stale token":    {a.Lease.Token + 1, []byte("x"), time.Minute, ledger.ErrStaleToken},
+		"a negative lease": {a.Lease.Token, []byte("x"), -time.Second, ledger.ErrInvalidLedger},
 		"a note too large": {a.Lease.Token, bytes.Repeat([]byte("x"), 65), time.Minute,
 			ledger.ErrResultTooLarge},
 	} {
@@ -103,8 +103,9 @@ func (s *suite) testNoteThroughClear(t *testing.T) {
 }
 
 // testNoteBounds: a note of exactly MaxResultBytes is stored, and kept
-// beside a result of MaxResultBytes through the commit; a lease of 0 or
-// less and a larger note are refused and renew nothing; an empty note
+// beside a result of MaxResultBytes through the commit; a negative lease
+// and a larger note are refused and renew nothing; a lease of 0 keeps the
+// lease as it was; an empty note
 // takes the note away; the holder that took the work over replaces the
 // note it found, the holder it fenced out cannot; a failed or cleared
 // record takes no note.
@@ -119,15 +120,19 @@ func (s *suite) testNoteBounds(t *testing.T) {
 		t.Fatalf("Note of MaxResultBytes: %v", err)
 	}
 	c.Advance(10 * time.Second)
-	for _, d := range []time.Duration{-time.Second, 0} {
-		_, err := l.Note(ctx, k, a.Lease.Token, []byte("x"), d)
-		wantErr(t, "Note with a lease of "+d.String(), err, ledger.ErrInvalidLedger)
-	}
+	_, err = l.Note(ctx, k, a.Lease.Token, []byte("x"), -time.Second)
+	wantErr(t, "Note with a negative lease", err, ledger.ErrInvalidLedger)
 	_, err = l.Note(ctx, k, a.Lease.Token, append(bytes.Clone(full), 'x'), time.Hour)
 	wantErr(t, "Note one byte over MaxResultBytes", err, ledger.ErrResultTooLarge)
 	rec, err := l.Get(ctx, k)
 	if err != nil || !bytes.Equal(rec.Note, full) || !rec.LeaseUntil.Equal(ls.Until) || rec.Token != a.Lease.Token {
 		t.Fatalf("Get after refused Notes = %+v, %v; want the note of %d bytes, the lease until %v", rec, err, limit, ls.Until)
+	}
+	if kept, err := l.Note(ctx, k, a.Lease.Token, []byte("deposit"), 0); err != nil || !kept.Until.Equal(ls.Until) {
+		t.Fatalf("Note with a lease of 0: %+v, %v; want the lease kept until %v", kept, err, ls.Until)
+	}
+	if rec, err := l.Get(ctx, k); err != nil || string(rec.Note) != "deposit" || !rec.LeaseUntil.Equal(ls.Until) {
+		t.Fatalf("Get after a Note with a lease of 0: note %q, lease until %v, %v; want the note, the lease until %v", rec.Note, rec.LeaseUntil, err, ls.Until)
 	}
 	if _, err := l.Note(ctx, k, a.Lease.Token, nil, lease); err != nil {
 		t.Fatalf("an empty Note: %v", err)
