@@ -52,7 +52,10 @@ func (g *gate) stepRecord(ctx context.Context, t *Trigger) stepRecord {
 
 // saveNote writes note into t's ledger record (see stepRecord).
 func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
-	kept := false
+	// Held before the ledger is asked, so that a process killed while the
+	// ledger does not answer (a server down) leaves it to its next start.
+	g.c.unsaved.keep(t.key, note, t.token.Load())
+	kept := true
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		asked := mono()
 		l, err := g.ledger.Note(ctx, t.key, t.token.Load(), note, g.lease)
@@ -71,13 +74,12 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 			g.c.unsaved.keep(t.key, note, 0)
 			return
 		case errors.Is(err, ledger.ErrResultTooLarge), errors.Is(err, ledger.ErrInvalidLedger), errors.Is(err, ledger.ErrClosed):
+			if !errors.Is(err, ledger.ErrClosed) {
+				g.c.unsaved.forget(t.key)
+			}
 			g.c.log.Warn("the model's answer was not kept in the intent's record: a retry pays for it again",
 				"pipeline", g.pipeline, "key", t.key.String(), "err", err)
 			return
-		}
-		if !kept {
-			g.c.unsaved.keep(t.key, note, t.token.Load())
-			kept = true
 		}
 		if g.leaseGone(t) || mono()+int64(wait) > t.leaseEnd.Load()-int64(g.lease/10) {
 			// The process keeps it (on disk, if it has a data

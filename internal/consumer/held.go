@@ -26,10 +26,11 @@ import (
 // background, with the token it was paid under, once the ledger takes
 // writes again, unless the intent was taken over since.
 //
-// With a directory, each such note waits on disk too (one file per
-// intent: the token, then the note, sealed with the key if one is set),
-// so that a crash does not lose it: the next start loads the files and
-// flush writes them.
+// With a directory, every note waits on disk too from before the ledger
+// is asked until it has it (one file per intent: the token, then the
+// note, sealed with the key if one is set), so that a process killed
+// meanwhile does not lose it: the next start loads the files and flush
+// writes them.
 type heldNotes struct {
 	dir string
 	box *sealed.Box // nil: the files are not sealed
@@ -106,8 +107,10 @@ func newHeldNotes(dir string, key []byte, log *slog.Logger) (*heldNotes, error) 
 func (h *heldNotes) keep(k dedupe.Key, note []byte, token uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.notes[k]; !ok {
+	if old, ok := h.notes[k]; !ok {
 		h.order = append(h.order, k)
+	} else if old.token != 0 && token == 0 && h.dir != "" {
+		os.Remove(filepath.Join(h.dir, k.String())) // held in memory only, now
 	}
 	// A note paid under a token that is no longer current (0) is only to
 	// be deposited (flush) where the intent's new holder left none.
@@ -125,7 +128,9 @@ func (h *heldNotes) keep(k dedupe.Key, note []byte, token uint64) {
 		if h.box != nil {
 			b = h.box.Seal(k, heldKind, b)
 		}
-		if err := writeFileSync(filepath.Join(h.dir, k.String()), b); err != nil {
+		// Not synced, as the LLM cache's held answers are not: it is written
+		// for every answer, and a process's crash does not lose it.
+		if err := os.WriteFile(filepath.Join(h.dir, k.String()), b, 0o600); err != nil {
 			h.log.Warn("a held answer was not written to disk: a crash would lose it", "key", k.String(), "err", err)
 		}
 	}
@@ -251,26 +256,4 @@ func (h *heldNotes) write(ctx context.Context, l ledger.Ledger, k dedupe.Key, n 
 		return true, nil
 	}
 	return false, err
-}
-
-// writeFileSync writes b to path through a temporary file, synced, then
-// renamed over it: a crash leaves the old file or the new, whole.
-func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
 }
