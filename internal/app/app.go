@@ -303,9 +303,12 @@ func (a *App) startConsumer(cfg *config.Config, client *openai.Client, o Options
 		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"),
 		Tracer: tp,
 	}
-	if a.Ledger != nil && cfg.DataDir != "" {
-		// A paid answer the ledger would not take waits on this disk
-		// (sealed with the key, if one is set) until it does.
+	if a.Ledger != nil && cfg.DataDir != "" && cfg.Ledger.Store == config.StoreKV {
+		// A paid answer waits on this disk (sealed with the key, if one
+		// is set) until the ledger's bucket has it, as the LLM cache's
+		// held answers do: a replica killed while the servers do not
+		// answer leaves it to its next start. (A Badger ledger writes a
+		// note to the local disk at once: nothing to wait for.)
 		key, err := EncryptionKey(cfg)
 		if err != nil {
 			return err

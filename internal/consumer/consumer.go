@@ -88,9 +88,12 @@ type Options struct {
 	Tracer trace.TracerProvider
 
 	// HeldDir, if set, is where a model step's answer waits on this
-	// process's disk while the ledger refuses to keep it in the intent's
-	// record, so that a crash then does not lose it: the next start
-	// writes it (held.go). The default keeps such answers in memory.
+	// process's disk from before the ledger is asked to keep it in the
+	// intent's record until it has, so that a process killed while the
+	// ledger does not answer does not lose it: the next start writes it
+	// (held.go). It costs a file written and removed per answer: set it
+	// for a ledger across the network (JetStream KV). The default keeps
+	// such answers in memory.
 	HeldDir string
 	// HeldKey, if set, seals the answers in HeldDir (AES-GCM; 16, 24 or
 	// 32 bytes).
