@@ -187,7 +187,8 @@ func TestSeriesFed(t *testing.T) {
 	}
 
 	// An alert PagerDuty refuses for good: dead-lettered, its triage
-	// already paid for; redriven, the triage comes from the cache.
+	// already paid for; redriven, the triage comes from its ledger record
+	// (counted in the cache's tokens and cost saved).
 	alert := func(fp string) *nats.Msg {
 		m := nats.NewMsg("triggers.pages")
 		m.Data = fmt.Appendf(nil, `{"status":"firing","alert":{"fingerprint":%q,"labels":{"alertname":"Load","instance":"web-1","severity":"warning"}}}`, fp)

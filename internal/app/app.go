@@ -299,7 +299,7 @@ func (a *App) startConsumer(cfg *config.Config, client *openai.Client, o Options
 		return err
 	}
 	a.consumerOpts = consumer.Options{
-		Config: cfg, Conn: a.Conn, Ledger: a.Ledger, Model: client,
+		Config: cfg, Conn: a.Conn, Ledger: a.Ledger, Model: client, Cache: a.Cache,
 		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"),
 		Tracer: tp,
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
 	"github.com/oncegate/oncegate/pkg/dedupe/window"
+	"github.com/oncegate/oncegate/pkg/llmcache"
 )
 
 // Observer receives what the consumer does, for metrics. Its methods are
@@ -65,6 +66,11 @@ type Options struct {
 	// Model is the go-openai client of the model steps (its HTTP client
 	// goes through the LLM cache). Required when a pipeline has a step.
 	Model *openai.Client
+
+	// Cache, if set, is the LLM cache Model goes through: the answers a
+	// step takes from its intents' ledger records are counted in its
+	// figures of tokens and cost saved, as its hits are.
+	Cache *llmcache.Cache
 
 	// Sinks overrides the sink built from a pipeline's config, by pipeline
 	// name. Tests use it to put a recording sink in place.

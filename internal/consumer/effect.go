@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/internal/sink"
 )
@@ -40,6 +41,9 @@ func (s *modelStage) wrap(next Handler) Handler {
 			g.pol.modelCall()
 			if err == nil && ans.Cache == CacheRecord {
 				g.pol.recorded(int64(ans.InputTokens + ans.OutputTokens))
+				if c := g.c.opts.Cache; c != nil {
+					llmhook.Saved(c, g.pipeline, g.step.cfg.Name, ans.Model, int64(ans.InputTokens), int64(ans.OutputTokens))
+				}
 			}
 			g.c.obs.Step(g.pipeline, g.step.cfg.Name, time.Since(t0))
 			if errors.Is(err, errLeaseLost) {

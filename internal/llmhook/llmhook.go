@@ -123,6 +123,12 @@ var (
 	// sorted by namespace and step.
 	Stats func(c any) []StepStats
 
+	// Saved counts, in c's figures for namespace's step, the tokens (and
+	// their cost at c's prices for model) of an answer reused outside the
+	// cache — a model step's answer taken from its intent's ledger record
+	// — as a hit's are counted.
+	Saved func(c any, namespace, step, model string, prompt, completion int64)
+
 	// Summarize scans c's store.
 	Summarize func(c any) (Summary, error)
 

@@ -12,6 +12,11 @@ import (
 // user of the cache sees.
 func init() {
 	llmhook.Stats = func(c any) []llmhook.StepStats { return c.(*Cache).stats.snapshot() }
+	llmhook.Saved = func(c any, namespace, step, model string, prompt, completion int64) {
+		cc := c.(*Cache)
+		u := usage{PromptTokens: prompt, CompletionTokens: completion}
+		cc.stats.step(namespace, step).save(u, cc.opts.Prices.cost(model, u))
+	}
 	llmhook.Summarize = func(c any) (llmhook.Summary, error) { return c.(*Cache).summarize() }
 	llmhook.Get = func(c any, k [16]byte) (*llmhook.Answer, bool, error) {
 		a, ok, err := c.(*Cache).get(context.Background(), k)
