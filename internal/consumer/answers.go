@@ -52,10 +52,14 @@ func (g *gate) stepRecord(ctx context.Context, t *Trigger) stepRecord {
 
 // saveNote writes note into t's ledger record (see stepRecord).
 func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
-	// Held before the ledger is asked, so that a process killed while the
-	// ledger does not answer (a server down) leaves it to its next start.
-	g.c.unsaved.keep(t.key, note, t.token.Load())
-	kept := true
+	// With a directory (a ledger across the network), held on disk before
+	// the ledger is asked, so that a process killed while the ledger does
+	// not answer (a server down) leaves it to its next start; without, held
+	// only once the ledger has failed to take it.
+	kept := g.c.unsaved.dir != ""
+	if kept {
+		g.c.unsaved.keep(t.key, note, t.token.Load())
+	}
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		asked := mono()
 		l, err := g.ledger.Note(ctx, t.key, t.token.Load(), note, g.lease)
@@ -80,6 +84,10 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 			g.c.log.Warn("the model's answer was not kept in the intent's record: a retry pays for it again",
 				"pipeline", g.pipeline, "key", t.key.String(), "err", err)
 			return
+		}
+		if !kept {
+			g.c.unsaved.keep(t.key, note, t.token.Load())
+			kept = true
 		}
 		if g.leaseGone(t) || mono()+int64(wait) > t.leaseEnd.Load()-int64(g.lease/10) {
 			// The process keeps it (on disk, if it has a data
@@ -175,17 +183,10 @@ func (g *gate) askPrevious(ctx context.Context, t *Trigger) []byte {
 	defer cancel()
 	subject := answersSubject(t.claim.Previous)
 	if subject == answersSubject(g.c.opts.Owner) {
-		// An earlier delivery in this process.
-		if f := g.c.board.get(t.key); f != nil {
-			select {
-			case <-f.done:
-				if f.note != nil {
-					return f.note
-				}
-			case <-ctx.Done():
-			}
-		}
-		return g.c.answerOf(t.key)
+		// An earlier delivery in this process: its answer is in the
+		// record, or held here (stepRecord looked). The board's entry for
+		// the intent is t's own by now: waiting on it would wait for t.
+		return g.c.unsaved.get(t.key)
 	}
 	m, err := g.c.nc.RequestWithContext(ctx, subject, []byte(t.key.String()))
 	if err != nil {

@@ -68,6 +68,17 @@ func TestAskThePreviousHolder(t *testing.T) {
 		t.Errorf("asking a holder that is gone: %q after %v; want none, at once (no responders)", note, took)
 	}
 
+	// A takeover of this process's own earlier claim does not wait for
+	// itself: the board's entry for the intent is the asker's own.
+	own := dedupe.Key{4}
+	self := &gate{c: a, pipeline: "alerts"}
+	tr := &Trigger{key: own, call: a.board.start(own), claim: ledger.Claim{Status: ledger.StatusTakenOver, Previous: "host-a:1#ONCEGATE:2"}}
+	start := time.Now()
+	if note := self.askPrevious(context.Background(), tr); len(note) != 0 || time.Since(start) > time.Second {
+		t.Errorf("asking this process's own earlier claim: %q after %v; want none, at once", note, time.Since(start))
+	}
+	a.board.finish(own, tr.call, nil)
+
 	// With an encryption key the reply is sealed: the holder's opens, a
 	// forged one from another subscriber on the subject does not.
 	key := bytes.Repeat([]byte{9}, 32)
