@@ -31,8 +31,10 @@ import (
 type Combiner[Q, R any] struct {
 	do func(ctx context.Context, qs []Q) []R
 
+	maxRounds, spill int // see Overlap; 1 and 0 by default
+
 	mu     sync.Mutex
-	busy   bool
+	rounds int // rounds under way
 	queue  []*op[Q, R]
 	expect int           // the callers the last round served, and those queued at its end
 	took   time.Duration // how long the last call took
@@ -45,7 +47,19 @@ const gatherMax = 100 * time.Microsecond
 // in the order of the requests. do is called with the context of the
 // caller that leads the round.
 func New[Q, R any](do func(ctx context.Context, qs []Q) []R) *Combiner[Q, R] {
-	return &Combiner[Q, R]{do: do}
+	return &Combiner[Q, R]{do: do, maxRounds: 1}
+}
+
+// Overlap lets up to maxRounds rounds be under way at once, for a store whose
+// writes of one round do not wait for another's (a stream's publishes):
+// while a round is under way, a caller that finds spill callers queued (itself
+// included) does not wait for it to end, but leads a new round at once with
+// them. A load whose queue stays under spill is served as without Overlap,
+// one round at a time; the rounds under way grow with the load. Overlap must
+// be called before the first Run.
+func (c *Combiner[Q, R]) Overlap(maxRounds, spill int) *Combiner[Q, R] {
+	c.maxRounds, c.spill = max(maxRounds, 1), max(spill, 1)
+	return c
 }
 
 // op is one caller's part of a combined call.
@@ -61,7 +75,13 @@ type op[Q, R any] struct {
 func (c *Combiner[Q, R]) Run(ctx context.Context, qs []Q) []R {
 	o := &op[Q, R]{qs: qs}
 	c.mu.Lock()
-	if c.busy {
+	switch {
+	case c.rounds == 0:
+		c.rounds = 1
+		c.gather()
+	case c.rounds < c.maxRounds && len(c.queue)+1 >= c.spill:
+		c.rounds++ // a round of its own at once, with those queued
+	default:
 		o.done = make(chan struct{})
 		c.queue = append(c.queue, o)
 		c.mu.Unlock()
@@ -70,10 +90,8 @@ func (c *Combiner[Q, R]) Run(ctx context.Context, qs []Q) []R {
 			return o.rs
 		}
 		c.mu.Lock()
-	} else {
-		c.busy = true
+		c.gather()
 	}
-	c.gather()
 	batch := append([]*op[Q, R]{o}, c.queue...)
 	c.queue = nil
 	c.expect = len(batch)
@@ -85,7 +103,7 @@ func (c *Combiner[Q, R]) Run(ctx context.Context, qs []Q) []R {
 	c.expect += len(c.queue)
 	c.took = took
 	if len(c.queue) == 0 {
-		c.busy = false
+		c.rounds--
 		c.mu.Unlock()
 		return o.rs
 	}

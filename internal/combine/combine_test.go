@@ -108,3 +108,75 @@ func TestCallersComeBack(t *testing.T) {
 		t.Errorf("%d calls for %d callers making %d requests each; want at most %d (about %d: one round for all of them per request)", n, callers, each, each*3/2, each)
 	}
 }
+
+// TestOverlap checks that with Overlap, callers that queue behind a round
+// under way wait for it while they are fewer than the spill, and that the
+// caller that makes them spill starts a round of its own with them at once,
+// up to the rounds allowed; then the others queue again.
+func TestOverlap(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var calls [][]int
+	c := New(func(_ context.Context, qs []int) []int {
+		mu.Lock()
+		calls = append(calls, append([]int(nil), qs...))
+		mu.Unlock()
+		<-release
+		rs := make([]int, len(qs))
+		for i, q := range qs {
+			rs[i] = -q
+		}
+		return rs
+	}).Overlap(2, 4)
+	ctx := context.Background()
+	ncalls := func() int { mu.Lock(); defer mu.Unlock(); return len(calls) }
+	queued := func() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.queue) }
+
+	var wg sync.WaitGroup
+	bad := make(chan string, 16)
+	run := func(q int) {
+		wg.Go(func() {
+			if rs := c.Run(ctx, []int{q}); len(rs) != 1 || rs[0] != -q {
+				bad <- "a wrong result"
+			}
+		})
+	}
+	run(0)
+	waitFor(t, func() bool { return ncalls() == 1 })
+	for q := 1; q <= 3; q++ { // fewer than the spill: they queue
+		run(q)
+	}
+	waitFor(t, func() bool { return queued() == 3 })
+	if n := ncalls(); n != 1 {
+		t.Fatalf("%d calls with 3 queued below a spill of 4; want 1", n)
+	}
+	run(4) // the fourth spills: a second round, at once, with the three
+	waitFor(t, func() bool { return ncalls() == 2 })
+	if q := queued(); q != 0 {
+		t.Errorf("%d queued after the spill; want 0", q)
+	}
+	for q := 5; q <= 9; q++ { // two rounds under way, the most allowed: they queue
+		run(q)
+	}
+	waitFor(t, func() bool { return queued() == 5 })
+	if n := ncalls(); n != 2 {
+		t.Errorf("%d calls with two rounds under way at most; want 2", n)
+	}
+	close(release)
+	wg.Wait()
+	close(bad)
+	for b := range bad {
+		t.Error(b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The two rounds under way, ending, each hand the queue on: the five
+	// queued behind them are served by one round or two.
+	rest := 0
+	for _, call := range calls[min(2, len(calls)):] {
+		rest += len(call)
+	}
+	if len(calls) < 3 || len(calls) > 4 || len(calls[1]) != 4 || rest != 5 {
+		t.Errorf("calls %v; want [0], then the four that spilled, then one or two rounds for the five queued behind them", calls)
+	}
+}

@@ -174,13 +174,13 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Ledger, er
 	}
 	// A round runs under its leader's context less its cancellation, and
 	// within the ledger's Timeout: the others queued behind it with
-	// contexts of their own.
+	// contexts of their own. Rounds overlap as the load grows (roundSpill).
 	l.begins = combine.New(func(ctx context.Context, reqs []ledger.BeginRequest) []ledger.BeginResult {
 		return l.fastBegins(context.WithoutCancel(ctx), reqs)
-	})
+	}).Overlap(roundsMax, roundSpill)
 	l.commits = combine.New(func(ctx context.Context, reqs []ledger.CommitRequest) []error {
 		return l.fastCommits(context.WithoutCancel(ctx), reqs)
-	})
+	}).Overlap(roundsMax, roundSpill)
 	return l, nil
 }
 

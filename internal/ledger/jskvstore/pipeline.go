@@ -37,10 +37,31 @@ import (
 //     once and the round waits for all the acknowledgements, as the Badger
 //     ledger combines transactions; BeginBatch and CommitBatch do the same
 //     for a caller's batch.
+//   - The load chooses how many rounds are under way: one, while the callers
+//     queued behind it are fewer than roundSpill; past that, a caller that
+//     finds roundSpill queued starts a round of its own at once with them,
+//     up to roundsMax. One round at a time left the stream's leader idle
+//     while the round's acknowledgements came back and the next round
+//     gathered: at 256 workers, bench/peers measured 0.82x and 0.90x the
+//     pairs per second of Redis with appendfsync always, against 0.93x to
+//     1.17x (median 1.02x) with rounds that overlap (docs/internals.md,
+//     "The KV ledger against Redis"); below roundSpill
+//     nothing changes (16 workers: 1.2x to 1.37x either way).
 //
 // Fencing is the same: every write is a compare-and-set on the revision the
 // decision was made on, and a stale decision's write is refused by the
 // server, never stored.
+
+// How the load chooses the rounds under way (see above). Rounds, not
+// connections: the writes of one bucket are stored by one loop of its
+// stream's leader, whichever connection they come on (in bench/peers' profile
+// at 256 workers that loop took 42% of the CPU samples, the connection's
+// read loop 11%), so what one more connection would add is what a round
+// under way adds: writes waiting in that loop's queue.
+const (
+	roundSpill = 32
+	roundsMax  = 4
+)
 
 // errSlow marks a request the fast path could not settle: the caller takes
 // the plain path.
