@@ -116,27 +116,17 @@ func openAdmin(ctx context.Context, cfg *config.Config, command string) (*adminC
 	// cluster coming back) answers after a while; wait for it, a while.
 	var l ledger.Ledger
 	var closeLedger func()
-	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
-	defer cancel()
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		var err error
-		l, closeLedger, err = openLocalLedger(octx, cfg, nc)
-		if err == nil {
-			break
-		}
-		if !jsretry.Transient(err) || octx.Err() != nil {
-			return fail(err)
-		}
-		if errors.Is(err, context.DeadlineExceeded) && !embedded {
-			// This server may be cut off from the others (a partition):
-			// try another of the pool.
-			_ = nc.ForceReconnect()
-		}
-		select {
-		case <-time.After(wait):
-		case <-octx.Done():
-			return fail(err)
-		}
+	moveOn := func() {}
+	if !embedded {
+		// This server may be cut off from the others (a partition): try
+		// another of the pool.
+		moveOn = func() { _ = nc.ForceReconnect() }
+	}
+	if err := retryOpen(ctx, moveOn, func(ctx context.Context) (err error) {
+		l, closeLedger, err = openLocalLedger(ctx, cfg, nc)
+		return err
+	}); err != nil {
+		return fail(err)
 	}
 	if closeLedger != nil {
 		closers = append(closers, closeLedger)
@@ -243,9 +233,44 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// retryOpen calls open until it succeeds, or fails for good, or
+// storeOpenTimeout runs out. Each attempt has a bound of its own
+// (storeAttemptTimeout): a request a cluster dropped while it had no leader
+// is never answered, and an attempt bounded by the whole storeOpenTimeout
+// waited for it to the end. After an attempt that ran out of time, moveOn
+// is called before the next.
+func retryOpen(ctx context.Context, moveOn func(), open func(context.Context) error) error {
+	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		actx, acancel := context.WithTimeout(octx, storeAttemptTimeout)
+		err := open(actx)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		if !jsretry.Transient(err) || octx.Err() != nil {
+			return err
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			moveOn()
+		}
+		select {
+		case <-time.After(wait):
+		case <-octx.Done():
+			return err
+		}
+	}
+}
+
 // storeOpenTimeout bounds how long a command waits for the stores it opens
 // itself (no consumer answering) to answer.
 const storeOpenTimeout = time.Minute
+
+// storeAttemptTimeout bounds one attempt to open them: the ledger's bucket
+// is opened by a few JetStream API requests, each answered in milliseconds
+// by a cluster with a leader.
+const storeAttemptTimeout = 5 * time.Second
 
 // caller names the person running a command: the NATS user the
 // configuration connects as, else the OS user, and the host.

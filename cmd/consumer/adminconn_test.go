@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"os"
@@ -123,5 +124,48 @@ func TestLedgerOpenedInOnePlace(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestRetryOpenBoundsEachAttempt checks that a command opening the stores
+// itself does not give one attempt the whole of storeOpenTimeout: a
+// request a cluster dropped while it had no leader is never answered (the
+// cluster soak's redrive command once failed so, "opening bucket
+// oncegate-ledger: context deadline exceeded" after its minute, with a
+// majority of the nodes up). The attempt is given up after
+// storeAttemptTimeout, another server of the pool is tried (moveOn), and
+// the next attempt opens the store.
+func TestRetryOpenBoundsEachAttempt(t *testing.T) {
+	start := time.Now()
+	var attempts, moved int
+	var firstBound time.Duration
+	err := retryOpen(context.Background(), func() { moved++ }, func(ctx context.Context) error {
+		attempts++
+		if attempts > 1 {
+			return nil
+		}
+		d, ok := ctx.Deadline()
+		if !ok {
+			return errors.New("an attempt without a deadline")
+		}
+		firstBound = d.Sub(start)
+		<-ctx.Done() // a request never answered
+		return fmt.Errorf("jskv: opening bucket: %w", ctx.Err())
+	})
+	if err != nil {
+		t.Fatalf("retryOpen: %v; want the second attempt's success", err)
+	}
+	if attempts != 2 || moved != 1 {
+		t.Errorf("%d attempts, %d moves to another server; want 2 and 1", attempts, moved)
+	}
+	if firstBound > storeAttemptTimeout+time.Second {
+		t.Errorf("the first attempt was given %v; want at most storeAttemptTimeout (%v), not storeOpenTimeout (%v)", firstBound, storeAttemptTimeout, storeOpenTimeout)
+	}
+
+	// An error that is not transient ends it at once.
+	attempts = 0
+	refused := errors.New("jskv: bucket has the wrong replicas")
+	if err := retryOpen(context.Background(), func() {}, func(context.Context) error { attempts++; return refused }); !errors.Is(err, refused) || attempts != 1 {
+		t.Errorf("a permanent error: %v after %d attempts; want it after 1", err, attempts)
 	}
 }
