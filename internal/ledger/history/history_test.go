@@ -250,6 +250,9 @@ func TestOutage(t *testing.T) {
 	if _, err := l.Extend(ctx, k, first.Lease.Token, time.Minute); !errors.Is(err, history.ErrOutage) {
 		t.Errorf("Extend during the outage: %v; want ErrOutage", err)
 	}
+	if _, err := l.Note(ctx, k, first.Lease.Token, []byte("an answer"), 0); !errors.Is(err, history.ErrOutage) {
+		t.Errorf("Note during the outage: %v; want ErrOutage", err)
+	}
 	if err := l.Commit(ctx, k, first.Lease.Token, ledger.Result{}); !errors.Is(err, history.ErrOutage) {
 		t.Errorf("Commit during the outage: %v; want ErrOutage", err)
 	}
@@ -266,14 +269,20 @@ func TestOutage(t *testing.T) {
 			t.Errorf("batched Commit %d during the outage: %v; want ErrOutage", i, err)
 		}
 	}
-	if rec, err := l.Get(ctx, k); err != nil || rec.State != ledger.StatePending {
-		t.Errorf("Get during the outage = %v, %v; want the pending record", rec.State, err)
+	if rec, err := l.Get(ctx, k); err != nil || rec.State != ledger.StatePending || rec.Note != nil {
+		t.Errorf("Get during the outage = %v, note %q, %v; want the pending record, without the note refused", rec.State, rec.Note, err)
 	}
 	if _, err := l.Get(ctx, key(2)); !errors.Is(err, ledger.ErrNotFound) {
 		t.Errorf("Get of a key refused during the outage: %v; want ErrNotFound (nothing written)", err)
 	}
 	c.advance(4 * time.Second)
+	if _, err := l.Note(ctx, k, first.Lease.Token, []byte("an answer"), 0); err != nil {
+		t.Errorf("Note after the outage: %v", err)
+	}
 	if err := l.Commit(ctx, k, first.Lease.Token, ledger.Result{}); err != nil {
 		t.Errorf("Commit after the outage: %v", err)
+	}
+	if rec, err := l.Get(ctx, k); err != nil || string(rec.Note) != "an answer" {
+		t.Errorf("after the outage: note %q, %v; want the note written after it, kept through the commit", rec.Note, err)
 	}
 }
