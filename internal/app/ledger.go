@@ -22,7 +22,7 @@ import (
 // bucket) and the consumer's (the lease, the clock skew); MaxResultBytes
 // and Clock are left to their defaults.
 func LedgerOptions(l config.Ledger) ledger.Options {
-	o := ledger.Options{Retention: l.Retention}
+	o := ledger.Options{Retention: l.Retention, ClockSkew: l.MaxClockSkew}
 	if l.Mismatch == config.MismatchReject {
 		o.Mismatch = ledger.MismatchReject
 	}

@@ -28,7 +28,7 @@ func TestLedgerOptionsCarryEveryField(t *testing.T) {
 		"KV.Bucket":    "OpenLedger",
 		"KV.Replicas":  "OpenLedger",
 		"Lease":        "the consumer",
-		"MaxClockSkew": "the consumer",
+		"MaxClockSkew": "ledger.Options",
 	}
 	var l config.Ledger
 	set := map[string]reflect.Value{}
@@ -39,8 +39,8 @@ func TestLedgerOptionsCarryEveryField(t *testing.T) {
 		}
 	}
 	o := app.LedgerOptions(l)
-	if o.Retention != l.Retention {
-		t.Errorf("LedgerOptions: Retention = %v; want %v", o.Retention, l.Retention)
+	if o.Retention != l.Retention || o.ClockSkew != l.MaxClockSkew {
+		t.Errorf("LedgerOptions: Retention = %v, ClockSkew = %v; want %v, %v", o.Retention, o.ClockSkew, l.Retention, l.MaxClockSkew)
 	}
 	// The consumer bounds the results it commits by the ledger's default.
 	if o.MaxResultBytes != 0 || o.Clock != nil {

@@ -44,7 +44,10 @@ type Ledger struct {
 	// the effect target's duplicate window is not redone (the redo would
 	// not be dropped), and the age of that work is the taker's clock minus
 	// the first holder's. A claim within MaxClockSkew of the window counts
-	// as past it. The default is 1s.
+	// as past it. And a claim is taken over only MaxClockSkew after its
+	// lease ran out by the taker's clock (ledger.Options.ClockSkew): the
+	// holder may be sending until its lease ends by its own. The default
+	// is 1s.
 	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
 }
 

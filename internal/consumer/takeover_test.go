@@ -434,6 +434,7 @@ type pausingLedger struct {
 	ledger.Ledger
 	b      ledger.Batcher
 	lease  time.Duration
+	skew   time.Duration // the clock skew the ledger allows for
 	paused atomic.Bool
 	took   atomic.Bool
 }
@@ -441,7 +442,7 @@ type pausingLedger struct {
 func (l *pausingLedger) BeginBatch(ctx context.Context, reqs []ledger.BeginRequest) []ledger.BeginResult {
 	out := l.b.BeginBatch(ctx, reqs)
 	if l.paused.CompareAndSwap(false, true) {
-		time.Sleep(l.lease + 300*time.Millisecond) // the pause itself, not a wait for a condition
+		time.Sleep(l.lease + l.skew + 300*time.Millisecond) // the pause itself, not a wait for a condition
 		c, err := l.Ledger.Begin(ctx, reqs[0].Key, ledger.BeginOptions{Owner: "other-replica", Lease: time.Minute})
 		if err == nil && c.Status == ledger.StatusTakenOver &&
 			l.Ledger.Fail(ctx, reqs[0].Key, c.Lease.Token, "unknown_outcome: given up by the other replica") == nil {
@@ -469,7 +470,9 @@ func TestPausedHolderSendsNothing(t *testing.T) {
 	f := start(t, func(c *config.Config) {
 		c.Ledger.Lease = time.Second
 	}, standin.Options{}, func(o *consumer.Options) {
-		pl = &pausingLedger{Ledger: o.Ledger, b: o.Ledger.(ledger.Batcher), lease: time.Second}
+		// The other replica takes the claim over once the lease has been
+		// out for the clock skew the ledger allows for (the default, 1s).
+		pl = &pausingLedger{Ledger: o.Ledger, b: o.Ledger.(ledger.Batcher), lease: time.Second, skew: config.DefaultMaxClockSkew}
 		o.Ledger = pl
 	})
 	f.publish("triggers.webhooks", []byte(`{"repository":{"id":9},"after":"def456"}`))

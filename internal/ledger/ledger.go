@@ -341,6 +341,16 @@ type Options struct {
 	// system clock. Leases compare wall-clock times, so workers sharing a
 	// ledger need clocks that agree to well within a lease.
 	Clock Clock
+	// ClockSkew is how far apart the clocks of the workers sharing the
+	// ledger may be: a claim is taken over only once its lease has been
+	// out for ClockSkew by the taker's clock (a claim its holder released
+	// at once). A holder stops sending when its lease ends by its own
+	// clock; a taker whose clock runs ahead of it would otherwise take the
+	// work over while the holder may still send. Fencing by token does not
+	// need it (a stale holder's writes are refused whatever the clocks
+	// say), but a taker's decisions about what the holder did do: that it
+	// sent nothing more. The default is 0.
+	ClockSkew time.Duration
 }
 
 // Clock tells the time. A ledger reads time only through its Clock, so

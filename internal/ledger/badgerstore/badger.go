@@ -312,15 +312,17 @@ func (l *Ledger) current(txn *badger.Txn, key dedupe.Key, now time.Time) (*ledge
 	if err != nil || cur == nil || mine {
 		return cur, false, err
 	}
-	return orphaned(cur, now), false, nil
+	return orphaned(cur, now, l.opts.ClockSkew), false, nil
 }
 
 // orphaned returns cur with its lease over if it is a pending record with a
 // live lease that this process did not write: its holder was a process
-// that held the directory before this one, and is gone.
-func orphaned(cur *ledger.Record, now time.Time) *ledger.Record {
-	if cur.State == ledger.StatePending && now.Before(cur.LeaseUntil) {
-		cur.LeaseUntil = now
+// that held the directory before this one, and is gone. Over by skew too
+// (Options.ClockSkew): a gone holder sends nothing more, whatever its
+// clock said.
+func orphaned(cur *ledger.Record, now time.Time, skew time.Duration) *ledger.Record {
+	if cur.State == ledger.StatePending && now.Before(cur.LeaseUntil.Add(skew)) {
+		cur.LeaseUntil = now.Add(-skew)
 	}
 	return cur
 }
@@ -381,7 +383,7 @@ func (l *Ledger) recoverJournal(s *inproc) error {
 					continue // settled, or claimed since in the DB
 				}
 				rec := ledger.Record{Key: e.Key, State: ledger.StatePending, Owner: "a process that held the directory before",
-					Token: e.Token, LeaseUntil: now, Attempts: e.Attempts, Fingerprint: e.Fingerprint,
+					Token: e.Token, LeaseUntil: now.Add(-l.opts.ClockSkew), Attempts: e.Attempts, Fingerprint: e.Fingerprint,
 					Created: e.Created, Updated: now, Expires: now.Add(l.opts.Retention), Note: note}
 				if cur != nil {
 					rec.Attempts, rec.Mismatches = max(rec.Attempts, cur.Attempts), cur.Mismatches
@@ -544,7 +546,7 @@ func (l *Ledger) Pending(ctx context.Context) iter.Seq2[ledger.Record, error] {
 					continue
 				}
 				if _, _, _, mine := l.st.claim(k); !mine {
-					orphaned(&rec, now)
+					orphaned(&rec, now, l.opts.ClockSkew)
 				}
 				if !yield(rec, nil) {
 					stopped = true

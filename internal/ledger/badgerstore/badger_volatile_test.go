@@ -388,3 +388,40 @@ func TestVolatileBatchRepeatsKey(t *testing.T) {
 			rs[1].Claim.Status, rs[1].Err, rs[2].Claim.Status, rs[2].Err)
 	}
 }
+
+// TestOrphanedClaimsIgnoreSkew checks that the claims of a process that
+// held the directory before this one (durable, and volatile ones recovered
+// from the journal) are taken over at once, though their leases are live
+// and the ledger allows for clocks apart (Options.ClockSkew): a gone holder
+// sends nothing more, whatever its clock said.
+func TestOrphanedClaimsIgnoreSkew(t *testing.T) {
+	clock := newFakeClock()
+	clock.Set(time.Unix(1e9, 0))
+	dir := t.TempDir()
+	open := func() (*badger.DB, *Ledger) {
+		t.Helper()
+		db, err := Open(dir, OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := New(db, Options{Options: ledger.Options{Clock: clock, ClockSkew: 5 * time.Second}})
+		if err != nil {
+			db.Close()
+			t.Fatal(err)
+		}
+		return db, l
+	}
+	db, l := open()
+	durable, volatile := dedupe.Key{7}, dedupe.Key{8}
+	mustBegin(t, l, durable, ledger.BeginOptions{Owner: "gone", Lease: time.Minute}, ledger.StatusNew)
+	mustBegin(t, l, volatile, ledger.BeginOptions{Owner: "gone", Lease: time.Minute, Volatile: true}, ledger.StatusNew)
+	l.Close()
+	db.Close()
+
+	db, l = open()
+	defer db.Close()
+	defer l.Close()
+	for _, k := range []dedupe.Key{durable, volatile} {
+		mustBegin(t, l, k, ledger.BeginOptions{Owner: "next", Lease: time.Minute}, ledger.StatusTakenOver)
+	}
+}

@@ -22,8 +22,8 @@ import (
 // Normalize validates o and fills in its defaults. Ledger implementations
 // call it once, in their constructor.
 func Normalize(o *ledger.Options) error {
-	if o.Retention < 0 || o.MaxResultBytes < 0 {
-		return fmt.Errorf("%w: negative retention or result size", ledger.ErrInvalidLedger)
+	if o.Retention < 0 || o.MaxResultBytes < 0 || o.ClockSkew < 0 {
+		return fmt.Errorf("%w: negative retention, result size or clock skew", ledger.ErrInvalidLedger)
 	}
 	if o.Mismatch > ledger.MismatchReject {
 		return fmt.Errorf("%w: unknown mismatch policy %d", ledger.ErrInvalidLedger, o.Mismatch)
@@ -78,12 +78,18 @@ func Decide(o *ledger.Options, key dedupe.Key, cur *ledger.Record, opts ledger.B
 	case ledger.StateFailed:
 		return ledger.Claim{Status: ledger.StatusFailed, Mismatch: mismatch, Record: rec}, false, nil
 	}
-	if now.Before(rec.LeaseUntil) {
-		return ledger.Claim{Status: ledger.StatusHeld, RetryAfter: rec.LeaseUntil.Sub(now), Mismatch: mismatch, Record: rec}, false, nil
+	released, previous := rec.Reason == ledger.ReasonReleased, rec.Owner
+	until := rec.LeaseUntil
+	if !released {
+		// The holder may be sending until its lease ends by its own
+		// clock, which may be behind this one by ClockSkew.
+		until = until.Add(o.ClockSkew)
+	}
+	if now.Before(until) {
+		return ledger.Claim{Status: ledger.StatusHeld, RetryAfter: until.Sub(now), Mismatch: mismatch, Record: rec}, false, nil
 	}
 	// The holder's lease ran out, or it released the claim: take the work
 	// over with a higher token.
-	released, previous := rec.Reason == ledger.ReasonReleased, rec.Owner
 	rec.Reason = ""
 	rec.Token++
 	rec.Owner = opts.Owner

@@ -56,6 +56,7 @@ func Run(t *testing.T, newLedger NewLedger) {
 		{"CommitThenBegin", s.testCommitThenBegin},
 		{"Held", s.testHeld},
 		{"TakeOver", s.testTakeOver},
+		{"TakeOverAfterSkew", s.testTakeOverAfterSkew},
 		{"Fencing", s.testFencing},
 		{"Extend", s.testExtend},
 		{"Note", s.testNote},
@@ -195,6 +196,33 @@ func (s *suite) testTakeOver(t *testing.T) {
 	rec, err := l.Get(ctx, k)
 	if err != nil || rec.Owner != "worker-b" || rec.Attempts != 2 || rec.Token != b.Lease.Token {
 		t.Errorf("Get after takeover = %+v, %v; want owner worker-b, 2 attempts, token %d", rec, err, b.Lease.Token)
+	}
+}
+
+// testTakeOverAfterSkew: with Options.ClockSkew, a claim whose lease ran
+// out is held for ClockSkew more (its holder's clock may be behind the
+// taker's, and it may still be sending), with RetryAfter saying how long;
+// then taken over. A claim its holder released is taken over at once.
+func (s *suite) testTakeOverAfterSkew(t *testing.T) {
+	const skew = 3 * time.Second
+	l, c := s.open(t, ledger.Options{ClockSkew: skew})
+	k := key(t, 1)
+	a := begin(t, l, k, "worker-a", ledger.StatusNew)
+	c.Advance(lease + time.Second) // out by the taker's clock, not by ClockSkew
+	held := begin(t, l, k, "worker-b", ledger.StatusHeld)
+	if held.RetryAfter != skew-time.Second {
+		t.Errorf("RetryAfter %v a second past the lease; want %v (the skew left)", held.RetryAfter, skew-time.Second)
+	}
+	c.Advance(skew - time.Second)
+	b := begin(t, l, k, "worker-b", ledger.StatusTakenOver)
+	if b.Lease.Token <= a.Lease.Token || b.Released {
+		t.Errorf("takeover past the skew = %+v; want a higher token than %d, not Released", b, a.Lease.Token)
+	}
+	if _, err := l.Extend(ctx, k, b.Lease.Token, 0); err != nil {
+		t.Fatalf("Extend by 0 (release): %v", err)
+	}
+	if got := begin(t, l, k, "worker-c", ledger.StatusTakenOver); !got.Released {
+		t.Errorf("Begin after a release = %+v; want it taken over at once, Released", got)
 	}
 }
 
