@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -238,6 +239,7 @@ type receiverLog struct {
 	accepted  []received
 	refused   int
 	throttled map[string]int // Idempotency-Key → 429s answered
+	throttles []received     // the requests answered 429, when
 }
 
 func (l *receiverLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -259,9 +261,15 @@ func (l *receiverLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				l.throttled = map[string]int{}
 			}
 			l.throttled[c.key]++
+			l.throttles = append(l.throttles, l.record(c))
 		}
 		return
 	}
+	l.accepted = append(l.accepted, l.record(c))
+}
+
+// record is a request as the log keeps it.
+func (l *receiverLog) record(c effectCall) received {
 	rec := received{at: time.Now(), key: c.key, body: c.body}
 	var ev struct {
 		Action string `json:"event_action"`
@@ -270,7 +278,7 @@ func (l *receiverLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if json.Unmarshal(c.body, &ev) == nil {
 		rec.action, rec.dedup = ev.Action, ev.Dedup
 	}
-	l.accepted = append(l.accepted, rec)
+	return rec
 }
 
 func (l *receiverLog) snapshot() []received {
@@ -313,8 +321,10 @@ type alertEffects struct {
 	// left no route (nothing sent), a Slack message the dispatcher did not
 	// send to keep the lifecycle in order.
 	dropped, none, slackDropped map[int]bool
-	dropped429                  int // events refused with a 429 and never accepted after
-	throttled                   int // 429s answered
+	dropped429                  []string // events refused with a 429 and never accepted after, the lifecycle's drops aside
+	throttledDropped            []int    // firings refused with a 429, then dropped by the lifecycle (their resolve went out first)
+	throttled                   int      // 429s answered
+	otherKey                    int      // PagerDuty events accepted under another key than their intent's effect key
 }
 
 func (a *alertEffects) wrong(list *[]string, format string, args ...any) {
@@ -341,20 +351,10 @@ func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 	if err := h.alertDecisions(ae, keyer); err != nil {
 		return nil, err
 	}
-	h.alerts.pdLog.mu.Lock()
-	accepted := map[string]bool{}
-	for _, e := range h.alerts.pdLog.accepted {
-		accepted[e.key] = true
-	}
-	for key, n := range h.alerts.pdLog.throttled {
-		ae.throttled += n
-		if !accepted[key] {
-			ae.dropped429++
-		}
-	}
-	h.alerts.pdLog.mu.Unlock()
 	type pair struct{ firing, resolve *intent }
 	byIdentity := map[string]*pair{}
+	pdKeyOf := map[int]string{}     // intent → the Idempotency-Key of its PagerDuty event
+	intentOfKey := map[string]int{} // and back
 	for _, in := range h.w.intents {
 		if in.alert == nil {
 			continue
@@ -363,6 +363,8 @@ func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 		if err != nil {
 			return nil, fmt.Errorf("the identity of alerts intent %d: %w", in.id, err)
 		}
+		k := pdEffectKey(ik.Key, in.alert.status)
+		pdKeyOf[in.id], intentOfKey[k] = k, in.id
 		p := byIdentity[ik.Key.String()]
 		if p == nil {
 			p = &pair{}
@@ -396,6 +398,9 @@ func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 			continue
 		}
 		seen(in.id, e.at)
+		if e.key != pdKeyOf[in.id] {
+			ae.otherKey++
+		}
 		if in.alert.storm && e.at.After(ae.stormLast) {
 			ae.stormLast = e.at
 		}
@@ -408,6 +413,15 @@ func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 		ae.pdKeys[in.id][e.key] = true
 		ae.pdEvents[in.id]++
 	}
+	h.alerts.pdLog.mu.Lock()
+	droppedFirings := map[int]bool{}
+	for id := range ae.dropped {
+		if a := h.w.intents[id].alert; a != nil && a.status == statusFiring {
+			droppedFirings[id] = true
+		}
+	}
+	ae.dropped429, ae.throttledDropped, ae.throttled = throttledFate(h.alerts.pdLog.throttled, h.alerts.pdLog.accepted, intentOfKey, droppedFirings)
+	h.alerts.pdLog.mu.Unlock()
 	for _, m := range h.alerts.slackLog.snapshot() {
 		rep.effectsAt = append(rep.effectsAt, timed{m.at, pAlerts})
 		id := intentOf(m.body)
@@ -451,6 +465,49 @@ func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 	return ae, nil
 }
 
+// pdEffectKey is the Idempotency-Key of the PagerDuty event of the
+// alerts intent of identity in status, as the consumer derives it: the
+// effect "pagerduty" of the intent's key (consumer.StatusKey).
+func pdEffectKey(identity dedupe.Key, status string) string {
+	return consumer.EffectKey(consumer.StatusKey(identity, status), "pagerduty").String()
+}
+
+// throttledFate sorts the Idempotency-Keys PagerDuty answered 429 (with
+// how many times) that no accepted event carried after: a firing the
+// consumer dropped (droppedFirings: by the ledger, a firing committed as
+// dropped) because its resolve went out first
+// (the forced race's firing, whose page PagerDuty refuses until its
+// resolve, or one behind its resolve past resolve_wait) was not lost to
+// the 429 but left out by the lifecycle, which its own checks count (a
+// page sent all the same is sentAfterDrop, a firing after its resolve
+// afterResolve); every other key is an event the 429 dropped: lost,
+// named with its intent, or with none if it is no alerts intent's. It
+// also returns the 429s answered.
+func throttledFate(throttled map[string]int, accepted []received, intentOfKey map[string]int, droppedFirings map[int]bool) (lost []string, lifecycle []int, n int) {
+	got := map[string]bool{}
+	for _, e := range accepted {
+		got[e.key] = true
+	}
+	for key, c := range throttled {
+		n += c
+		if got[key] {
+			continue
+		}
+		id, ok := intentOfKey[key]
+		switch {
+		case ok && droppedFirings[id]:
+			lifecycle = append(lifecycle, id)
+		case ok:
+			lost = append(lost, fmt.Sprintf("intent %d (key %s, %d 429s)", id, key, c))
+		default:
+			lost = append(lost, fmt.Sprintf("no alerts intent (key %s, %d 429s)", key, c))
+		}
+	}
+	slices.Sort(lost)
+	slices.Sort(lifecycle)
+	return lost, lifecycle, n
+}
+
 // alertsReport is what the checker reports of the alerts pipeline.
 type alertsReport struct {
 	firings, resolves, firstResolved    int
@@ -469,12 +526,14 @@ type alertsReport struct {
 	pdAccepted, pdLogged, slackAccepted int
 	slackLogged                         int
 
-	raced, racedDropped int   // raced firings, and those the consumer dropped (never paged)
-	droppedDelayed      int   // other firings dropped: behind their resolve past resolve_wait (a backlog)
-	droppedAstray       []int // firings dropped that have no resolve
-	sentAfterDrop       []int // firings dropped whose page went out all the same
-	dropped429          int   // events refused with a 429 and never accepted after
-	throttled           int   // 429s answered
+	raced, racedDropped int      // raced firings, and those the consumer dropped (never paged)
+	droppedDelayed      int      // other firings dropped: behind their resolve past resolve_wait (a backlog)
+	droppedAstray       []int    // firings dropped that have no resolve
+	sentAfterDrop       []int    // firings dropped whose page went out all the same
+	dropped429          []string // events refused with a 429 and never accepted after, the lifecycle's drops aside
+	throttledDropped    []int    // firings refused with a 429, then dropped by the lifecycle (their resolve went out first)
+	throttled           int      // 429s answered
+	otherKey            int      // PagerDuty events accepted under another key than their intent's effect key
 	stormQuotaN         int
 	stormPer            time.Duration
 	afterResolve        []string
@@ -616,7 +675,7 @@ func (h *harness) classifyAlert(rep *report, r *row, in *intent, dead []deadLett
 func (ar *alertsReport) ok() bool {
 	return ar == nil || len(ar.resolvePaid) == 0 && len(ar.unmatched) == 0 && len(ar.misrouted) == 0 && ar.stray == 0 &&
 		ar.resolvesMatched == ar.resolvesToPD && ar.pd.Refused == 0 && len(ar.slackRefused) == 0 &&
-		len(ar.afterResolve) == 0 && ar.pd.AfterResolve == 0 && ar.dropped429 == 0 && len(ar.wrongState) == 0 &&
+		len(ar.afterResolve) == 0 && ar.pd.AfterResolve == 0 && len(ar.dropped429) == 0 && len(ar.wrongState) == 0 &&
 		ar.racedDropped == ar.raced && ar.stormPaged == ar.storm && len(ar.droppedAstray) == 0 && len(ar.sentAfterDrop) == 0
 }
 
@@ -635,7 +694,7 @@ func (ar *alertsReport) droppedBy429() int {
 	if ar == nil {
 		return 0
 	}
-	return ar.dropped429
+	return len(ar.dropped429)
 }
 
 func (ar *alertsReport) print(w io.Writer) {
@@ -643,9 +702,10 @@ func (ar *alertsReport) print(w io.Writer) {
 		ar.firings, ar.resolves, ar.firstResolved, formatCounts(ar.routes))
 	fmt.Fprintf(w, "\tPagerDuty: %d intents routed there, %d effects (distinct effect keys; %d events accepted, %d of them sent again under a key PagerDuty had, collapsed by dedup_key); "+
 		"alerts opened %d, resolved by their firing's dedup_key %d, resolves of alerts never opened dropped %d, open %d (want %d: critical firings never resolved, the storm's included; alerts in another state %d %v); refused %d; "+
-		"429s (past the quota, %s: after a replica restarts, its limiter does not know what its previous life sent) %d, events dropped by them (never accepted after) %d\n",
+		"429s (past the quota, %s: after a replica restarts, its limiter does not know what its previous life sent) %d, events dropped by them (never accepted after) %d %v, "+
+		"firings refused with a 429 then dropped by the lifecycle (their resolve went out first: not lost to the 429) %d %v; events accepted under another key than their intent's effect key %d\n",
 		ar.toPD, ar.pdEffects, ar.pdEvents, ar.pdSentAgain, ar.pd.Opened, ar.pd.Resolved, ar.pd.Dropped, ar.pd.Open, ar.openExpected, len(ar.wrongState), ar.wrongState[:min(4, len(ar.wrongState))], ar.pd.Refused,
-		ar.stormQuota, ar.throttled, ar.dropped429)
+		ar.stormQuota, ar.throttled, len(ar.dropped429), ar.dropped429[:min(4, len(ar.dropped429))], len(ar.throttledDropped), ar.throttledDropped[:min(8, len(ar.throttledDropped))], ar.otherKey)
 	fmt.Fprintf(w, "\tlifecycle: %d raced firings (PagerDuty refused the page until it had the resolve), %d dropped after their resolve, never paged; %d other firings dropped behind their resolve (a backlog past resolve_wait); dropped with no resolve %v, dropped yet paged %v; firings that reached a receiver after their resolve %d (PagerDuty counts %d) %v\n",
 		ar.raced, ar.racedDropped, ar.droppedDelayed, ar.droppedAstray, ar.sentAfterDrop, len(ar.afterResolve), ar.pd.AfterResolve, ar.afterResolve[:min(4, len(ar.afterResolve))])
 	if ar.storm > 0 {

@@ -292,7 +292,7 @@ func (h *harness) check(ctx context.Context) (*report, error) {
 	quota, per := pdQuota(h.o)
 	rep.alerts.stormQuota = fmt.Sprintf("%d per %v", quota, per)
 	rep.alerts.stormQuotaN, rep.alerts.stormPer = quota, per
-	rep.alerts.dropped429, rep.alerts.throttled = ae.dropped429, ae.throttled
+	rep.alerts.dropped429, rep.alerts.throttledDropped, rep.alerts.throttled, rep.alerts.otherKey = ae.dropped429, ae.throttledDropped, ae.throttled, ae.otherKey
 	for _, in := range h.w.intents {
 		if in.alert != nil && in.alert.storm && !ae.stormLast.IsZero() {
 			rep.alerts.stormDrain = ae.stormLast.Sub(h.t0.Add(in.copies[0].at))
@@ -1094,7 +1094,8 @@ func (h *harness) reapLags() (killed, slow int, longest time.Duration) {
 // writeReceived writes what PagerDuty and Slack accepted to
 // logs/alert-receivers.jsonl (with -keep): when, which receiver, the
 // Idempotency-Key, the alerts intent the message names and, for PagerDuty,
-// its action and dedup_key.
+// its action and dedup_key; then the PagerDuty events answered 429
+// ("refused":429).
 func (h *harness) writeReceived() error {
 	if h.alerts == nil {
 		return nil
@@ -1108,6 +1109,13 @@ func (h *harness) writeReceived() error {
 			fmt.Fprintf(&b, "{\"t\":%q,\"receiver\":%q,\"key\":%q,\"intent\":%d,\"action\":%q,\"dedup\":%q}\n",
 				m.at.Format(time.RFC3339Nano), r.name, m.key, intentOf(m.body), m.action, m.dedup)
 		}
+	}
+	h.alerts.pdLog.mu.Lock()
+	throttles := append([]received(nil), h.alerts.pdLog.throttles...)
+	h.alerts.pdLog.mu.Unlock()
+	for _, m := range throttles {
+		fmt.Fprintf(&b, "{\"t\":%q,\"receiver\":\"pagerduty\",\"refused\":429,\"key\":%q,\"intent\":%d,\"action\":%q,\"dedup\":%q}\n",
+			m.at.Format(time.RFC3339Nano), m.key, intentOf(m.body), m.action, m.dedup)
 	}
 	return os.WriteFile(filepath.Join(h.dir, "logs", "alert-receivers.jsonl"), []byte(b.String()), 0o644)
 }

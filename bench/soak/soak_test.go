@@ -631,3 +631,114 @@ func endedChild(t0 time.Time, start, killed, reaped float64) *child {
 	}
 	return c
 }
+
+// TestThrottledFate: an event PagerDuty answered 429 and never accepted
+// after is dropped by the 429 — unless it is a firing the consumer
+// dropped because its resolve went out first (the forced race, whose page
+// PagerDuty refuses until its resolve, can be refused with a 429 past the
+// quota as well as a 500); one accepted after a 429 is not dropped; a key
+// of no alerts intent is dropped. The keys are the consumer's
+// (pdEffectKey of the configuration's keyer), and a resolve is never the
+// lifecycle's drop.
+func TestThrottledFate(t *testing.T) {
+	o := testOptions(t)
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte(renderConfig(o, dir, "nats://127.0.0.1:4222", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/c", "http://127.0.0.1:3/m", "http://127.0.0.1:4/v2/enqueue")),
+		filepath.Join(dir, "oncegate.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keyer *dedupe.Keyer
+	for i := range cfg.Pipelines {
+		if p := &cfg.Pipelines[i]; p.Name == pAlerts {
+			if keyer, err = dedupe.NewKeyer(consumer.KeySpec(p)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if keyer == nil {
+		t.Fatal("no alerts pipeline in the configuration under test")
+	}
+	key := func(in *intent) string {
+		ik, err := keyer.Intent(alertPayload(in, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pdEffectKey(ik.Key, in.alert.status)
+	}
+	alert := func(id int, fp, status string, raced bool) *intent {
+		return &intent{id: id, pipeline: pAlerts, alert: &alertInfo{fingerprint: fp, severity: severityCritical, status: status, raced: raced}}
+	}
+	raced, racedResolve := alert(1, "am-000001", statusFiring, true), alert(2, "am-000001", statusResolved, true)
+	paged, lost, delayed := alert(3, "am-000002", statusFiring, false), alert(4, "am-000003", statusFiring, false), alert(5, "am-000004", statusFiring, false)
+	ins := []*intent{raced, racedResolve, paged, lost, delayed}
+	intentOfKey := map[string]int{}
+	for _, in := range ins {
+		intentOfKey[key(in)] = in.id
+	}
+	if len(intentOfKey) != len(ins) {
+		t.Fatalf("the intents share effect keys: %v", intentOfKey)
+	}
+	throttled := map[string]int{
+		key(raced): 2, key(racedResolve): 1, key(paged): 1, key(lost): 3, key(delayed): 1, "Rnot-an-alert": 1,
+	}
+	accepted := []received{{key: key(racedResolve)}, {key: key(paged)}}
+	dropped := map[int]bool{raced.id: true, delayed.id: true}
+
+	gotLost, gotLifecycle, n := throttledFate(throttled, accepted, intentOfKey, dropped)
+	if n != 9 {
+		t.Errorf("429s answered: %d, want 9", n)
+	}
+	if want := []int{raced.id, delayed.id}; !reflect.DeepEqual(gotLifecycle, want) {
+		t.Errorf("dropped by the lifecycle after a 429: %v, want %v", gotLifecycle, want)
+	}
+	if len(gotLost) != 2 || !strings.HasPrefix(gotLost[0], "intent 4 ") || !strings.HasPrefix(gotLost[1], "no alerts intent ") {
+		t.Errorf("dropped by a 429: %q, want intent 4 and the key of no alerts intent", gotLost)
+	}
+
+	// Without the ledger's word that the firings were dropped, they are
+	// lost to the 429 like any other.
+	gotLost, gotLifecycle, _ = throttledFate(throttled, accepted, intentOfKey, nil)
+	if len(gotLost) != 4 || len(gotLifecycle) != 0 {
+		t.Errorf("with no firing dropped: lost %q, dropped by the lifecycle %v; want 4 lost, none dropped", gotLost, gotLifecycle)
+	}
+}
+
+// TestReceiverLogThrottles: a request PagerDuty answers 429 past its quota
+// is counted by its Idempotency-Key and kept, with its action and
+// dedup_key; it is not among those accepted.
+func TestReceiverLogThrottles(t *testing.T) {
+	r := newAlertReceivers()
+	r.pd.Limit(1, time.Hour)
+	srv := httptest.NewServer(r.pdLog)
+	defer srv.Close()
+	send := func(key, dedup string) int {
+		body := fmt.Sprintf(`{"routing_key":%q,"event_action":"trigger","dedup_key":%q,"payload":{"summary":"s","source":"x","severity":"critical"}}`, routingKey, dedup)
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v2/enqueue", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := send("k1", "d1"); s != http.StatusAccepted {
+		t.Fatalf("first event: %d", s)
+	}
+	if s := send("k2", "d2"); s != http.StatusTooManyRequests {
+		t.Fatalf("second event past the quota: %d", s)
+	}
+	r.pdLog.mu.Lock()
+	defer r.pdLog.mu.Unlock()
+	if len(r.pdLog.accepted) != 1 || r.pdLog.accepted[0].key != "k1" {
+		t.Errorf("accepted %+v", r.pdLog.accepted)
+	}
+	if r.pdLog.throttled["k2"] != 1 || len(r.pdLog.throttles) != 1 || r.pdLog.throttles[0].dedup != "d2" || r.pdLog.throttles[0].action != "trigger" {
+		t.Errorf("throttled %v, kept %+v", r.pdLog.throttled, r.pdLog.throttles)
+	}
+}
