@@ -706,7 +706,11 @@ func TestThrottledFate(t *testing.T) {
 
 // TestReceiverLogThrottles: a request PagerDuty answers 429 past its quota
 // is counted by its Idempotency-Key and kept, with its action and
-// dedup_key; it is not among those accepted.
+// dedup_key; it is not among those accepted. A trigger PagerDuty holds
+// until its resolve (the forced race) is answered 429, not 500, when it
+// comes past the quota: a raced firing, which the consumer drops after
+// its resolve, can carry a 429 that is never followed by an accepted
+// event.
 func TestReceiverLogThrottles(t *testing.T) {
 	r := newAlertReceivers()
 	r.pd.Limit(1, time.Hour)
@@ -733,12 +737,16 @@ func TestReceiverLogThrottles(t *testing.T) {
 	if s := send("k2", "d2"); s != http.StatusTooManyRequests {
 		t.Fatalf("second event past the quota: %d", s)
 	}
+	r.pd.HoldTriggers("d3")
+	if s := send("k3", "d3"); s != http.StatusTooManyRequests {
+		t.Fatalf("a held trigger past the quota: %d, want 429", s)
+	}
 	r.pdLog.mu.Lock()
 	defer r.pdLog.mu.Unlock()
 	if len(r.pdLog.accepted) != 1 || r.pdLog.accepted[0].key != "k1" {
 		t.Errorf("accepted %+v", r.pdLog.accepted)
 	}
-	if r.pdLog.throttled["k2"] != 1 || len(r.pdLog.throttles) != 1 || r.pdLog.throttles[0].dedup != "d2" || r.pdLog.throttles[0].action != "trigger" {
+	if r.pdLog.throttled["k2"] != 1 || r.pdLog.throttled["k3"] != 1 || len(r.pdLog.throttles) != 2 || r.pdLog.throttles[0].dedup != "d2" || r.pdLog.throttles[0].action != "trigger" {
 		t.Errorf("throttled %v, kept %+v", r.pdLog.throttled, r.pdLog.throttles)
 	}
 }
