@@ -27,7 +27,10 @@ import (
 // timeout (then dead-lettered not_approved). An approval also sends its
 // parked entry back to the outbox at once, so that it does not wait for
 // that look. Every one of these decisions is a fenced ledger operation on
-// the dispatch record, so none can report an outcome it cannot know.
+// the dispatch record, so none can report an outcome it cannot know. An
+// entry whose dispatch is settled goes only once its approval record is
+// final, so that no approval claim is left pending by a request that
+// stopped (settleApproval).
 
 // parkedSubject is the subject under which pipeline's entry for the intent
 // key waits for its approval.
@@ -74,7 +77,21 @@ func (s *approvalStage) wrap(next Handler) Handler {
 			rec, err := l.Get(ctx, t.key)
 			switch {
 			case err == nil && rec.State != ledger.StatePending:
-				continue // settled: the claim stage acks or dead-letters it
+				// Settled (or cleared by a redrive): the claim stage acks
+				// or dead-letters it; a settled one, once its approval
+				// record is final. While it is not, the entry stays, to
+				// come back and finish it: nothing else would
+				// (settleApproval).
+				if !settled(rec) {
+					continue
+				}
+				if after, err := d.settleApproval(ctx, t.intent); err != nil {
+					t.decide(d.gate.unavailable(t, fmt.Errorf("settling the approval record: %w", err)))
+				} else if after > 0 {
+					d.count(func(s *DispatchStats) { s.Waiting++ })
+					t.decide(wait(t.keyRef(), after+10*time.Millisecond, errors.New("an approval of this effect is being recorded")))
+				}
+				continue
 			case err != nil && !errors.Is(err, ledger.ErrNotFound):
 				t.decide(d.gate.unavailable(t, fmt.Errorf("reading the dispatch: %w", err)))
 				continue
@@ -134,17 +151,32 @@ func (d *dispatcher) keepParked(ctx context.Context, t *Trigger) {
 		return
 	}
 	why := fmt.Sprintf("no approval on %s within %s", d.p.cfg.Effect.ApprovalSubject, timeout)
-	switch st, err := d.stop(ctx, t.intent, string(outcome.ReasonNotApproved)+": "+why); {
+	st, err := d.stop(ctx, t.intent, string(outcome.ReasonNotApproved)+": "+why)
+	switch {
 	case err != nil:
 		t.decide(d.gate.unavailable(t, err))
+		return
+	case st == sending:
+		return // approved, and being sent: the claim stage decides
 	case st == stopped:
 		d.count(func(s *DispatchStats) { s.NotApproved++ })
-		d.finishApproval(ctx, t.intent)
-		t.decide(dead(t.keyRef(), outcome.ReasonNotApproved, errors.New(why)))
-	default:
-		// Settled otherwise meanwhile (approved and sent, cancelled, an
-		// unknown outcome) or being sent: the claim stage decides.
 	}
+	// Settled: the entry goes only once its approval record is final; if
+	// it cannot be made so now, the entry comes back, finds its dispatch
+	// settled, and the approval stage finishes it then.
+	switch after, err := d.settleApproval(ctx, t.intent); {
+	case err != nil:
+		t.decide(d.gate.unavailable(t, fmt.Errorf("settling the approval record: %w", err)))
+		return
+	case after > 0:
+		t.decide(wait(t.keyRef(), after+10*time.Millisecond, errors.New("an approval of this effect is being recorded")))
+		return
+	}
+	if st == stopped {
+		t.decide(dead(t.keyRef(), outcome.ReasonNotApproved, errors.New(why)))
+	}
+	// Else settled otherwise meanwhile (approved and sent, cancelled, an
+	// unknown outcome): the claim stage decides.
 }
 
 // stopState is what stop found.
@@ -261,17 +293,21 @@ func (d *dispatcher) cancel(msg *nats.Msg) {
 	}
 	ctx := context.Background()
 	st, rec, err := d.stopRecord(ctx, k, reasonCancelled)
+	final := false
 	if err == nil && st != sending {
-		// Settled: an approval a request claimed and never recorded (its
-		// process died between the two) is finished, whether or not the
-		// person asks to approve again.
-		defer d.finishApproval(ctx, k)
+		// Settled: the approval record is made final (settleApproval).
+		after, serr := d.settleApproval(ctx, k)
+		final = serr == nil && after == 0
 	}
 	switch {
 	case err != nil:
 		reply("error: " + err.Error())
 	case st == stopped:
-		d.dropParked(ctx, k)
+		// The parked entry is dropped only once the approval record is
+		// final: else it is what comes back to make it so.
+		if final {
+			d.dropParked(ctx, k)
+		}
 		reply("cancelled")
 	case st == unknown:
 		reply("unknown: a dispatcher was sending it when it stopped; it may have gone out, and is dead-lettered unknown_outcome")
@@ -295,14 +331,11 @@ func (d *dispatcher) approve(msg *nats.Msg) {
 	}
 	ctx := context.Background()
 	if rec, err := d.gate.ledger.Get(ctx, DispatchKey(k)); err == nil {
-		switch rec.State {
-		case ledger.StateCommitted:
-			d.finishApproval(ctx, k)
-			reply("already sent")
-			return
-		case ledger.StateFailed:
-			d.finishApproval(ctx, k)
-			reply("already " + rec.Reason)
+		if settled(rec) {
+			// Sooner than the entry's next look, where it is still
+			// about; what becomes of it, the entry sees to.
+			d.settleApproval(ctx, k)
+			reply(alreadyAnswer(rec))
 			return
 		}
 	} else if !errors.Is(err, ledger.ErrNotFound) {
@@ -310,6 +343,11 @@ func (d *dispatcher) approve(msg *nats.Msg) {
 		return
 	}
 	if err := d.recordApproval(ctx, k); err != nil {
+		var s *settledFirst
+		if errors.As(err, &s) {
+			reply(alreadyAnswer(s.dispatch))
+			return
+		}
 		reply("error: " + err.Error())
 		return
 	}
@@ -317,20 +355,54 @@ func (d *dispatcher) approve(msg *nats.Msg) {
 	reply("approved")
 }
 
+// settled reports whether a dispatch record is settled: sent, or given up.
+func settled(rec ledger.Record) bool {
+	return rec.State == ledger.StateCommitted || rec.State == ledger.StateFailed
+}
+
+// alreadyAnswer is the answer to an approval of an effect whose dispatch
+// record rec is settled.
+func alreadyAnswer(rec ledger.Record) string {
+	if rec.State == ledger.StateCommitted {
+		return "already sent"
+	}
+	return "already " + rec.Reason
+}
+
+// settledFirst is recordApproval's error for an approval record made final
+// unapproved (settleApproval) because the dispatch was settled first.
+type settledFirst struct{ dispatch ledger.Record }
+
+func (e *settledFirst) Error() string {
+	return "the effect was settled first: " + alreadyAnswer(e.dispatch)
+}
+
+// Owner suffixes of the claims of an approval record: a request to
+// approve, and settleApproval.
+const (
+	approveOwner = "#approve"
+	sealOwner    = "#seal"
+)
+
 // recordApproval records the approval of k's effect: a claim of its
 // approval record, committed. A claim left behind by a request that died
-// before its commit is taken over once its second is out. The commit is
+// before its commit is taken over once its second is out. An approval
+// record made final unapproved (settleApproval: the dispatch was settled
+// first) is answered with the dispatch's outcome (settledFirst); if the
+// dispatch is no longer settled (a person redrove it, clearing its record),
+// that record is cleared and the approval recorded. The commit is
 // retried, with backoff, for approvalCommitFor (not only within the claim's
 // second: a commit still holds while no other request has taken the claim
 // over), so that a ledger that refuses writes for a while (a blip, a full
 // disk) does not leave the claim behind: the asker may have gone (a
 // replica resuming from a pause answers a request whose asker heard from
-// another meanwhile), and then nothing else would finish it.
+// another meanwhile), and then only the effect's outbox entry, once its
+// dispatch is settled, finishes it (settleApproval).
 func (d *dispatcher) recordApproval(ctx context.Context, k dedupe.Key) error {
 	l := d.gate.ledger
 	ak := ApprovalKey(k)
 	for deadline := time.Now().Add(3 * time.Second); ; {
-		claim, err := l.Begin(ctx, ak, ledger.BeginOptions{Owner: d.p.c.opts.Owner + "#approve", Lease: time.Second})
+		claim, err := l.Begin(ctx, ak, ledger.BeginOptions{Owner: d.p.c.opts.Owner + approveOwner, Lease: time.Second})
 		if err != nil {
 			return err
 		}
@@ -353,7 +425,20 @@ func (d *dispatcher) recordApproval(ctx context.Context, k dedupe.Key) error {
 			}
 			time.Sleep(min(claim.RetryAfter, 100*time.Millisecond))
 		case ledger.StatusFailed:
-			return errors.New(claim.Record.Reason)
+			if time.Now().After(deadline) {
+				return errors.New("the approval record changes under this request; ask again")
+			}
+			dr, err := l.Get(ctx, DispatchKey(k))
+			switch {
+			case err == nil && settled(dr):
+				return &settledFirst{dispatch: dr}
+			case err != nil && !errors.Is(err, ledger.ErrNotFound):
+				return err
+			}
+			err = l.Clear(ctx, ak, claim.Record.Token, "cleared by an approval of the effect after its dispatch was redriven")
+			if err != nil && !errors.Is(err, ledger.ErrStaleToken) && !errors.Is(err, ledger.ErrNotFailed) {
+				return err
+			}
 		default: // committed: approved before
 			return nil
 		}
@@ -363,20 +448,68 @@ func (d *dispatcher) recordApproval(ctx context.Context, k dedupe.Key) error {
 // approvalCommitFor bounds the retries of an approval's commit.
 const approvalCommitFor = 10 * time.Second
 
-// finishApproval finishes an approval of k's effect that an earlier
-// request claimed and did not commit (its process died between the two,
-// or the ledger did not answer the commit), once the effect is settled:
-// the request was made, and its claim must not stay pending for ever
-// because the person, asking again, heard that the effect was settled
-// meanwhile. The answer is the dispatch's, whatever becomes of this.
-func (d *dispatcher) finishApproval(ctx context.Context, k dedupe.Key) {
-	rec, err := d.gate.ledger.Get(ctx, ApprovalKey(k))
-	if err != nil || rec.State != ledger.StatePending {
-		return
+// settleApproval makes k's approval record final once k's dispatch is
+// settled, and reports how long to wait before asking again when a request
+// to approve holds it now (0 when it is final).
+//
+// An approval is a claim of its record and its commit: a request that dies
+// between the two leaves the claim pending, and a request can make its
+// claim after the dispatch was settled (it read the dispatch before), or
+// after another try of the same request, answered by another replica,
+// satisfied the person. No request is bound to come after it to finish
+// it. The outbox entry is what is bound to come back: an entry whose
+// dispatch is settled goes (acked, dead-lettered, dropped by a cancel)
+// only once this has made the approval record final, and comes back to
+// try again if it could not. Final is: committed (approved); or, if no
+// request claimed it, failed, so that a request that comes after the
+// entry has gone finds it final and claims nothing (recordApproval then
+// answers with the dispatch's outcome). A claim of a request that stopped
+// is committed (the person asked to approve, as when a request takes it
+// over); one this function left (it stopped between its claim and its
+// failure) is failed. A request's claim still held makes the caller wait:
+// the request finishes it, or its lease runs out.
+func (d *dispatcher) settleApproval(ctx context.Context, k dedupe.Key) (time.Duration, error) {
+	l := d.gate.ledger
+	ak := ApprovalKey(k)
+	rec, err := l.Get(ctx, ak)
+	switch {
+	case err == nil && (rec.State == ledger.StateCommitted || rec.State == ledger.StateFailed):
+		return 0, nil
+	case err != nil && !errors.Is(err, ledger.ErrNotFound):
+		return 0, err
 	}
-	if err := d.recordApproval(ctx, k); err != nil {
-		d.p.c.log.Warn("an approval claimed and not recorded stays pending", "pipeline", d.p.cfg.Name, "key", k.String(), "err", err)
+	claim, err := l.Begin(ctx, ak, ledger.BeginOptions{Owner: d.p.c.opts.Owner + sealOwner, Lease: time.Second})
+	if err != nil {
+		return 0, err
 	}
+	switch claim.Status {
+	case ledger.StatusHeld:
+		return max(claim.RetryAfter, 10*time.Millisecond), nil
+	case ledger.StatusNew, ledger.StatusTakenOver:
+	default:
+		return 0, nil // final meanwhile
+	}
+	token := claim.Lease.Token
+	if claim.Status == ledger.StatusTakenOver && strings.HasSuffix(claim.Previous, approveOwner) {
+		d.p.c.log.Info("an approval claimed and not recorded (its request stopped) is recorded", "pipeline", d.p.cfg.Name, "key", k.String(), "claimed by", claim.Previous)
+		return 0, d.retryWrite(func() error { return l.Commit(ctx, ak, token, ledger.Result{DownstreamID: "approved"}) })
+	}
+	return 0, d.retryWrite(func() error {
+		return l.Fail(ctx, ak, token, "not approved: the effect's dispatch was settled before an approval was recorded")
+	})
+}
+
+// retryWrite tries a commit or failure of a claim a few times within its
+// second, as fail does.
+func (d *dispatcher) retryWrite(write func() error) error {
+	var err error
+	for i := range 4 {
+		if err = write(); err == nil || errors.Is(err, ledger.ErrStaleToken) {
+			return err // stale: taken over, by a request that may stop too; look again
+		}
+		time.Sleep(time.Duration(50<<i) * time.Millisecond)
+	}
+	return err
 }
 
 // unpark sends k's parked entry, if there is one, back to the outbox to be

@@ -257,6 +257,174 @@ func TestApprovalClaimFinishedByCancel(t *testing.T) {
 	}
 }
 
+// noPending reports whether the ledger has no record pending.
+func noPending(t *testing.T, l ledger.Ledger) bool {
+	t.Helper()
+	for _, err := range l.Pending(context.Background()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	return true
+}
+
+// TestLateApprovalClaimAfterCancel: an approval request read the
+// dispatch before a cancel settled it, claimed the approval record after
+// the cancel, and died before its commit; its asker had heard from another
+// replica meanwhile (a try answered "already cancelled"), so nobody asks
+// again, and the effect's entry was gone. The claim stayed pending for
+// ever (one way to the soak's "claims left pending 1" with an approval
+// record, seed 78279832, seen twice). A dispatch is now
+// settled only with its approval record made final (failed, not
+// approved, when nobody asked): a late request's claim finds it final and
+// claims nothing, and no record is left pending.
+func TestLateApprovalClaimAfterCancel(t *testing.T) {
+	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
+	hs := httptest.NewServer(target)
+	defer hs.Close()
+	f := start(t, withOneShot(hs.URL, 0, "approvals.messages"), standin.Options{})
+	payload := message("m-late-approve", 0)
+	k := f.keyOf("messages", payload)
+	f.publish("triggers.messages", payload)
+	waitFor(t, 10*time.Second, "the effect parked", func() bool {
+		return f.subjectCount("ONCEGATE_OUTBOX", "oncegate.outbox.messages.parked."+k.String()) == 1
+	}, f)
+	reply, err := f.nc.Request(consumer.CancelSubject("messages"), []byte(k.String()), 10*time.Second)
+	if err != nil || string(reply.Data) != "cancelled" {
+		t.Fatalf("cancel: %v %q", err, replyData(reply))
+	}
+	// The late request's claim, as a process that then died leaves it.
+	ctx := context.Background()
+	claim, err := f.ledger.Begin(ctx, consumer.ApprovalKey(k), ledger.BeginOptions{Owner: "dead-replica#approve", Lease: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Status == ledger.StatusNew || claim.Status == ledger.StatusTakenOver {
+		t.Errorf("a late approval claimed the approval record of a cancelled effect (%s): nothing would finish that claim", claim.Status)
+	}
+	waitFor(t, 10*time.Second, "no record pending", func() bool { return noPending(t, f.ledger) }, f)
+	// Asked again, the approval says what became of the effect.
+	reply, err = f.nc.Request("approvals.messages", []byte(k.String()), 10*time.Second)
+	if err != nil || string(reply.Data) != "already cancelled" {
+		t.Errorf("approve after cancel: %v %q; want already cancelled", err, replyData(reply))
+	}
+	if calls, _ := target.snapshot(); len(calls) != 0 {
+		t.Errorf("the cancelled effect was sent: %v", calls)
+	}
+}
+
+// TestApprovalAfterRedrive: an effect not approved in time has its
+// approval record made final, not approved, with its dispatch. Once a
+// person redrives it (clearing the dispatch record), an approval is
+// recorded again: the final record is cleared, not answered as an error.
+func TestApprovalAfterRedrive(t *testing.T) {
+	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
+	hs := httptest.NewServer(target)
+	defer hs.Close()
+	f := start(t, func(c *config.Config) {
+		withOneShot(hs.URL, 0, "approvals.messages")(c)
+		c.Pipelines[len(c.Pipelines)-1].Effect.ApprovalTimeout = time.Second
+	}, standin.Options{})
+	payload := message("m-redriven", 0)
+	k := f.keyOf("messages", payload)
+	f.publish("triggers.messages", payload)
+	waitFor(t, 15*time.Second, "the effect dead-lettered not_approved", func() bool {
+		return f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages") == 1
+	}, f)
+	ctx := context.Background()
+	if rec, err := f.ledger.Get(ctx, consumer.ApprovalKey(k)); err != nil || rec.State != ledger.StateFailed {
+		t.Fatalf("the approval record: %v %v; want it final, failed", rec.State, err)
+	}
+	rec, err := f.ledger.Get(ctx, consumer.DispatchKey(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ledger.Clear(ctx, consumer.DispatchKey(k), rec.Token, "redriven by a test"); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := f.nc.Request("approvals.messages", []byte(k.String()), 10*time.Second)
+	if err != nil || string(reply.Data) != "approved" {
+		t.Fatalf("approve after the redrive: %v %q; want approved", err, replyData(reply))
+	}
+	if rec, err := f.ledger.Get(ctx, consumer.ApprovalKey(k)); err != nil || rec.State != ledger.StateCommitted {
+		t.Errorf("the approval record: %v %v; want it committed", rec.State, err)
+	}
+	if !noPending(t, f.ledger) {
+		t.Error("a record is left pending")
+	}
+}
+
+// approvalBeginRefuser refuses the next n claims of one approval record
+// (a ledger blip), counting them.
+type approvalBeginRefuser struct {
+	ledger.Ledger
+	key     atomic.Pointer[dedupe.Key]
+	n       atomic.Int64 // claims still to refuse
+	refused atomic.Int64
+}
+
+func (r *approvalBeginRefuser) Begin(ctx context.Context, k dedupe.Key, o ledger.BeginOptions) (ledger.Claim, error) {
+	if p := r.key.Load(); p != nil && *p == k && r.n.Add(-1) >= 0 {
+		r.refused.Add(1)
+		return ledger.Claim{}, errLedgerDown
+	}
+	return r.Ledger.Begin(ctx, k, o)
+}
+
+// TestDeadApprovalClaimSettledByItsEntry: an approval request died
+// between its claim and its commit, then a cancel settled the effect, and
+// the ledger refused the cancel's try to finish the approval claim. Nobody
+// asks to approve again. The cancel dropped the parked entry anyway, and
+// the claim stayed pending for ever. The entry now stays while the
+// approval record is not final, comes back, and finishes it: the dead
+// request's approval is recorded, the effect is not sent, and no record is
+// left pending.
+func TestDeadApprovalClaimSettledByItsEntry(t *testing.T) {
+	slowTest(t)
+	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
+	hs := httptest.NewServer(target)
+	defer hs.Close()
+	refuser := &approvalBeginRefuser{}
+	f := start(t, func(c *config.Config) {
+		withOneShot(hs.URL, 0, "approvals.messages")(c)
+		// The parked entry's next look comes by then (not parkedPoll).
+		c.Pipelines[len(c.Pipelines)-1].Effect.ApprovalTimeout = 6 * time.Second
+	}, standin.Options{}, func(o *consumer.Options) {
+		refuser.Ledger = o.Ledger
+		o.Ledger = refuser
+	})
+	payload := message("m-approve-died-blip", 0)
+	k := f.keyOf("messages", payload)
+	f.publish("triggers.messages", payload)
+	waitFor(t, 10*time.Second, "the effect parked", func() bool {
+		return f.subjectCount("ONCEGATE_OUTBOX", "oncegate.outbox.messages.parked."+k.String()) == 1
+	}, f)
+	ctx := context.Background()
+	ak := consumer.ApprovalKey(k)
+	// What an approval request that died after its claim leaves behind.
+	if _, err := f.ledger.Begin(ctx, ak, ledger.BeginOptions{Owner: "dead-replica#approve", Lease: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	refuser.n.Store(1)
+	refuser.key.Store(&ak)
+	reply, err := f.nc.Request(consumer.CancelSubject("messages"), []byte(k.String()), 10*time.Second)
+	if err != nil || string(reply.Data) != "cancelled" {
+		t.Fatalf("cancel: %v %q", err, replyData(reply))
+	}
+	waitFor(t, 10*time.Second, "the cancel's try at the approval record refused", func() bool { return refuser.refused.Load() == 1 }, f)
+	waitFor(t, 30*time.Second, "no record pending", func() bool { return noPending(t, f.ledger) }, f)
+	if rec, err := f.ledger.Get(ctx, ak); err != nil || rec.State != ledger.StateCommitted {
+		t.Errorf("the approval record: %v %v; want the dead request's approval committed", rec.State, err)
+	}
+	if calls, _ := target.snapshot(); len(calls) != 0 {
+		t.Errorf("the cancelled effect was sent: %v", calls)
+	}
+	if n := f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages"); n != 0 {
+		t.Errorf("%d dead letters; want none for a cancelled effect", n)
+	}
+}
+
 // commitRefuser is a ledger whose commits are refused for a while after
 // the first approval claim, as a ledger blip (a full disk) between the
 // claim and its commit refuses them.
