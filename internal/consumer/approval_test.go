@@ -181,7 +181,10 @@ func parkedWithDeadApproval(t *testing.T, id string) (*fixture, dedupe.Key, *one
 	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
 	hs := httptest.NewServer(target)
 	t.Cleanup(hs.Close)
-	f := start(t, withOneShot(hs.URL, 0, "approvals.messages"), standin.Options{})
+	f := start(t, func(c *config.Config) {
+		withOneShot(hs.URL, 0, "approvals.messages")(c)
+		c.Ledger.MaxClockSkew = 0 // the dead request's lease, out in a millisecond, is out for every clock
+	}, standin.Options{})
 	payload := message(id, 0)
 	k := f.keyOf("messages", payload)
 	f.publish("triggers.messages", payload)
