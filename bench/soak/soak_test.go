@@ -357,6 +357,29 @@ func TestClassifyExit(t *testing.T) {
 	}
 }
 
+// alertsKeyer returns the keyer of the alerts pipeline of the soak's
+// configuration for o.
+func alertsKeyer(t *testing.T, o options) *dedupe.Keyer {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte(renderConfig(o, dir, "nats://127.0.0.1:4222", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/c", "http://127.0.0.1:3/m", "http://127.0.0.1:4/v2/enqueue")),
+		filepath.Join(dir, "oncegate.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Pipelines {
+		if p := &cfg.Pipelines[i]; p.Name == pAlerts {
+			keyer, err := dedupe.NewKeyer(consumer.KeySpec(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return keyer
+		}
+	}
+	t.Fatal("no alerts pipeline in the configuration under test")
+	return nil
+}
+
 // TestAlertsWorkload checks the alerts intents against the real keyer: a
 // resolve shares its firing's identity (the PagerDuty dedup_key the
 // checker matches it by) and not its key, it goes out after every copy of
@@ -366,23 +389,7 @@ func TestAlertsWorkload(t *testing.T) {
 	o := testOptions(t)
 	o.intents = 1000
 	w := newWorkload(rand.New(rand.NewPCG(o.seed, 1)), o.intents, o.hostile, 24*time.Second, 30*time.Second, o.extras())
-	dir := t.TempDir()
-	cfg, err := config.Parse([]byte(renderConfig(o, dir, "nats://127.0.0.1:4222", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/c", "http://127.0.0.1:3/m", "http://127.0.0.1:4/v2/enqueue")),
-		filepath.Join(dir, "oncegate.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keyer *dedupe.Keyer
-	for i := range cfg.Pipelines {
-		if p := &cfg.Pipelines[i]; p.Name == pAlerts {
-			if keyer, err = dedupe.NewKeyer(consumer.KeySpec(p)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if keyer == nil {
-		t.Fatal("no alerts pipeline in the configuration under test")
-	}
+	keyer := alertsKeyer(t, o)
 	identity := func(in *intent) dedupe.Key {
 		k, err := keyer.Intent(in.copies[0].data)
 		if err != nil {
@@ -642,23 +649,7 @@ func endedChild(t0 time.Time, start, killed, reaped float64) *child {
 // lifecycle's drop.
 func TestThrottledFate(t *testing.T) {
 	o := testOptions(t)
-	dir := t.TempDir()
-	cfg, err := config.Parse([]byte(renderConfig(o, dir, "nats://127.0.0.1:4222", "http://127.0.0.1:1/v1", "http://127.0.0.1:2/c", "http://127.0.0.1:3/m", "http://127.0.0.1:4/v2/enqueue")),
-		filepath.Join(dir, "oncegate.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keyer *dedupe.Keyer
-	for i := range cfg.Pipelines {
-		if p := &cfg.Pipelines[i]; p.Name == pAlerts {
-			if keyer, err = dedupe.NewKeyer(consumer.KeySpec(p)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if keyer == nil {
-		t.Fatal("no alerts pipeline in the configuration under test")
-	}
+	keyer := alertsKeyer(t, o)
 	key := func(in *intent) string {
 		ik, err := keyer.Intent(alertPayload(in, 0))
 		if err != nil {

@@ -23,11 +23,7 @@ func TestRun(t *testing.T) {
 		if first {
 			<-release // the others queue meanwhile
 		}
-		rs := make([]int, len(qs))
-		for i, q := range qs {
-			rs[i] = -q
-		}
-		return rs
+		return negated(qs)
 	})
 	ctx := context.Background()
 
@@ -66,6 +62,15 @@ func TestRun(t *testing.T) {
 	if rs := c.Run(ctx, []int{7}); len(rs) != 1 || rs[0] != -7 || len(calls) != 3 {
 		t.Errorf("alone: results %v after %d calls; want [-7] from a third call", rs, len(calls))
 	}
+}
+
+// negated is what the tests' calls answer: each request negated.
+func negated(qs []int) []int {
+	rs := make([]int, len(qs))
+	for i, q := range qs {
+		rs[i] = -q
+	}
+	return rs
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -122,11 +127,7 @@ func TestOverlap(t *testing.T) {
 		calls = append(calls, append([]int(nil), qs...))
 		mu.Unlock()
 		<-release
-		rs := make([]int, len(qs))
-		for i, q := range qs {
-			rs[i] = -q
-		}
-		return rs
+		return negated(qs)
 	}).Overlap(2, 4)
 	ctx := context.Background()
 	ncalls := func() int { mu.Lock(); defer mu.Unlock(); return len(calls) }

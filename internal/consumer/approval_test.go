@@ -139,23 +139,32 @@ func TestWaitingDoesNotBlockApproved(t *testing.T) {
 	}
 }
 
-// TestApprovalTimeout: an effect parked for its approval past
-// approval_timeout is dead-lettered not_approved (its dispatch recorded
-// failed, fenced), and a late approval is answered so and sends nothing.
-func TestApprovalTimeout(t *testing.T) {
+// notApproved publishes a one-shot effect, id, that waits for an approval
+// for a second (approval_timeout), and waits until it is dead-lettered
+// not_approved.
+func notApproved(t *testing.T, id string) (*fixture, dedupe.Key, *oneShot) {
+	t.Helper()
 	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
 	hs := httptest.NewServer(target)
-	defer hs.Close()
+	t.Cleanup(hs.Close)
 	f := start(t, func(c *config.Config) {
 		withOneShot(hs.URL, 0, "approvals.messages")(c)
 		c.Pipelines[len(c.Pipelines)-1].Effect.ApprovalTimeout = time.Second
 	}, standin.Options{})
-	payload := message("refund-9", 0)
+	payload := message(id, 0)
 	k := f.keyOf("messages", payload)
 	f.publish("triggers.messages", payload)
 	waitFor(t, 15*time.Second, "the effect dead-lettered not_approved", func() bool {
 		return f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages") == 1
 	}, f)
+	return f, k, target
+}
+
+// TestApprovalTimeout: an effect parked for its approval past
+// approval_timeout is dead-lettered not_approved (its dispatch recorded
+// failed, fenced), and a late approval is answered so and sends nothing.
+func TestApprovalTimeout(t *testing.T) {
+	f, k, target := notApproved(t, "refund-9")
 	d := f.streamMsgs("ONCEGATE_DEAD", "oncegate.dead.messages")[0]
 	if r := d.Headers().Get(consumer.HeaderReason); r != string(outcome.ReasonNotApproved) {
 		t.Errorf("dead letter reason %q (%s); want not_approved", r, d.Headers().Get(consumer.HeaderDetail))
@@ -322,19 +331,7 @@ func TestLateApprovalClaimAfterCancel(t *testing.T) {
 // person redrives it (clearing the dispatch record), an approval is
 // recorded again: the final record is cleared, not answered as an error.
 func TestApprovalAfterRedrive(t *testing.T) {
-	target := &oneShot{calls: map[string]int{}, at: map[string]time.Time{}}
-	hs := httptest.NewServer(target)
-	defer hs.Close()
-	f := start(t, func(c *config.Config) {
-		withOneShot(hs.URL, 0, "approvals.messages")(c)
-		c.Pipelines[len(c.Pipelines)-1].Effect.ApprovalTimeout = time.Second
-	}, standin.Options{})
-	payload := message("m-redriven", 0)
-	k := f.keyOf("messages", payload)
-	f.publish("triggers.messages", payload)
-	waitFor(t, 15*time.Second, "the effect dead-lettered not_approved", func() bool {
-		return f.subjectCount("ONCEGATE_DEAD", "oncegate.dead.messages") == 1
-	}, f)
+	f, k, _ := notApproved(t, "m-redriven")
 	ctx := context.Background()
 	if rec, err := f.ledger.Get(ctx, consumer.ApprovalKey(k)); err != nil || rec.State != ledger.StateFailed {
 		t.Fatalf("the approval record: %v %v; want it final, failed", rec.State, err)
