@@ -30,7 +30,8 @@ type Ledger struct {
 	// default is 168h (7 days).
 	Retention time.Duration `yaml:"retention"`
 	// Lease is how long a claim holds before another worker may take the
-	// work over; workers renew it while they work. The default is 30s.
+	// work over (MaxClockSkew past it); workers renew it while they work.
+	// The default is 30s.
 	Lease time.Duration `yaml:"lease"`
 	// KV configures the bucket, when Store is StoreKV.
 	KV KV `yaml:"kv"`
