@@ -116,8 +116,10 @@
 // ledger therefore need clocks that agree to well within a lease: a replica
 // whose clock runs ahead takes work over while its holder still thinks it
 // has time. Run NTP, and keep leases long compared with the skew (tens of
-// seconds against milliseconds). The servers' clocks only drive the bucket's
-// TTL, which has an hour of margin.
+// seconds against milliseconds); where a skew cannot be ruled out (a VM
+// resumed, an NTP step), set Options.ClockSkew to it: a lapsed claim is
+// then taken over only that long after its lease. The servers' clocks only
+// drive the bucket's TTL, which has an hour of margin.
 //
 // # Errors and timeouts
 //

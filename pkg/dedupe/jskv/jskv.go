@@ -29,6 +29,13 @@ type Options struct {
 	// that expires before a late retry arrives lets the effect happen
 	// again. The default is a week.
 	Retention time.Duration
+	// ClockSkew is how far apart the clocks of the processes sharing the
+	// bucket may be: a claim whose lease ran out is taken over only once
+	// it has been out this long by the taker's clock (a claim given up, at
+	// once), so that a process whose clock runs ahead does not run the
+	// work while its holder, by its own clock, still may. The default is
+	// 0: clocks that agree (see Clocks in the package documentation).
+	ClockSkew time.Duration
 }
 
 // Ledger is a [dedupe.Ledger] in a JetStream key-value bucket, shared by
@@ -55,7 +62,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Ledger, er
 		Bucket:   opts.Bucket,
 		Replicas: opts.Replicas,
 		Storage:  opts.Storage,
-		Options:  ledger.Options{Retention: opts.Retention},
+		Options:  ledger.Options{Retention: opts.Retention, ClockSkew: opts.ClockSkew},
 	})
 	if err != nil {
 		return nil, err

@@ -2,11 +2,15 @@ package jskv_test
 
 import (
 	"context"
+	"errors"
+	"runtime"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/internal/natstest"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 	"github.com/oncegate/oncegate/pkg/dedupe/jskv"
@@ -55,5 +59,49 @@ func TestNew(t *testing.T) {
 	}
 	if _, err := jskv.New(ctx, js, jskv.Options{Bucket: "public-ledger", Retention: 72 * time.Hour}); err == nil {
 		t.Error("New on a bucket whose TTL is shorter than the retention succeeded")
+	}
+}
+
+// TestClockSkew checks that Options.ClockSkew reaches the ledger: a claim
+// whose holder stopped renewing it (its lease 1 ms) is held, with the
+// skew left as RetryAfter, for a ledger that allows for clocks an hour
+// apart, and taken over at once by one that allows for none.
+func TestClockSkew(t *testing.T) {
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx := context.Background()
+	k := dedupe.Key{7}
+	holder, err := jskvstore.New(ctx, js, jskvstore.Options{Bucket: "skew-ledger"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	claim, err := holder.Begin(ctx, k, ledger.BeginOptions{Owner: "stopped", Lease: time.Millisecond})
+	if err != nil || claim.Status != ledger.StatusNew {
+		t.Fatalf("Begin = %v, %v", claim.Status, err)
+	}
+	for time.Now().Before(claim.Lease.Until) { // a millisecond: the lease runs out by this clock
+		runtime.Gosched()
+	}
+	fn := func(context.Context) (dedupe.Result, error) { return dedupe.Result{DownstreamID: "ran"}, nil }
+
+	skewed, err := jskv.New(ctx, js, jskv.Options{Bucket: "skew-ledger", ClockSkew: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer skewed.Close()
+	_, ran, err := skewed.Do(ctx, dedupe.Intent{Key: k}, fn, dedupe.DoOptions{NoWait: true})
+	var held *dedupe.HeldError
+	if !errors.As(err, &held) || ran || held.RetryAfter < 59*time.Minute {
+		t.Fatalf("Do with ClockSkew 1h = ran %v, %v; want a HeldError with about an hour left, the work not run", ran, err)
+	}
+
+	plain, err := jskv.New(ctx, js, jskv.Options{Bucket: "skew-ledger"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if res, ran, err := plain.Do(ctx, dedupe.Intent{Key: k}, fn, dedupe.DoOptions{NoWait: true}); err != nil || !ran || res.DownstreamID != "ran" {
+		t.Fatalf("Do with no ClockSkew = %+v, ran %v, %v; want the lapsed claim taken over and the work run", res, ran, err)
 	}
 }
