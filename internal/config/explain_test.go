@@ -96,7 +96,7 @@ pipelines:
 		"jetstream publish to effects.alerts with Nats-Msg-Id = intent key",
 		"ack_wait 10s (default)", // derived from the backoff
 		"backoff 10s, 1m (the last repeats)",
-		"redelivery horizon 3m31s", // the first wait the lease and its clock skew (30s + 1s, past the 10s backoff), then 1m × 3
+		"redelivery horizon 3m30s", // 10s + 1m × 3
 		"dead letter to oncegate.dead.alerts",
 		"pipeline fast: mode gate-window",
 		"none: mode gate-window",

@@ -157,7 +157,10 @@ func horizonTerms(p *Pipeline) string {
 // being retried after its first delivery: over MaxDeliver deliveries, each
 // waits the longest of its ack deadline (Pipeline.Horizon), its retry
 // delay, and, when a ledger holds the work, the lease a crashed holder
-// leaves behind (with the clock skew a taker allows for past it). (It is the one formula of the horizon: Config.Validate and
+// leaves behind. (A taker waits ledger.max_clock_skew past that lease, which
+// the horizon does not count: a redo that lands past the duplicate window
+// anyway is caught by the consumer's guard on the work's age, which allows
+// for the skew, and dead-lettered unknown_outcome rather than redone.) (It is the one formula of the horizon: Config.Validate and
 // the consumer's stream checks use it.) Every window that dedupes a redo of the effect (the
 // effect stream's duplicate window, the ledger's retention, the trigger
 // stream's max age) must cover it.
@@ -170,7 +173,7 @@ func (c *Config) RedeliveryHorizon(p *Pipeline) time.Duration {
 	for i := 1; i <= max(p.MaxDeliver, 0); i++ {
 		w := max(waits[min(i, len(waits))-1], p.RetryDelay(i))
 		if p.Mode != ModeGateWindow {
-			w = max(w, addSat(c.Ledger.Lease, c.Ledger.MaxClockSkew)) // a lapsed claim is taken over MaxClockSkew after its lease
+			w = max(w, c.Ledger.Lease)
 		}
 		h = addSat(h, w)
 		if h == maxDuration {
