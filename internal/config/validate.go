@@ -157,13 +157,15 @@ func horizonTerms(p *Pipeline) string {
 // being retried after its first delivery: over MaxDeliver deliveries, each
 // waits the longest of its ack deadline (Pipeline.Horizon), its retry
 // delay, and, when a ledger holds the work, the lease a crashed holder
-// leaves behind. (A taker waits ledger.max_clock_skew past that lease, which
+// leaves behind. (It is the one formula of the horizon: Config.Validate and
+// the consumer's stream checks use it.) Every window that dedupes a redo of
+// the effect (the effect stream's duplicate window, the ledger's retention,
+// the trigger stream's max age) must cover it.
+//
+// A taker waits ledger.max_clock_skew past a crashed holder's lease, which
 // the horizon does not count: a redo that lands past the duplicate window
-// anyway is caught by the consumer's guard on the work's age, which allows
-// for the skew, and dead-lettered unknown_outcome rather than redone.) (It is the one formula of the horizon: Config.Validate and
-// the consumer's stream checks use it.) Every window that dedupes a redo of the effect (the
-// effect stream's duplicate window, the ledger's retention, the trigger
-// stream's max age) must cover it.
+// all the same is caught by the consumer's guard on the work's age, which
+// allows for the skew, and is dead-lettered unknown_outcome, not redone.
 func (c *Config) RedeliveryHorizon(p *Pipeline) time.Duration {
 	var h time.Duration
 	waits := p.Backoff
