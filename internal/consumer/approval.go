@@ -257,14 +257,7 @@ func (d *dispatcher) stopRecord(ctx context.Context, k dedupe.Key, reason string
 // failure would look, to the dispatcher that next takes it over, like a
 // send of unknown outcome.
 func (d *dispatcher) fail(ctx context.Context, dk dedupe.Key, token uint64, reason string) error {
-	var err error
-	for i := range 4 {
-		if err = d.gate.ledger.Fail(ctx, dk, token, reason); err == nil || errors.Is(err, ledger.ErrStaleToken) {
-			return err
-		}
-		time.Sleep(time.Duration(50<<i) * time.Millisecond)
-	}
-	return err
+	return d.retryWrite(func() error { return d.gate.ledger.Fail(ctx, dk, token, reason) })
 }
 
 // request parses a cancel or approval request, whose body is an intent
@@ -473,7 +466,7 @@ func (d *dispatcher) settleApproval(ctx context.Context, k dedupe.Key) (time.Dur
 	ak := ApprovalKey(k)
 	rec, err := l.Get(ctx, ak)
 	switch {
-	case err == nil && (rec.State == ledger.StateCommitted || rec.State == ledger.StateFailed):
+	case err == nil && settled(rec):
 		return 0, nil
 	case err != nil && !errors.Is(err, ledger.ErrNotFound):
 		return 0, err
@@ -500,7 +493,7 @@ func (d *dispatcher) settleApproval(ctx context.Context, k dedupe.Key) (time.Dur
 }
 
 // retryWrite tries a commit or failure of a claim a few times within its
-// second, as fail does.
+// second (four tries, 50 ms to 400 ms apart); a stale token ends it.
 func (d *dispatcher) retryWrite(write func() error) error {
 	var err error
 	for i := range 4 {
