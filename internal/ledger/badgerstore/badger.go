@@ -8,12 +8,14 @@ import (
 	"iter"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/oncegate/oncegate/internal/combine"
 	"github.com/oncegate/oncegate/internal/dirlock"
@@ -152,20 +154,34 @@ type OpenOptions struct {
 }
 
 // Open opens (creating if needed) a Badger database in dir with the
-// settings the ledger relies on: checksums verified on every table and block
-// read, so a flipped bit is an error and not a wrong answer; Badger's own
-// logging off (errors reach callers as errors); and optional encryption. A
-// directory another process holds open fails with Badger's lock error.
+// settings the ledger relies on: every table checked against its checksums
+// before the open (a damaged one is ledger.ErrCorruptRecord) and every block
+// when it is read, so a flipped bit is an error and not a wrong answer;
+// blocks stored uncompressed (a ledger's keys are hashes, and a read or the
+// open's check then decompresses nothing); Badger's own logging off (errors
+// reach callers as errors); and optional encryption. A directory another
+// process holds open fails with Badger's lock error.
 func Open(dir string, o OpenOptions) (*badger.DB, error) {
 	bo := badger.DefaultOptions(dir).
 		WithSyncWrites(o.SyncWrites).
-		WithChecksumVerificationMode(options.OnTableAndBlockRead).
+		WithChecksumVerificationMode(options.OnBlockRead).
+		WithCompression(options.None).
 		WithLogger(nil).
 		WithInMemory(o.InMemory)
 	if o.InMemory {
 		bo = bo.WithDir("").WithValueDir("")
 	}
+	if o.EncryptionKeyFile == "" && !o.InMemory && !dirlock.Held(dir) {
+		// (A directory another process holds is refused by Badger's open
+		// below, without reading its tables first.)
+		if err := verifyTables(dir); err != nil {
+			return nil, err
+		}
+	}
 	if o.EncryptionKeyFile != "" {
+		// Encrypted blocks need the data key to be checked: Badger
+		// checks every table as it opens it.
+		bo = bo.WithChecksumVerificationMode(options.OnTableAndBlockRead)
 		key, err := os.ReadFile(o.EncryptionKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("badgerledger: reading encryption key: %w", err)
@@ -343,6 +359,60 @@ func (l *Ledger) keep(key dedupe.Key, next *ledger.Record, volatile bool) bool {
 	return volatile && next.State == ledger.StatePending && l.st.room(key)
 }
 
+// orphans reads the DB's record of each journaled claim in es, on as many
+// goroutines as there are CPUs (nothing writes the DB yet: the reads need no
+// transaction of their own), and returns the pending record to write for
+// each claim the DB does not show settled or claimed since.
+func (l *Ledger) orphans(es []journalEntry, now time.Time) ([]ledger.Record, error) {
+	parts := min(runtime.GOMAXPROCS(0), max(len(es)/1000, 1))
+	out := make([][]ledger.Record, parts)
+	var g errgroup.Group
+	for p := range parts {
+		part := es[p*len(es)/parts : (p+1)*len(es)/parts]
+		g.Go(func() error {
+			return l.db.View(func(txn *badger.Txn) error {
+				for _, e := range part {
+					cur, err := l.read(txn, e.Key, now)
+					if err != nil {
+						return err
+					}
+					if rec, ok := l.orphan(e, cur, now); ok {
+						out[p] = append(out[p], rec)
+					}
+				}
+				return nil
+			})
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return slices.Concat(out...), nil
+}
+
+// orphan returns the pending record a journaled claim e leaves, given cur,
+// its key's record in the DB (nil for none), and whether there is one: none
+// if the DB shows the claim settled or claimed since.
+func (l *Ledger) orphan(e journalEntry, cur *ledger.Record, now time.Time) (ledger.Record, bool) {
+	var note []byte // what the record noted: the claim carries it on
+	if cur != nil {
+		note = cur.Note
+	}
+	if cur != nil && cur.State == ledger.StateCleared && cur.Token < e.Token {
+		cur = nil // a failure cleared (Ledger.Clear), then claimed anew: the claim is new work
+	}
+	if cur != nil && (cur.State != ledger.StatePending || cur.Token >= e.Token) {
+		return ledger.Record{}, false // settled, or claimed since in the DB
+	}
+	rec := ledger.Record{Key: e.Key, State: ledger.StatePending, Owner: "a process that held the directory before",
+		Token: e.Token, LeaseUntil: now.Add(-l.opts.ClockSkew), Attempts: e.Attempts, Fingerprint: e.Fingerprint,
+		Created: e.Created, Updated: now, Expires: now.Add(l.opts.Retention), Note: note}
+	if cur != nil {
+		rec.Attempts, rec.Mismatches = max(rec.Attempts, cur.Attempts), cur.Mismatches
+	}
+	return rec, true
+}
+
 // recoverJournal, run once for a DB when its first ledger opens, writes
 // every claim the claims journal holds and the DB does not show settled as
 // a pending record whose holder is gone (see journal.go), then starts the
@@ -356,39 +426,24 @@ func (l *Ledger) recoverJournal(s *inproc) error {
 	if err != nil {
 		return err
 	}
+	now := l.opts.Clock.Now()
 	es := make([]journalEntry, 0, len(entries))
 	for _, e := range entries {
-		es = append(es, e)
+		if now.Before(e.Created.Add(l.opts.Retention)) {
+			es = append(es, e)
+		}
 	}
-	for len(es) > 0 {
-		n := min(len(es), 1000)
+	// In key order, so that each goroutine's lookups walk the tables
+	// forward: neighbours share blocks and pages.
+	slices.SortFunc(es, func(a, b journalEntry) int { return bytes.Compare(a.Key[:], b.Key[:]) })
+	orphans, err := l.orphans(es, now)
+	if err != nil {
+		return fmt.Errorf("badgerledger: recovering the claims journal: %w", err)
+	}
+	for recs := range slices.Chunk(orphans, 1000) {
 		if err := l.db.Update(func(txn *badger.Txn) error {
-			now := l.opts.Clock.Now()
-			for _, e := range es[:n] {
-				if !now.Before(e.Created.Add(l.opts.Retention)) {
-					continue
-				}
-				cur, err := l.read(txn, e.Key, now)
-				if err != nil {
-					return err
-				}
-				var note []byte // what the record noted: the claim carries it on
-				if cur != nil {
-					note = cur.Note
-				}
-				if cur != nil && cur.State == ledger.StateCleared && cur.Token < e.Token {
-					cur = nil // a failure cleared (Ledger.Clear), then claimed anew: the claim is new work
-				}
-				if cur != nil && (cur.State != ledger.StatePending || cur.Token >= e.Token) {
-					continue // settled, or claimed since in the DB
-				}
-				rec := ledger.Record{Key: e.Key, State: ledger.StatePending, Owner: "a process that held the directory before",
-					Token: e.Token, LeaseUntil: now.Add(-l.opts.ClockSkew), Attempts: e.Attempts, Fingerprint: e.Fingerprint,
-					Created: e.Created, Updated: now, Expires: now.Add(l.opts.Retention), Note: note}
-				if cur != nil {
-					rec.Attempts, rec.Mismatches = max(rec.Attempts, cur.Attempts), cur.Mismatches
-				}
-				if err := l.write(txn, &rec); err != nil {
+			for i := range recs {
+				if err := l.write(txn, &recs[i]); err != nil {
 					return err
 				}
 			}
@@ -396,7 +451,6 @@ func (l *Ledger) recoverJournal(s *inproc) error {
 		}); err != nil {
 			return fmt.Errorf("badgerledger: recovering the claims journal: %w", err)
 		}
-		es = es[n:]
 	}
 	if len(entries) > 0 {
 		if err := l.db.Sync(); err != nil {

@@ -3,11 +3,14 @@ package badgerstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"golang.org/x/sync/errgroup"
+
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/ledgerproto"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -423,5 +426,62 @@ func TestOrphanedClaimsIgnoreSkew(t *testing.T) {
 	defer l.Close()
 	for _, k := range []dedupe.Key{durable, volatile} {
 		mustBegin(t, l, k, ledger.BeginOptions{Owner: "next", Lease: time.Minute}, ledger.StatusTakenOver)
+	}
+}
+
+// TestJournalRecoversManyClaims restarts on a journal of thousands of claims,
+// enough for the recovery to read the DB on several goroutines in key
+// order: each claim the DB shows settled stays settled, and each other one
+// is pending, its holder gone.
+func TestJournalRecoversManyClaims(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	clock.Set(time.Unix(1e9, 0))
+	dir := t.TempDir()
+	db, l := openVolatileTest(t, dir, clock)
+	vol := ledger.BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}
+	key := func(i int) dedupe.Key { return dedupe.Key{byte(i * 37), byte(i >> 8), byte(i), 9} }
+	const n = 3000
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i := range n {
+		g.Go(func() error {
+			c, err := l.Begin(ctx, key(i), vol)
+			if err != nil {
+				return err
+			}
+			switch i % 3 {
+			case 0:
+				return l.Commit(ctx, key(i), c.Lease.Token, ledger.Result{DownstreamID: fmt.Sprint(i)})
+			case 1:
+				return l.Fail(ctx, key(i), c.Lease.Token, "refused")
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	db.Close()
+	if es, _, err := readJournal(dir); err != nil || len(es) < 2000 {
+		t.Fatalf("the journal holds %d claims (%v); want at least 2,000, for the recovery's goroutines", len(es), err)
+	}
+	clock.Advance(time.Second)
+
+	db, l = openVolatileTest(t, dir, clock)
+	defer db.Close()
+	defer l.Close()
+	for i := range n {
+		rec, err := l.Get(ctx, key(i))
+		switch {
+		case err != nil:
+			t.Fatalf("%d: %v", i, err)
+		case i%3 == 0 && (rec.State != ledger.StateCommitted || rec.Result.DownstreamID != fmt.Sprint(i)),
+			i%3 == 1 && rec.State != ledger.StateFailed:
+			t.Fatalf("%d: %v %q after the restart; want it settled as before", i, rec.State, rec.Result.DownstreamID)
+		case i%3 == 2 && (rec.State != ledger.StatePending || rec.LeaseUntil.After(clock.Now()) || rec.Owner == "a"):
+			t.Fatalf("%d: %+v after the restart; want pending, its lease over, its holder gone", i, rec)
+		}
 	}
 }

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/ledger/badgerstore"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -35,14 +38,13 @@ func flippedKey(i int) dedupe.Key {
 // read may fail, but no record may read as missing or as another answer (a
 // missing record would be claimed again and its effect repeated).
 //
-// This is why Open verifies every table as it opens it
-// (options.OnTableAndBlockRead), although that verification is most of a
-// large ledger's readiness: with blocks verified only when read
-// (options.OnBlockRead), Badger's point lookup drops the failed block's
-// error and the records in it read as not found, which this test catches.
-// Badger v4.9.6 reports a bad block at open by crashing (a nil dereference
-// while it formats the error, in table.VerifyChecksum), so the child's open
-// is allowed to crash; docs/security.md says so.
+// This is why Open checks every table before Badger opens it: with blocks
+// verified only when read (options.OnBlockRead), Badger's point lookup drops
+// the failed block's error and the records in it read as not found, which
+// this test catches. (Badger v4.9.6 checking the tables itself as it opens
+// them, options.OnTableAndBlockRead, reports a bad block by crashing: a nil
+// dereference while it formats the error. The child's open may still end
+// it; TestOpenChecksTables holds Open to its typed error.)
 func TestFlippedBitInATable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a child process")
@@ -73,17 +75,7 @@ func TestFlippedBitInATable(t *testing.T) {
 
 	// Flip one bit at each of several places in the largest table (its
 	// data blocks come first, its index last), each in a copy of the ledger.
-	tables, _ := filepath.Glob(filepath.Join(dir, "*.sst"))
-	var table string
-	var size int64
-	for _, p := range tables {
-		if fi, err := os.Stat(p); err == nil && fi.Size() > size {
-			table, size = p, fi.Size()
-		}
-	}
-	if table == "" {
-		t.Fatalf("no table in %s after the close", dir)
-	}
+	table := largestTable(t, dir)
 	for _, at := range []float64{0.05, 0.25, 0.45, 0.65} {
 		t.Run(fmt.Sprintf("at%.2f", at), func(t *testing.T) {
 			copyDir := t.TempDir()
@@ -193,4 +185,102 @@ func TestFlippedBitChild(t *testing.T) {
 			fmt.Fprintf(out, "right %d\n", i)
 		}
 	}
+}
+
+// TestOpenChecksTables damages one table of a closed ledger and opens it
+// in this process: Open refuses it with ledger.ErrCorruptRecord, naming the
+// table, instead of crashing or serving the records around the damage. A
+// ledger written by an earlier Oncegate, whose tables Badger compressed
+// (Snappy), opens and reads back, and is checked the same way.
+func TestOpenChecksTables(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		open func(dir string) (*badger.DB, error)
+	}{
+		{"uncompressed", func(dir string) (*badger.DB, error) { return badgerstore.Open(dir, badgerstore.OpenOptions{}) }},
+		{"snappy", func(dir string) (*badger.DB, error) {
+			return badger.Open(badger.DefaultOptions(dir).WithLogger(nil).WithCompression(options.Snappy))
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			db, err := c.open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := badgerstore.New(db, badgerstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range flippedRecords {
+				c, err := l.Begin(ctx, flippedKey(i), ledger.BeginOptions{Lease: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Commit(ctx, flippedKey(i), c.Lease.Token, ledger.Result{DownstreamID: fmt.Sprintf("ticket-%d", i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l.Close()
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			table := largestTable(t, dir)
+
+			// Undamaged, it opens and every record reads back.
+			db, err = badgerstore.Open(dir, badgerstore.OpenOptions{})
+			if err != nil {
+				t.Fatalf("opening the undamaged ledger: %v", err)
+			}
+			l, err = badgerstore.New(db, badgerstore.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range flippedRecords {
+				rec, err := l.Get(ctx, flippedKey(i))
+				if err != nil || rec.Result.DownstreamID != fmt.Sprintf("ticket-%d", i) {
+					t.Fatalf("record %d: %v %q", i, err, rec.Result.DownstreamID)
+				}
+			}
+			l.Close()
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			b, err := os.ReadFile(table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/3] ^= 0x08 // a data block: the index is at the end
+			if err := os.WriteFile(table, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			db, err = badgerstore.Open(dir, badgerstore.OpenOptions{})
+			if err == nil {
+				db.Close()
+				t.Fatalf("Open took a ledger with a bit flipped in %s", table)
+			}
+			if !errors.Is(err, ledger.ErrCorruptRecord) || !strings.Contains(err.Error(), filepath.Base(table)) {
+				t.Fatalf("Open: %v; want ledger.ErrCorruptRecord naming %s", err, filepath.Base(table))
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func largestTable(t *testing.T, dir string) string {
+	t.Helper()
+	tables, _ := filepath.Glob(filepath.Join(dir, "*.sst"))
+	var table string
+	var size int64
+	for _, p := range tables {
+		if fi, err := os.Stat(p); err == nil && fi.Size() > size {
+			table, size = p, fi.Size()
+		}
+	}
+	if table == "" {
+		t.Fatalf("no table in %s after the close", dir)
+	}
+	return table
 }

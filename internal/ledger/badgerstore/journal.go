@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -128,8 +129,9 @@ func readJournal(dir string) (map[dedupe.Key]journalEntry, []int, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("badgerledger: claims journal: %w", err)
 		}
+		r := bufio.NewReaderSize(f, 64<<10)
 		for {
-			if _, err := io.ReadFull(f, buf); err != nil {
+			if _, err := io.ReadFull(r, buf); err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 					f.Close()
 					return nil, nil, fmt.Errorf("badgerledger: claims journal: %w", err)
