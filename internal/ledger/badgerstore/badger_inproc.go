@@ -278,7 +278,7 @@ func releaseInproc(db *badger.DB) {
 		if r.refs--; r.refs == 0 {
 			delete(inprocs.m, db)
 			if r.s.j != nil {
-				r.s.j.close()
+				r.s.j.closeWith(r.s.journalSnapshot)
 			}
 		}
 	}

@@ -429,10 +429,10 @@ func TestOrphanedClaimsIgnoreSkew(t *testing.T) {
 	}
 }
 
-// TestJournalRecoversManyClaims restarts on a journal of thousands of claims,
-// enough for the recovery to read the DB on several goroutines in key
-// order: each claim the DB shows settled stays settled, and each other one
-// is pending, its holder gone.
+// TestJournalRecoversManyClaims restarts, as after a crash, on a journal of
+// thousands of claims, enough for the recovery to read the DB on several
+// goroutines in key order: each claim the DB shows settled stays settled,
+// and each other one is pending, its holder gone.
 func TestJournalRecoversManyClaims(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
@@ -462,8 +462,33 @@ func TestJournalRecoversManyClaims(t *testing.T) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
+	// The journal as a killed process leaves it: a clean close keeps only
+	// the claims still held (TestCloseLeavesHeldClaims).
+	files, err := journalFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := make(map[string][]byte)
+	for _, n := range files {
+		b, err := os.ReadFile(journalPath(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[journalPath(dir, n)] = b
+	}
 	l.Close()
 	db.Close()
+	if files, err = journalFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range files {
+		os.Remove(journalPath(dir, n))
+	}
+	for path, b := range saved {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if es, _, err := readJournal(dir); err != nil || len(es) < 2000 {
 		t.Fatalf("the journal holds %d claims (%v); want at least 2,000, for the recovery's goroutines", len(es), err)
 	}
@@ -483,5 +508,57 @@ func TestJournalRecoversManyClaims(t *testing.T) {
 		case i%3 == 2 && (rec.State != ledger.StatePending || rec.LeaseUntil.After(clock.Now()) || rec.Owner == "a"):
 			t.Fatalf("%d: %+v after the restart; want pending, its lease over, its holder gone", i, rec)
 		}
+	}
+}
+
+// TestCloseLeavesHeldClaims closes a ledger cleanly while it holds some of
+// its volatile claims: the journal then holds those claims and no other
+// (the settled ones are dropped, so a clean restart has nothing else to
+// look up), and the next process takes each held one over.
+func TestCloseLeavesHeldClaims(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	clock.Set(time.Unix(1e9, 0))
+	dir := t.TempDir()
+	db, l := openVolatileTest(t, dir, clock)
+	vol := ledger.BeginOptions{Owner: "a", Lease: time.Minute, Volatile: true}
+	key := func(i int) dedupe.Key { return dedupe.Key{byte(i), 11} }
+	const n = 100
+	for i := range n {
+		c := mustBegin(t, l, key(i), vol, ledger.StatusNew)
+		if i%5 < 3 {
+			if err := l.Commit(ctx, key(i), c.Lease.Token, ledger.Result{DownstreamID: "d"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if es, _, _ := readJournal(dir); len(es) != n {
+		t.Fatalf("the journal holds %d claims before the close; want all %d", len(es), n)
+	}
+	l.Close()
+	db.Close()
+	es, _, err := readJournal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, ok := es[key(i)]; ok != (i%5 >= 3) {
+			t.Fatalf("key %d in the journal after the close: %v; want only the %d claims still held", i, ok, n*2/5)
+		}
+	}
+	if len(es) != n*2/5 {
+		t.Fatalf("the journal holds %d claims after the close; want %d", len(es), n*2/5)
+	}
+
+	clock.Advance(time.Second)
+	db, l = openVolatileTest(t, dir, clock)
+	defer db.Close()
+	defer l.Close()
+	for i := range n {
+		want := ledger.StatusCommitted
+		if i%5 >= 3 {
+			want = ledger.StatusTakenOver
+		}
+		mustBegin(t, l, key(i), vol, want)
 	}
 }

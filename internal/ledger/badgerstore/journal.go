@@ -215,11 +215,20 @@ func (j *journal) rotate(held []journalEntry) {
 	}
 }
 
-func (j *journal) close() {
+// closeWith closes the journal, leaving in it only the claims snapshot
+// returns, the ones still held: the entries of claims settled since are
+// dropped as a rotation drops them, so that the next open, after a clean
+// close, has only those to recover (a large ledger's readiness after a
+// crash is mostly the lookups of a full journal's entries).
+func (j *journal) closeWith(snapshot func() []journalEntry) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.f != nil {
-		j.f.Close()
-		j.f = nil
+	if j.f == nil {
+		return
 	}
+	if j.size > 0 {
+		j.rotate(snapshot())
+	}
+	j.f.Close()
+	j.f = nil
 }
