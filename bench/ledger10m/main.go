@@ -3,7 +3,8 @@
 // ledger in the same run,
 //
 //   - disk bytes per record: the data directory's allocated blocks (and its
-//     apparent size) after the fill, the ledger closed;
+//     apparent size) after the runs below, the ledger closed, over every
+//     record they and the fill committed;
 //   - RSS per record: a fresh process opens the ledger as Oncegate does
 //     (app.OpenLedger), answers a claim and runs the latency cell; its RSS
 //     less the same process's on the empty ledger, over the records;
@@ -14,7 +15,12 @@
 //     already committed: a read) for as long;
 //   - readiness after a restart: in that fresh process, from the start of
 //     app.OpenLedger to the first Begin answered (the page cache warm, as
-//     after a process crash; a host reboot's cold cache is not measured);
+//     after a process crash; a host reboot's cold cache is not measured).
+//     The fill runs in a process of its own, killed (SIGKILL) when it is
+//     done, so the first open at size is a restart after a crash: the
+//     claims journal and Badger's write-ahead log as the killed process
+//     left them. That process closes the ledger cleanly, and one more
+//     process times a restart after a clean close;
 //   - retention's sweep: Badger drops an expired record when a compaction
 //     rewrites its table (the ledger writes each record with a TTL of
 //     Retention + 1h on Badger's wall clock, which a benchmark cannot move),
@@ -41,6 +47,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -92,6 +99,7 @@ func main() {
 }
 
 type options struct {
+	firstKey    uint64 // a child's first claim
 	records     int
 	workers     int
 	dur         time.Duration
@@ -146,12 +154,30 @@ func run(out io.Writer, args []string) (bool, error) {
 		return false, fmt.Errorf("the empty ledger: %w", err)
 	}
 
-	t0, cpu0 := time.Now(), procstat.CPU()
-	if err := fill(filepath.Join(fullDir, "badger"), o.records, o.fillWorkers, o.result); err != nil {
+	fillTook, fillCPU, err := runFill(self, filepath.Join(fullDir, "badger"), o)
+	if err != nil {
 		return false, fmt.Errorf("fill: %w", err)
 	}
-	fillTook, fillCPU := time.Since(t0), procstat.CPU()-cpu0
-	fmt.Fprintf(os.Stderr, "ledger10m: %d records written in %v\n", o.records, fillTook.Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "ledger10m: %d records written in %v, the filling process killed\n", o.records, fillTook.Round(time.Millisecond))
+	journal, err := journalBytes(filepath.Join(fullDir, "badger"))
+	if err != nil {
+		return false, err
+	}
+	// The first open at size is a restart after a crash (the claims
+	// journal and Badger's write-ahead log as the killed fill left them);
+	// it ends with a clean close, and the second open is a restart after
+	// that.
+	full, err := runChild(self, fullDir, o.records, o)
+	if err != nil {
+		return false, fmt.Errorf("the ledger at size: %w", err)
+	}
+	clean, err := runChild(self, fullDir, o.records, options{result: o.result, workers: o.workers, firstKey: 1 << 40})
+	if err != nil {
+		return false, fmt.Errorf("the ledger at size, after a clean close: %w", err)
+	}
+	// Disk after the clean close: every record the runs committed, the
+	// fill's and the children's.
+	written := int64(o.records) + int64(full.Pair.N) + 1 + int64(clean.Pair.N) + 1
 	diskAlloc, diskApparent, err := du(filepath.Join(fullDir, "badger"))
 	if err != nil {
 		return false, err
@@ -159,15 +185,6 @@ func run(out io.Writer, args []string) (bool, error) {
 	emptyAlloc, emptyApparent, err := du(filepath.Join(emptyDir, "badger"))
 	if err != nil {
 		return false, err
-	}
-
-	journal, err := journalBytes(filepath.Join(fullDir, "badger"))
-	if err != nil {
-		return false, err
-	}
-	full, err := runChild(self, fullDir, o.records, o)
-	if err != nil {
-		return false, fmt.Errorf("the ledger at size: %w", err)
 	}
 
 	var sw *sweepResult
@@ -179,7 +196,7 @@ func run(out io.Writer, args []string) (bool, error) {
 	load1 := loadavg()
 
 	n := float64(o.records)
-	diskPer := float64(diskAlloc) / n
+	diskPer := float64(diskAlloc) / float64(written)
 	rssPer := (float64(full.RSSAfter) - float64(empty.RSSAfter)) / n
 	ratio := float64(full.Pair.P99) / float64(empty.Pair.P99)
 	ok := true
@@ -196,8 +213,8 @@ func run(out io.Writer, args []string) (bool, error) {
 		fillTook.Round(time.Millisecond), n/fillTook.Seconds(), float64(fillCPU.Microseconds())/n, o.fillWorkers, fillBatch, o.result)
 	fmt.Fprintf(out, "disk                 %s allocated (%s apparent); the empty ledger %s (%s)\n",
 		mib(diskAlloc), mib(diskApparent), mib(emptyAlloc), mib(emptyApparent))
-	fmt.Fprintf(out, "  per record         %.1f B allocated (%.1f B apparent)           target ≤ %.0f B   %s\n",
-		diskPer, float64(diskApparent)/n, targetDisk, verdict(diskPer <= targetDisk))
+	fmt.Fprintf(out, "  per record         %.1f B allocated (%.1f B apparent; %d records, the fill's and the latency cells')   target ≤ %.0f B   %s\n",
+		diskPer, float64(diskApparent)/float64(written), written, targetDisk, verdict(diskPer <= targetDisk))
 	fmt.Fprintf(out, "RSS                  %s at size, %s empty (after open, a claim and the latency cells); after open and the first claim: %s and %s\n",
 		mib(full.RSSAfter), mib(empty.RSSAfter), mib(full.RSSReady), mib(empty.RSSReady))
 	fmt.Fprintf(out, "  per record         %.1f B (after open and the first claim: %.1f B)    target ≤ %.0f B   %s\n",
@@ -218,8 +235,9 @@ func run(out io.Writer, args []string) (bool, error) {
 	fmt.Fprintf(out, "  at size            p50 %8v  p99 %8v  (%d, of the filled keys)\n", full.Dup.P50, full.Dup.P99, full.Dup.N)
 	fmt.Fprintf(out, "readiness after a restart (a new process: app.OpenLedger to the first Begin answered, page cache warm)\n")
 	fmt.Fprintf(out, "  empty              %v (open %v)\n", empty.Ready, empty.Open)
-	fmt.Fprintf(out, "  at size            %v (open %v)                       target ≤ %v   %s\n", full.Ready, full.Open, targetReadiness, verdict(full.Ready <= targetReadiness))
-	fmt.Fprintf(out, "  the claims journal the open read: %s (%d entries of %d B; the fill's volatile claims, as a gate leaves them)\n", mib(journal), journal/journalEntry, journalEntry)
+	fmt.Fprintf(out, "  at size, a crash   %v (open %v)                       target ≤ %v   %s\n", full.Ready, full.Open, targetReadiness, verdict(full.Ready <= targetReadiness))
+	fmt.Fprintf(out, "    the claims journal the killed fill left: %s (%d entries of %d B, its volatile claims as a gate leaves them), and Badger's write-ahead log\n", mib(journal), journal/journalEntry, journalEntry)
+	fmt.Fprintf(out, "  at size, clean     %v (open %v)                       target ≤ %v   %s\n", clean.Ready, clean.Open, targetReadiness, verdict(clean.Ready <= targetReadiness))
 	if sw != nil {
 		fmt.Fprintf(out, "retention's sweep (Badger drops expired records at compaction; Oncegate runs the value-log GC every 10 minutes)\n")
 		fmt.Fprintf(out, "  value-log GC pass  %v wall, %v CPU (%s)\n", sw.GC.Round(time.Millisecond), sw.GCCPU.Round(time.Millisecond), sw.GCResult)
@@ -237,6 +255,13 @@ func run(out io.Writer, args []string) (bool, error) {
 // program re-runs its own executable; the test binary's TestMain calls it
 // too).
 func maybeChild() {
+	if len(os.Args) > 1 && os.Args[1] == "-fill" {
+		if err := fillChild(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "ledger10m fill:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "-child" {
 		if err := child(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "ledger10m child:", err)
@@ -267,7 +292,13 @@ type percentiles struct {
 
 func runChild(self, dir string, records int, o options) (*childResult, error) {
 	cmd := exec.Command(self, "-child", "-dir", dir, "-records", fmt.Sprint(records), "-result", o.result,
-		"-workers", fmt.Sprint(o.workers), "-dur", o.dur.String())
+		"-workers", fmt.Sprint(o.workers), "-dur", o.dur.String(), "-first", fmt.Sprint(o.firstKey))
+	if o.dur == 0 {
+		// The open alone: the profiles are the other children's.
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+			return strings.HasPrefix(kv, "LEDGER10M_OPEN_PROFILE=") || strings.HasPrefix(kv, "LEDGER10M_HEAP_PROFILE=")
+		})
+	}
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
@@ -305,6 +336,7 @@ func child(args []string) error {
 	workers := fs.Int("workers", 16, "")
 	dur := fs.Duration("dur", time.Second, "")
 	shape := fs.String("result", "gate", "")
+	first := fs.Uint64("first", 0, "the fresh key of the first claim (the pair cell claims the keys after 0)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -332,13 +364,16 @@ func child(args []string) error {
 		return err
 	}
 	r.Open = time.Since(t0)
-	c, err := l.Begin(ctx, freshKey(0), ledger.BeginOptions{Owner: "bench", Lease: time.Minute})
+	c, err := l.Begin(ctx, freshKey(*first), ledger.BeginOptions{Owner: "bench", Lease: time.Minute})
 	if err != nil {
 		return err
 	}
 	r.Ready = time.Since(t0)
 	pprof.StopCPUProfile()
-	if err := l.Commit(ctx, freshKey(0), c.Lease.Token, resultOf(*shape, 1<<40)); err != nil {
+	if c.Status != ledger.StatusNew {
+		return fmt.Errorf("the first claim, of fresh key %d: %v", *first, c.Status)
+	}
+	if err := l.Commit(ctx, freshKey(*first), c.Lease.Token, resultOf(*shape, 1<<40)); err != nil {
 		return err
 	}
 	r.RSSReady = procstat.RSS()
@@ -360,6 +395,12 @@ func child(args []string) error {
 	runtime.ReadMemStats(&ms)
 	r.HeapReady = ms.HeapInuse
 
+	if *dur == 0 { // the open alone
+		if err := closeLedger(); err != nil {
+			return err
+		}
+		return json.NewEncoder(os.Stdout).Encode(&r)
+	}
 	var next atomic.Uint64 // freshKey(0) is committed; the cell commits 1 to next
 	pairs, err := cell(*workers, *dur, func() error {
 		i := next.Add(1)
@@ -492,21 +533,66 @@ func freshKey(i uint64) dedupe.Key { return keyFrom(i, 0x0DDBA11CAFEF00D5) }
 
 // --- the fill --------------------------------------------------------------
 
+// runFill fills dir in a child process and kills it (SIGKILL) once it says
+// it is done, leaving the directory as a crash does; it returns the fill's
+// time and the child's CPU time.
+func runFill(self, dir string, o options) (time.Duration, time.Duration, error) {
+	cmd := exec.Command(self, "-fill", "-dir", dir, "-records", fmt.Sprint(o.records),
+		"-fill-workers", fmt.Sprint(o.fillWorkers), "-result", o.result)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, 0, err
+	}
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	took := time.Since(t0)
+	cmd.Process.Kill()
+	cmd.Wait()
+	if err != nil || line != "filled\n" {
+		return 0, 0, fmt.Errorf("the filling process ended without filling (%q, %v)", line, err)
+	}
+	u := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	cpu := time.Duration(syscall.TimevalToNsec(u.Utime) + syscall.TimevalToNsec(u.Stime))
+	return took, cpu, nil
+}
+
+// fillChild fills a directory, says so on its stdout, and waits to be
+// killed.
+func fillChild(args []string) error {
+	fs := flag.NewFlagSet("fill", flag.ContinueOnError)
+	dir := fs.String("dir", "", "Badger directory")
+	records := fs.Int("records", 0, "records to write")
+	workers := fs.Int("fill-workers", 2, "")
+	shape := fs.String("result", "gate", "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := fill(*dir, *records, *workers, *shape); err != nil {
+		return err
+	}
+	fmt.Println("filled")
+	select {} // until killed
+}
+
 const fillBatch = 2000
 
 // fill writes n committed records into a Badger ledger in dir through the
 // store's batch API, workers batches at once, without fsyncs.
+//
+// It leaves the ledger open: its process is killed next.
 func fill(dir string, n, workers int, shape string) error {
 	db, err := badgerstore.Open(dir, badgerstore.OpenOptions{})
 	if err != nil {
 		return err
 	}
-	defer db.Close()
 	l, err := badgerstore.New(db, badgerstore.Options{NoSync: true})
 	if err != nil {
 		return err
 	}
-	defer l.Close()
 	ctx := context.Background()
 	var (
 		next    atomic.Int64
