@@ -42,8 +42,10 @@ import (
 // payload's fingerprint, the token, the attempts and the creation time.
 const journalEntrySize = 4 + 16 + 16 + 8 + 4 + 8
 
-// journalMax is the size past which the journal starts a new file.
-var journalMax int64 = 16 << 20 // a variable for tests
+// journalMax is the size past which the journal starts a new file. It
+// bounds the work of a restart after a crash, which looks each entry up in
+// the database (about 75,000 entries; at 10⁷ records, 0.3 s of CPU).
+var journalMax int64 = 4 << 20 // a variable for tests
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 

@@ -41,8 +41,9 @@ type Options struct {
 // Options.NoSync is set), and the syncs of concurrent callers are
 // coalesced into one (group commit). A record Do reported written
 // survives a process crash and, as far as the disk honours fsync, a power
-// loss. Each record carries a CRC-32C, and Badger verifies checksums on
-// every read: a flipped bit is an error, not a wrong answer.
+// loss. Each record carries a CRC-32C, every table of the directory is
+// checked against its checksums before it opens, and Badger checks each
+// block it reads: a flipped bit is an error, not a wrong answer.
 //
 // Records expire Retention after their last change, and Badger drops them
 // at compaction.
