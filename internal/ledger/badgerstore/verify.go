@@ -133,7 +133,7 @@ func verifyTable(dir string, id uint64, c options.CompressionType) error {
 func unpanic(f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("Badger's check panicked: %v", r)
+			err = fmt.Errorf("panicked in Badger's table code: %v", r)
 		}
 	}()
 	return f()
