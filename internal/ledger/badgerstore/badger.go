@@ -360,9 +360,11 @@ func (l *Ledger) keep(key dedupe.Key, next *ledger.Record, volatile bool) bool {
 }
 
 // orphans reads the DB's record of each journaled claim in es, on as many
-// goroutines as there are CPUs (nothing writes the DB yet: the reads need no
-// transaction of their own), and returns the pending record to write for
-// each claim the DB does not show settled or claimed since.
+// goroutines as there are CPUs, in read-only transactions, and returns the
+// pending record to write for each claim the DB does not show settled or
+// claimed since. Nothing else writes the ledger's records before the
+// recovery is over (it runs before the first ledger of the DB is returned),
+// so what the reads found still holds when the records are written.
 func (l *Ledger) orphans(es []journalEntry, now time.Time) ([]ledger.Record, error) {
 	parts := min(runtime.GOMAXPROCS(0), max(len(es)/1000, 1))
 	out := make([][]ledger.Record, parts)
