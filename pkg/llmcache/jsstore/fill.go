@@ -65,7 +65,7 @@ func (s *Store) await(ctx context.Context, k llmcache.Key, wait time.Duration, l
 	defer cancel()
 	key := claimKey(k)
 	mine := s.claimValue(claimHeld)
-	w, err := s.kv.Watch(ctx, "*."+k.String())
+	w, err := s.watch(ctx, "*."+k.String())
 	if err != nil {
 		return nil, nil, wrapErr("watch "+k.String(), err)
 	}
