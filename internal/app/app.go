@@ -24,6 +24,7 @@ import (
 	"github.com/oncegate/oncegate/internal/config"
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ingress"
+	"github.com/oncegate/oncegate/internal/jsretry"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/internal/llmhook"
 	"github.com/oncegate/oncegate/internal/natsrun"
@@ -215,7 +216,7 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 
 	// Ledger.
 	if NeedsLedger(cfg) {
-		l, closeLedger, err := OpenLedger(ctx, cfg, a.JS, OpenLedgerOptions{Clock: o.Clock, Wrap: o.WrapLedger})
+		l, closeLedger, err := openLedgerRetrying(ctx, cfg, a.JS, OpenLedgerOptions{Clock: o.Clock, Wrap: o.WrapLedger}, o.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -289,6 +290,36 @@ func (a *App) startNATS(ctx context.Context, o Options) error {
 	a.closers = append(a.closers, func() error { natsrun.Close(nc); return nil })
 	a.JS, err = jetstream.New(nc)
 	return err
+}
+
+// jetStreamWait bounds how long Start retries opening the KV ledger while
+// JetStream refuses for a reason that passes.
+const jetStreamWait = time.Minute
+
+// openLedgerRetrying is OpenLedger, retried for up to jetStreamWait while a
+// KV ledger's bucket cannot be opened for a reason that passes (a cluster
+// electing its meta leader; with an operator's accounts, an account whose
+// JetStream is enabled only as its first client connects, whose first
+// request gets "jetstream not enabled for account"). Each refusal is logged;
+// past the wait, the last one is the error. A Badger ledger is opened once.
+func openLedgerRetrying(ctx context.Context, cfg *config.Config, js jetstream.JetStream, lo OpenLedgerOptions, log *slog.Logger) (ledger.Ledger, func() error, error) {
+	if cfg.Ledger.Store != config.StoreKV {
+		return OpenLedger(ctx, cfg, js, lo)
+	}
+	wctx, cancel := context.WithTimeout(ctx, jetStreamWait)
+	defer cancel()
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		l, closeLedger, err := OpenLedger(ctx, cfg, js, lo)
+		if err == nil || !jsretry.Transient(err) || wctx.Err() != nil {
+			return l, closeLedger, err
+		}
+		log.Warn("the ledger's bucket cannot be opened yet; retrying", "in", delay, "err", err)
+		select {
+		case <-time.After(delay):
+		case <-wctx.Done():
+			return nil, nil, err
+		}
+	}
 }
 
 // startConsumer makes the consumer of the pipelines, and watches their
