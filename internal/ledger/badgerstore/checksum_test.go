@@ -49,26 +49,12 @@ func TestFlippedBitInATable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a child process")
 	}
-	ctx := context.Background()
 	dir := t.TempDir()
 	db, err := badgerstore.Open(dir, badgerstore.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := badgerstore.New(db, badgerstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range flippedRecords {
-		c, err := l.Begin(ctx, flippedKey(i), ledger.BeginOptions{Lease: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Commit(ctx, flippedKey(i), c.Lease.Token, ledger.Result{DownstreamID: fmt.Sprintf("ticket-%d", i)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l.Close()
+	commitFlipped(t, db)
 	if err := db.Close(); err != nil { // flushes the memtable to a table
 		t.Fatal(err)
 	}
@@ -209,20 +195,7 @@ func TestOpenChecksTables(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l, err := badgerstore.New(db, badgerstore.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range flippedRecords {
-				c, err := l.Begin(ctx, flippedKey(i), ledger.BeginOptions{Lease: time.Minute})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := l.Commit(ctx, flippedKey(i), c.Lease.Token, ledger.Result{DownstreamID: fmt.Sprintf("ticket-%d", i)}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			l.Close()
+			commitFlipped(t, db)
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +206,7 @@ func TestOpenChecksTables(t *testing.T) {
 			if err != nil {
 				t.Fatalf("opening the undamaged ledger: %v", err)
 			}
-			l, err = badgerstore.New(db, badgerstore.Options{})
+			l, err := badgerstore.New(db, badgerstore.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,6 +239,27 @@ func TestOpenChecksTables(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// commitFlipped commits flippedRecords records in a ledger on db, record i
+// with the result "ticket-i".
+func commitFlipped(t *testing.T, db *badger.DB) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := badgerstore.New(db, badgerstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := range flippedRecords {
+		c, err := l.Begin(ctx, flippedKey(i), ledger.BeginOptions{Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Commit(ctx, flippedKey(i), c.Lease.Token, ledger.Result{DownstreamID: fmt.Sprintf("ticket-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

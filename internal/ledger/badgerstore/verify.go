@@ -1,7 +1,6 @@
 package badgerstore
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,12 +8,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sync"
+	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"github.com/dgraph-io/badger/v4/table"
 	"github.com/dgraph-io/ristretto/v2/z"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/oncegate/oncegate/internal/ledger"
 )
@@ -59,36 +59,22 @@ func verifyTables(dir string) error {
 		}
 	}
 	slices.Sort(ids)
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-		next  = make(chan uint64)
-	)
-	for range min(runtime.GOMAXPROCS(0), max(len(ids), 1)) {
-		wg.Go(func() {
-			for id := range next {
-				err := verifyTable(dir, id, m.Tables[id].Compression)
-				if err != nil {
-					mu.Lock()
-					first = cmp.Or(first, err)
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	var g errgroup.Group
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	var failed atomic.Bool
 	for _, id := range ids {
-		mu.Lock()
-		failed := first != nil
-		mu.Unlock()
-		if failed {
+		if failed.Load() {
 			break
 		}
-		next <- id
+		g.Go(func() error {
+			err := verifyTable(dir, id, m.Tables[id].Compression)
+			if err != nil {
+				failed.Store(true)
+			}
+			return err
+		})
 	}
-	close(next)
-	wg.Wait()
-	return first
+	return g.Wait()
 }
 
 // verifyTable checks the blocks of the table id in dir, written with
