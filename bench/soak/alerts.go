@@ -697,6 +697,15 @@ func (ar *alertsReport) droppedBy429() int {
 	return len(ar.dropped429)
 }
 
+// sentAfterDropIDs are the firings dropped whose page went out all the
+// same (none if the run had no alerts).
+func (ar *alertsReport) sentAfterDropIDs() []int {
+	if ar == nil {
+		return nil
+	}
+	return ar.sentAfterDrop
+}
+
 func (ar *alertsReport) print(w io.Writer) {
 	fmt.Fprintf(w, "alerts\t%d firings, %d resolves of them, %d alerts first seen resolved; routes taken: %s\n",
 		ar.firings, ar.resolves, ar.firstResolved, formatCounts(ar.routes))

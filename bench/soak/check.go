@@ -151,6 +151,7 @@ type report struct {
 	modelRepaidWhen                                  []string
 	repaidWhy                                        map[string]int // extra answers, by what became of the answer before
 	repaidAliveEx                                    []string       // extra answers whose previous answer's process still ran, or died more than 100ms after it
+	repaidAliveIDs                                   []int          // their intents
 	tokensMin, tokensSpent                           int64
 	lostInFlight                                     int   // answers paid again because the process that made the one before died or stopped with it in hand, or had died before it came
 	lostTokens                                       int64 // the tokens of those answers paid again
@@ -786,6 +787,9 @@ func (r *report) print(w io.Writer, h *harness) {
 	if !r.settled {
 		fmt.Fprintf(w, "not settled: %s\n", r.settleWhy)
 	}
+	if verdict == "FAIL" {
+		h.printTrails(w, r)
+	}
 }
 
 // keepHint says how to keep a file of the run's directory.
@@ -858,6 +862,7 @@ func (h *harness) classifyRepaid(rep *report, id int) {
 			if len(rep.repaidAliveEx) < 6 {
 				rep.repaidAliveEx = append(rep.repaidAliveEx, fmt.Sprintf("intent %d: replica-%d at %+.3fs, still running, then replica-%d at %+.3fs",
 					id, prev.replica, prev.at.Sub(h.t0).Seconds(), next.replica, next.at.Sub(h.t0).Seconds()))
+				rep.repaidAliveIDs = append(rep.repaidAliveIDs, id)
 			}
 			continue
 		}
@@ -887,6 +892,7 @@ func (h *harness) classifyRepaid(rep *report, id int) {
 		if ended.Sub(prev.at) > lossWindow && len(rep.repaidAliveEx) < 6 {
 			rep.repaidAliveEx = append(rep.repaidAliveEx, fmt.Sprintf("intent %d: replica-%d at %+.3fs, which died (%s) at %+.3fs, then replica-%d at %+.3fs",
 				id, prev.replica, prev.at.Sub(h.t0).Seconds(), how, ended.Sub(h.t0).Seconds(), next.replica, next.at.Sub(h.t0).Seconds()))
+			rep.repaidAliveIDs = append(rep.repaidAliveIDs, id)
 		}
 	}
 }
