@@ -319,12 +319,15 @@ type alertEffects struct {
 	// What the ledger says the consumer decided, by intent: a firing
 	// dropped because its resolve went out first, a resolve whose firing
 	// left no route (nothing sent), a Slack message the dispatcher did not
-	// send to keep the lifecycle in order.
-	dropped, none, slackDropped map[int]bool
-	dropped429                  []string // events refused with a 429 and never accepted after, the lifecycle's drops aside
-	throttledDropped            []int    // firings refused with a 429, then dropped by the lifecycle (their resolve went out first)
-	throttled                   int      // 429s answered
-	otherKey                    int      // PagerDuty events accepted under another key than their intent's effect key
+	// send to keep the lifecycle in order. maybeSent are the dropped
+	// firings whose record says an earlier try may have sent some of them
+	// (a holder that stopped, its claim taken over): a page of theirs
+	// before the resolve is no fault; one after it is (afterResolve).
+	dropped, none, slackDropped, maybeSent map[int]bool
+	dropped429                             []string // events refused with a 429 and never accepted after, the lifecycle's drops aside
+	throttledDropped                       []int    // firings refused with a 429, then dropped by the lifecycle (their resolve went out first)
+	throttled                              int      // 429s answered
+	otherKey                               int      // PagerDuty events accepted under another key than their intent's effect key
 }
 
 func (a *alertEffects) wrong(list *[]string, format string, args ...any) {
@@ -343,7 +346,7 @@ func (a *alertEffects) wrong(list *[]string, format string, args ...any) {
 // its text.
 func (h *harness) alertEffects(rep *report) (*alertEffects, error) {
 	ae := &alertEffects{pdKeys: map[int]map[string]bool{}, pdEvents: map[int]int{}, slack: map[int]int{},
-		dropped: map[int]bool{}, none: map[int]bool{}, slackDropped: map[int]bool{}}
+		dropped: map[int]bool{}, none: map[int]bool{}, slackDropped: map[int]bool{}, maybeSent: map[int]bool{}}
 	keyer, err := h.keyer(pAlerts)
 	if err != nil {
 		return nil, err
@@ -530,6 +533,7 @@ type alertsReport struct {
 	droppedDelayed      int      // other firings dropped: behind their resolve past resolve_wait (a backlog)
 	droppedAstray       []int    // firings dropped that have no resolve
 	sentAfterDrop       []int    // firings dropped whose page went out all the same
+	maybeSent           int      // firings dropped whose record says an earlier try may have sent some of them
 	dropped429          []string // events refused with a 429 and never accepted after, the lifecycle's drops aside
 	throttledDropped    []int    // firings refused with a 429, then dropped by the lifecycle (their resolve went out first)
 	throttled           int      // 429s answered
@@ -609,7 +613,10 @@ func (h *harness) classifyAlert(rep *report, r *row, in *intent, dead []deadLett
 		// firing behind its resolve past resolve_wait), a resolve whose
 		// firing left no route, a message whose firing's was not sent.
 		// Anything sent all the same is counted against it.
-		if ae.dropped[in.id] && pd > 0 {
+		if ae.maybeSent[in.id] {
+			ar.maybeSent++
+		}
+		if ae.dropped[in.id] && !ae.maybeSent[in.id] && pd > 0 {
 			ar.sentAfterDrop = append(ar.sentAfterDrop, in.id)
 		}
 		if slack > 0 && (ae.dropped[in.id] || ae.slackDropped[in.id] || ae.none[in.id]) {
@@ -715,8 +722,8 @@ func (ar *alertsReport) print(w io.Writer) {
 		"firings refused with a 429 then dropped by the lifecycle (their resolve went out first: not lost to the 429) %d %v; events accepted under another key than their intent's effect key %d\n",
 		ar.toPD, ar.pdEffects, ar.pdEvents, ar.pdSentAgain, ar.pd.Opened, ar.pd.Resolved, ar.pd.Dropped, ar.pd.Open, ar.openExpected, len(ar.wrongState), ar.wrongState[:min(4, len(ar.wrongState))], ar.pd.Refused,
 		ar.stormQuota, ar.throttled, len(ar.dropped429), ar.dropped429[:min(4, len(ar.dropped429))], len(ar.throttledDropped), ar.throttledDropped[:min(8, len(ar.throttledDropped))], ar.otherKey)
-	fmt.Fprintf(w, "\tlifecycle: %d raced firings (PagerDuty refused the page until it had the resolve), %d dropped after their resolve, never paged; %d other firings dropped behind their resolve (a backlog past resolve_wait); dropped with no resolve %v, dropped yet paged %v; firings that reached a receiver after their resolve %d (PagerDuty counts %d) %v\n",
-		ar.raced, ar.racedDropped, ar.droppedDelayed, ar.droppedAstray, ar.sentAfterDrop, len(ar.afterResolve), ar.pd.AfterResolve, ar.afterResolve[:min(4, len(ar.afterResolve))])
+	fmt.Fprintf(w, "\tlifecycle: %d raced firings (PagerDuty refused the page until it had the resolve), %d dropped after their resolve, never paged; %d other firings dropped behind their resolve (a backlog past resolve_wait); dropped with no resolve %v, dropped yet paged %v (dropped with an earlier try's sending unknown, allowed a page before the resolve: %d); firings that reached a receiver after their resolve %d (PagerDuty counts %d) %v\n",
+		ar.raced, ar.racedDropped, ar.droppedDelayed, ar.droppedAstray, ar.sentAfterDrop, ar.maybeSent, len(ar.afterResolve), ar.pd.AfterResolve, ar.afterResolve[:min(4, len(ar.afterResolve))])
 	if ar.storm > 0 {
 		fmt.Fprintf(w, "\tstorm: %d critical alerts to one routing key within a (scaled) minute; %d paged once; drained %v after its first trigger (the quota, %s, allows %v at best)\n",
 			ar.storm, ar.stormPaged, ar.stormDrain.Round(10*time.Millisecond), ar.stormQuota, ar.stormBest())
@@ -763,6 +770,7 @@ func (h *harness) alertDecisions(ae *alertEffects, keyer *dedupe.Keyer) error {
 		return rec.Result.DownstreamID
 	}
 	const dropped, none = `{"dropped":"its resolve went out first"}`, `{"route":null}`
+	const maybeSent = `{"dropped":"its resolve went out first","sent":"unknown: an earlier try may have sent some of it"}`
 	for _, in := range h.w.intents {
 		a := in.alert
 		if a == nil || a.storm {
@@ -776,6 +784,8 @@ func (h *harness) alertDecisions(ae *alertEffects, keyer *dedupe.Keyer) error {
 		switch said(k) {
 		case dropped:
 			ae.dropped[in.id] = true
+		case maybeSent:
+			ae.dropped[in.id], ae.maybeSent[in.id] = true, true
 		case none:
 			ae.none[in.id] = true
 		}

@@ -71,6 +71,24 @@ func resolvingKey(identity dedupe.Key) dedupe.Key {
 // resolve commits: the effect was not sent, for good.
 var droppedResult = []byte(`{"dropped":"its resolve went out first"}`)
 
+// droppedMaybeSentResult is what a firing dropped for its resolve commits
+// when some of it may have gone out before: an earlier holder's try that
+// stopped without a word (the claim was taken over, not released), or an
+// effect of its route this try sent before the resolve was recorded. What
+// is left is not sent; what went out is not known, so the record does not
+// say "not sent" (a resolve's entry sends behind it: see
+// entryOrderStage).
+var droppedMaybeSentResult = []byte(`{"dropped":"its resolve went out first","sent":"unknown: an earlier try may have sent some of it"}`)
+
+// dropped marks t, a firing, dropped for its resolve: see droppedResult.
+func (g *gate) dropped(t *Trigger) {
+	body := droppedResult
+	if t.sent || t.claim.Status == ledger.StatusTakenOver && !t.claim.Released {
+		body = droppedMaybeSentResult
+	}
+	t.res, t.effected, t.dropped = sink.Result{Body: body}, true, true
+}
+
 // ordered reports whether the gate orders the lifecycle of identities.
 func (g *gate) ordered() bool { return g.mile != nil && g.mile.ordered && g.ledger != nil }
 
@@ -216,7 +234,7 @@ func (g *gate) resolvedFirst(ctx context.Context, t *Trigger) bool {
 	}
 	g.c.log.Info("a firing not sent: its resolve went out first", "pipeline", g.pipeline, "identity", t.lm.identity.String(), "key", t.intent.String())
 	g.pol.afterResolve()
-	t.res, t.effected, t.dropped = sink.Result{Body: droppedResult}, true, true
+	g.dropped(t)
 	return true
 }
 
@@ -269,7 +287,7 @@ func (s *entryOrderStage) wrap(next Handler) Handler {
 				default:
 					g.c.log.Info("a firing's one-shot effect not sent: its resolve went out first", "pipeline", g.pipeline, "identity", identity.String(), "key", t.intent.String())
 					g.pol.afterResolve()
-					t.res, t.effected, t.dropped = sink.Result{Body: droppedResult}, true, true
+					g.dropped(t)
 				}
 				return
 			}

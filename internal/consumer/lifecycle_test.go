@@ -78,6 +78,59 @@ func TestFiringAfterItsResolveIsDropped(t *testing.T) {
 	}
 }
 
+// TestFiringTakenOverAfterItsResolve: the firing's first holder stopped
+// without a word (its claim left pending, its lease run out: it may have
+// paged), and the resolve went out meanwhile. The firing's next try takes
+// the claim over, finds the resolve recorded and sends nothing; its record
+// says it was dropped and that what an earlier try sent is unknown — not
+// that it never was sent, which a takeover cannot know. A firing that
+// comes after its resolve, never tried before, is recorded not sent.
+func TestFiringTakenOverAfterItsResolve(t *testing.T) {
+	slowTest(t)
+	ctx := context.Background()
+	r := startRecipe(t, standin.Options{}, pageAll(time.Second))
+	stopped, err := dedupe.ParseKey(r.identity(t, "stopped1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ledger.Begin(ctx, consumer.StatusKey(stopped, "firing"), ledger.BeginOptions{Owner: "a-holder-that-stopped:1", Lease: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	r.publish("triggers.alerts", amAlert("late1", "page", "resolved", 1))
+	r.publish("triggers.alerts", amAlert("stopped1", "page", "resolved", 1))
+	waitFor(t, 30*time.Second, "the resolves settled", func() bool {
+		return r.stats("alerts").Effects == 2 && r.allAcked("alerts")
+	}, r.fixture)
+	r.publish("triggers.alerts", amAlert("late1", "page", "firing", 0))
+	r.publish("triggers.alerts", amAlert("stopped1", "page", "firing", 0))
+	waitFor(t, 30*time.Second, "the firings settled", func() bool {
+		return r.stats("alerts").Effects == 4 && r.allAcked("alerts")
+	}, r.fixture)
+	said := func(fp string) string {
+		id, err := dedupe.ParseKey(r.identity(t, fp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := r.ledger.Get(ctx, consumer.StatusKey(id, "firing"))
+		if err != nil || rec.State != ledger.StateCommitted {
+			t.Fatalf("the record of firing %s: %+v, %v; want it committed", fp, rec, err)
+		}
+		return rec.Result.DownstreamID
+	}
+	if got := said("late1"); got != `{"dropped":"its resolve went out first"}` {
+		t.Errorf("the firing that came after its resolve recorded %s; want dropped, not sent", got)
+	}
+	if got := said("stopped1"); !strings.Contains(got, `"dropped"`) || !strings.Contains(got, `"sent":"unknown`) {
+		t.Errorf("the firing taken over from a holder that stopped recorded %s; want dropped, sent unknown", got)
+	}
+	if st := r.pd.Stats(); st.Triggers != 0 || st.AfterResolve != 0 {
+		t.Errorf("PagerDuty %+v; want no trigger accepted", st)
+	}
+	if s := r.stats("alerts"); s.AfterResolve != 2 {
+		t.Errorf("stats %+v; want both firings counted as dropped after their resolve", s)
+	}
+}
+
 // TestResolveGoesWhereItsFiringWent: the model's triage sends each firing
 // to PagerDuty or to Slack; its resolve goes to the same receiver, read
 // from the firing's recorded route, and nowhere else. A resolve whose
