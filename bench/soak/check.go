@@ -19,6 +19,7 @@ import (
 
 	"github.com/oncegate/oncegate/internal/consumer"
 	"github.com/oncegate/oncegate/internal/ledger"
+	"github.com/oncegate/oncegate/internal/ledger/history"
 	"github.com/oncegate/oncegate/internal/ledger/jskvstore"
 	"github.com/oncegate/oncegate/internal/outcome"
 	"github.com/oncegate/oncegate/pkg/dedupe"
@@ -888,6 +889,16 @@ func (h *harness) classifyRepaid(rep *report, id int) {
 		if h.serverDown(prev.at, ended) {
 			how += ", a nats-server down in between"
 		}
+		if ended.Sub(prev.at) > lossWindow && !h.ledgerAnswered(prev.replica, prev.at, ended) {
+			// The process kept the answer on disk and in memory, and tried
+			// the ledger until it died: no write of it was answered from
+			// the answer to its death (a partition, no majority), so
+			// nobody else could find the answer, and nothing could.
+			rep.repaidWhy["died "+after+" after, the ledger out of its reach until then ("+how+")"]++
+			rep.lostInFlight++
+			rep.lostTokens += next.tokens
+			continue
+		}
 		rep.repaidWhy["died "+after+" after ("+how+")"]++
 		if ended.Sub(prev.at) > lossWindow && len(rep.repaidAliveEx) < 6 {
 			rep.repaidAliveEx = append(rep.repaidAliveEx, fmt.Sprintf("intent %d: replica-%d at %+.3fs, which died (%s) at %+.3fs, then replica-%d at %+.3fs",
@@ -895,6 +906,42 @@ func (h *harness) classifyRepaid(rep *report, id int) {
 			rep.repaidAliveIDs = append(rep.repaidAliveIDs, id)
 		}
 	}
+}
+
+// ledgerAnswered reports whether the ledger answered a write of replica's
+// process (a claim, a renewal, a note, a commit...) asked after from and
+// answered by to: with a result or with one of its own verdicts, not a
+// timeout or a lost connection. Read from the replica's ledger history.
+func (h *harness) ledgerAnswered(replica int, from, to time.Time) bool {
+	h.reach.once.Do(func() {
+		h.reach.writes = map[int][][2]int64{}
+		h.reach.unread = map[int]bool{}
+		for i := range h.replicas {
+			ops, _, err := history.ReadFile(h.historyPath(i))
+			if err != nil {
+				h.reach.unread[i] = true
+				continue
+			}
+			for _, o := range ops {
+				switch o.Call.Op {
+				case history.OpGet, history.OpPending, history.OpClose:
+					continue
+				}
+				if o.Answered() && o.Return.Err != history.ErrOther {
+					h.reach.writes[i] = append(h.reach.writes[i], [2]int64{o.Call.Time, o.Return.Time})
+				}
+			}
+		}
+	})
+	if h.reach.unread[replica] {
+		return true // unknown: the answer is not excused
+	}
+	for _, w := range h.reach.writes[replica] {
+		if w[0] >= from.UnixNano() && w[1] <= to.UnixNano() {
+			return true
+		}
+	}
+	return false
 }
 
 // stoppedWith reports whether the replica that made answer prev was

@@ -41,8 +41,15 @@ type harness struct {
 	proxies  [][]*routeProxy // [i][j]: node i's route to node j
 	replicas []*replica
 
-	model    *standin.Server
-	proxy    *modelProxy
+	model *standin.Server
+	proxy *modelProxy
+	// reach is, by replica, the ledger writes its processes had answered
+	// (call and answer times), read from the histories once (ledgerAnswered).
+	reach struct {
+		once   sync.Once
+		writes map[int][][2]int64
+		unread map[int]bool // a replica whose history did not read
+	}
 	pay      *paymentSink
 	shot     *oneShotSink
 	alerts   *alertReceivers // the alerts pipeline's PagerDuty and Slack

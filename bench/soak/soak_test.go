@@ -604,12 +604,17 @@ func TestAnswerAfterItsCallerDied(t *testing.T) {
 // had the lives given (start, killed by the soak or 0, reaped); it returns
 // the report and the harness it made.
 func classifyAnswers(lives [][3]float64, answers [][2]float64) (*report, *harness) {
-	t0 := time.Now()
+	return classifyAnswersIn("", time.Now(), lives, answers)
+}
+
+// classifyAnswersIn is classifyAnswers with the run's directory (its
+// ledger histories) and start.
+func classifyAnswersIn(dir string, t0 time.Time, lives [][3]float64, answers [][2]float64) (*report, *harness) {
 	r := &replica{idx: 2}
 	for _, l := range lives {
 		r.lives = append(r.lives, endedChild(t0, l[0], l[1], l[2]))
 	}
-	h := &harness{events: &events{t0: t0}, t0: t0, replicas: []*replica{{}, {}, r}}
+	h := &harness{dir: dir, events: &events{t0: t0}, t0: t0, replicas: []*replica{{}, {}, r}}
 	var as []answerAt
 	for _, a := range answers {
 		as = append(as, answerAt{int(a[0]), secondsFrom(t0)(a[1]), 10})
@@ -618,6 +623,49 @@ func classifyAnswers(lives [][3]float64, answers [][2]float64) (*report, *harnes
 	rep := &report{}
 	h.classifyRepaid(rep, 1)
 	return rep, h
+}
+
+// TestAnswerLostToAnUnreachableLedger: replica 2's process got its answer
+// and died 8.4s later (seed 798408478, in CI), and replica 0 paid for it
+// again. Every ledger write the process asked after the answer timed out
+// (its node cut off, no majority): the answer was on its disk, out of
+// anyone else's reach, and paying for it again is a loss in flight. Had
+// the ledger answered one of its writes meanwhile, the answer could have
+// been kept, and paying again is not excused.
+func TestAnswerLostToAnUnreachableLedger(t *testing.T) {
+	t0 := time.Now()
+	at := secondsFrom(t0)
+	lives := [][3]float64{{1, 28.4, 28.41}, {29, 0, 100}}
+	answers := [][2]float64{{2, 20}, {0, 37.6}}
+	history := func(ops ...string) string {
+		dir := t.TempDir()
+		if err := os.Mkdir(filepath.Join(dir, "logs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b := `{"ev":"open","process":"host:7"}` + "\n" + strings.Join(ops, "\n") + "\n"
+		if err := os.WriteFile(filepath.Join(dir, "logs", "ledger-history-replica-2.jsonl"), []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	op := func(id int, op string, call, ret float64, err string) string {
+		e := ""
+		if err != "" {
+			e = fmt.Sprintf(`,"err":%q`, err)
+		}
+		return fmt.Sprintf(`{"ev":"call","id":"host:7/%d","t":%d,"op":%q,"key":"aa"}`+"\n"+`{"ev":"return","id":"host:7/%d","t":%d%s}`,
+			id, at(call).UnixNano(), op, id, at(ret).UnixNano(), e)
+	}
+	unreachable := history(op(1, "begin", 19, 19.01, ""), op(2, "note", 20.01, 22, "other"), op(3, "extend", 21, 23, "other"), op(4, "note", 24, 26, "other"), op(5, "get", 27, 27.01, ""))
+	rep, _ := classifyAnswersIn(unreachable, t0, lives, answers)
+	if rep.lostInFlight != 1 || rep.repaidWhy["died ≤ 10s after, the ledger out of its reach until then (killed by the soak)"] != 1 {
+		t.Errorf("lost in flight %d, reasons %v; want the answer lost in flight, the ledger out of its process's reach", rep.lostInFlight, rep.repaidWhy)
+	}
+	reachable := history(op(1, "begin", 19, 19.01, ""), op(2, "note", 20.01, 22, "other"), op(3, "extend", 24, 24.01, "stale"))
+	rep, _ = classifyAnswersIn(reachable, t0, lives, answers)
+	if rep.lostInFlight != 0 || rep.repaidWhy["died ≤ 10s after (killed by the soak)"] != 1 {
+		t.Errorf("lost in flight %d, reasons %v; want the answer paid again, not excused: the ledger answered a write of its process", rep.lostInFlight, rep.repaidWhy)
+	}
 }
 
 // secondsFrom returns the time s seconds after t0.
