@@ -207,7 +207,11 @@ func (r *report) pass() bool {
 // as it has read it, so an answer outlives any death later than that. The
 // window allows for the scheduling of a loaded two-core machine between
 // the stand-in's last byte and the consumer's write (a short soak measured
-// 281ms once, with the CLI's redrives running beside three replicas).
+// 281ms once, with the CLI's redrives running beside three replicas). An
+// answer on the disk of a process that died later is still out of the
+// other replicas' reach until the ledger takes it: one whose process had
+// no ledger write answered between the answer and its death (its node cut
+// off, no majority) is lost in flight too (ledgerAnswered).
 const lossWindow = time.Second
 
 // resumeGrace is how long after a pause's end an answer counts as one the
@@ -749,7 +753,7 @@ func (r *report) print(w io.Writer, h *harness) {
 		extra = 100 * float64(r.tokensSpent-r.tokensMin) / float64(r.tokensMin)
 	}
 	fmt.Fprintf(tw, "tokens\t%d spent; minimum %d (each intent's first answer); %+.3f%%\n", r.tokensSpent, r.tokensMin, extra)
-	fmt.Fprintf(tw, "paid once\tmodel answers %d ≤ %d intents with a model step + %d answers lost in flight (their process died before the answer came, or died or stopped ≤ %v after it; %d consumer kills) = %d: %v; tokens %d ≤ (minimum + %d lost in flight) + 0.05%% = %d: %v\n",
+	fmt.Fprintf(tw, "paid once\tmodel answers %d ≤ %d intents with a model step + %d answers lost in flight (their process died before the answer came, or died or stopped ≤ %v after it, or died with the ledger out of its reach since; %d consumer kills) = %d: %v; tokens %d ≤ (minimum + %d lost in flight) + 0.05%% = %d: %v\n",
 		r.modelAnswered, r.modelMin, r.lostInFlight, lossWindow, r.consumerKills, r.modelMin+r.lostInFlight, r.modelBounded(),
 		r.tokensSpent, r.lostTokens, (r.tokensMin+r.lostTokens)*10005/10000, r.tokensBounded())
 	if r.ledgerErr != nil {
