@@ -35,18 +35,26 @@ func (h *harness) printTrails(w io.Writer, r *report) {
 	if len(ids) > maxTrails {
 		ids = ids[:maxTrails]
 	}
-	if len(ids) == 0 {
-		return
-	}
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = h.intentKeys([]int{id})
 	}
+	names := make([]string, len(ids))
+	for i, id := range ids {
+		names[i] = fmt.Sprintf("intent %d", id)
+	}
+	if r.lin != nil {
+		// A key whose history is not linearizable may be no intent's
+		// (a route's, a dispatch's record): traced by its key.
+		for _, k := range r.lin.illegal[:min(maxTrails, len(r.lin.illegal))] {
+			keys, names = append(keys, k), append(names, "ledger key")
+		}
+	}
 	ops := h.ledgerOps(keys)
 	logs := h.logLines(keys)
-	for i, id := range ids {
-		fmt.Fprintf(w, "trail of intent %d (key %s), ledger: %s\n", id, keys[i], strings.Join(ops[keys[i]], "; "))
-		fmt.Fprintf(w, "trail of intent %d, logs: %s\n", id, strings.Join(logs[keys[i]], "; "))
+	for i, k := range keys {
+		fmt.Fprintf(w, "trail of %s (key %s), ledger: %s\n", names[i], k, strings.Join(ops[k], "; "))
+		fmt.Fprintf(w, "trail of %s, logs: %s\n", names[i], strings.Join(logs[k], "; "))
 	}
 }
 

@@ -300,12 +300,32 @@ func (l *Ledger) Note(ctx context.Context, key dedupe.Key, token uint64, note []
 	return lease, err
 }
 
-// commit is Commit's plain path.
-func (l *Ledger) commit(ctx context.Context, key dedupe.Key, token uint64, result ledger.Result) error {
-	return l.update(ctx, "commit", key, 0, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
-		return ledgerproto.Committed(&l.opts.Options, key, cur, token, result, now)
+// commit is Commit's plain path: it reads the record, decides, and writes
+// with a compare-and-set. wrote says that this call's fast path wrote
+// already and was refused for the revision. A refused write may have
+// landed all the same (in a leader change the server can store a write and
+// answer the client that the key was written since), so once this call has
+// written, a record it finds committed with the caller's token and result
+// (ledgerproto.CommitLanded) is its own commit, done: the commit returns
+// nil, where a second Commit call of the holder's, which never wrote, is
+// refused as stale.
+func (l *Ledger) commit(ctx context.Context, key dedupe.Key, token uint64, result ledger.Result, wrote bool) error {
+	err := l.update(ctx, "commit", key, 0, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
+		if wrote && ledgerproto.CommitLanded(ledgerproto.Live(cur, now), token, result) {
+			return ledger.Record{}, errLanded
+		}
+		rec, err := ledgerproto.Committed(&l.opts.Options, key, cur, token, result, now)
+		wrote = err == nil // written next, unless refused
+		return rec, err
 	})
+	if errors.Is(err, errLanded) {
+		return nil
+	}
+	return err
 }
+
+// errLanded ends an update that finds its write done already.
+var errLanded = errors.New("jskv: the write landed already")
 
 // Fail implements ledger.Ledger.
 func (l *Ledger) Fail(ctx context.Context, key dedupe.Key, token uint64, reason string) error {

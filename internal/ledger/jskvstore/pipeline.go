@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -64,8 +65,13 @@ const (
 )
 
 // errSlow marks a request the fast path could not settle: the caller takes
-// the plain path.
-var errSlow = errors.New("jskv: take the plain path")
+// the plain path. errConflict is the errSlow of a compare-and-set the server
+// refused for its revision: the key was written since, perhaps by that very
+// write (see Ledger.commit).
+var (
+	errSlow     = errors.New("jskv: take the plain path")
+	errConflict = fmt.Errorf("%w: written since", errSlow)
+)
 
 // holds remembers the claims this process holds, by key: the record as
 // written and the revision the write got.
@@ -247,7 +253,7 @@ func (l *Ledger) fastCommits(ctx context.Context, reqs []ledger.CommitRequest) [
 		case w.err != nil:
 			out[i] = wrapErr("commit "+reqs[i].Key.String(), w.err)
 		default:
-			out[i] = errSlow // written since: the plain path reads who holds it
+			out[i] = errConflict // written since: the plain path reads who holds it
 		}
 	}
 	return out
@@ -282,7 +288,7 @@ func (l *Ledger) Commit(ctx context.Context, key dedupe.Key, token uint64, resul
 	}
 	err := l.commits.Run(ctx, []ledger.CommitRequest{{Key: key, Token: token, Result: result}})[0]
 	if errors.Is(err, errSlow) {
-		return l.commit(ctx, key, token, result)
+		return l.commit(ctx, key, token, result, errors.Is(err, errConflict))
 	}
 	return err
 }
@@ -315,7 +321,9 @@ func (l *Ledger) CommitBatch(ctx context.Context, reqs []ledger.CommitRequest) [
 	var wg sync.WaitGroup
 	for i := range out {
 		if errors.Is(out[i], errSlow) {
-			wg.Go(func() { out[i] = l.commit(ctx, reqs[i].Key, reqs[i].Token, reqs[i].Result) })
+			wg.Go(func() {
+				out[i] = l.commit(ctx, reqs[i].Key, reqs[i].Token, reqs[i].Result, errors.Is(out[i], errConflict))
+			})
 		}
 	}
 	wg.Wait()

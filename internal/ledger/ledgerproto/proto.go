@@ -11,6 +11,7 @@
 package ledgerproto
 
 import (
+	"bytes"
 	"fmt"
 	"time"
 
@@ -155,6 +156,19 @@ func Committed(o *ledger.Options, key dedupe.Key, cur *ledger.Record, token uint
 	rec.State, rec.Result, rec.LeaseUntil, rec.Reason = ledger.StateCommitted, result, time.Time{}, ""
 	rec.Updated, rec.Expires = now, now.Add(o.Retention)
 	return rec, nil
+}
+
+// CommitLanded reports whether cur is the record a Commit with token and
+// result leaves: that commit took effect already. A store whose write can
+// land while its caller is told otherwise (a replicated write whose
+// acknowledgement was lost, or reported as a conflict, in a leader change)
+// reads the record again to decide, and must then answer the commit as
+// done, not as stale: the token is the caller's own claim, which only its
+// holder commits, and the result is the one it asked to store.
+func CommitLanded(cur *ledger.Record, token uint64, result ledger.Result) bool {
+	return cur != nil && cur.State == ledger.StateCommitted && cur.Token == token &&
+		cur.Result.DownstreamID == result.DownstreamID && cur.Result.ModelRef == result.ModelRef &&
+		bytes.Equal(cur.Result.Response, result.Response)
 }
 
 // Failed returns cur failed for reason (cut to MaxResultBytes), if token is
