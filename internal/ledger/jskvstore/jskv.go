@@ -327,11 +327,23 @@ func (l *Ledger) commit(ctx context.Context, key dedupe.Key, token uint64, resul
 // errLanded ends an update that finds its write done already.
 var errLanded = errors.New("jskv: the write landed already")
 
-// Fail implements ledger.Ledger.
+// Fail implements ledger.Ledger. Once it has written, a record failed with
+// its token and reason is its own write, landed (see commit).
 func (l *Ledger) Fail(ctx context.Context, key dedupe.Key, token uint64, reason string) error {
-	return l.update(ctx, "fail", key, token, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
-		return ledgerproto.Failed(&l.opts.Options, key, cur, token, reason, now)
+	wrote := false
+	err := l.update(ctx, "fail", key, token, func(cur *ledger.Record, now time.Time) (ledger.Record, error) {
+		if wrote && ledgerproto.FailLanded(&l.opts.Options, ledgerproto.Live(cur, now), token, reason) {
+			return ledger.Record{}, errLanded
+		}
+		rec, err := ledgerproto.Failed(&l.opts.Options, key, cur, token, reason, now)
+		wrote = err == nil
+		return rec, err
 	})
+	if errors.Is(err, errLanded) {
+		l.holds.forget(key) // settled: nothing of it to remember
+		return nil
+	}
+	return err
 }
 
 // update has fn turn the record of key into the record to store (or

@@ -110,4 +110,28 @@ func TestCommitThatLandedAsAConflict(t *testing.T) {
 	if err := l.CommitBatch(ctx, []ledger.CommitRequest{{Key: k2, Token: token, Result: res}})[0]; !errors.Is(err, ledger.ErrStaleToken) {
 		t.Errorf("CommitBatch after its holder's claim was forgotten: %v; want ErrStaleToken (it wrote nothing)", err)
 	}
+
+	// A Fail, the same way.
+	k3 := dedupe.Key{7, 3}
+	c, err := l.Begin(ctx, k3, ledger.BeginOptions{Owner: "holder", Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok := l.holds.get(k3, c.Lease.Token)
+	if !ok {
+		t.Fatal("the claim is not remembered")
+	}
+	failed, err := ledgerproto.Failed(&l.opts.Options, k3, &h.rec, c.Lease.Token, "permanent_effect: refused", l.opts.Clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.kv.Update(ctx, k3.String(), ledgerproto.Append(nil, &failed), h.rev); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Fail(ctx, k3, c.Lease.Token, "permanent_effect: refused"); err != nil {
+		t.Errorf("Fail whose write landed and came back refused: %v; want nil", err)
+	}
+	if err := l.Fail(ctx, k3, c.Lease.Token, "permanent_effect: refused"); !errors.Is(err, ledger.ErrStaleToken) {
+		t.Errorf("a second Fail: %v; want ErrStaleToken", err)
+	}
 }

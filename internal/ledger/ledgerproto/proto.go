@@ -171,6 +171,15 @@ func CommitLanded(cur *ledger.Record, token uint64, result ledger.Result) bool {
 		bytes.Equal(cur.Result.Response, result.Response)
 }
 
+// FailLanded is CommitLanded for a Fail with token and reason (cut as
+// Failed cuts it).
+func FailLanded(o *ledger.Options, cur *ledger.Record, token uint64, reason string) bool {
+	if len(reason) > o.MaxResultBytes {
+		reason = reason[:o.MaxResultBytes]
+	}
+	return cur != nil && cur.State == ledger.StateFailed && cur.Token == token && cur.Reason == reason
+}
+
 // Failed returns cur failed for reason (cut to MaxResultBytes), if token is
 // current.
 func Failed(o *ledger.Options, key dedupe.Key, cur *ledger.Record, token uint64, reason string, now time.Time) (ledger.Record, error) {
