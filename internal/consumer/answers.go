@@ -62,7 +62,16 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 	}
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		asked := mono()
-		l, err := g.ledger.Note(ctx, t.key, t.token.Load(), note, g.lease)
+		// Each try is bounded well inside the lease: a write whose answer
+		// is lost (a node leaving, a leader changing) would otherwise hold
+		// the save for the store's own timeout, longer than the lease,
+		// while the ledger answers the tries after it in milliseconds (the
+		// cluster soak, seed 501023642: three notes unanswered for 1.2s
+		// while the same keys' renewals took 24 to 50ms, and the process
+		// killed before its answers were in their records).
+		actx, cancel := context.WithTimeout(ctx, noteTry(g.lease))
+		l, err := g.ledger.Note(actx, t.key, t.token.Load(), note, g.lease)
+		cancel()
 		switch {
 		case err == nil:
 			t.token.Store(l.Token)
@@ -107,6 +116,10 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 		}
 	}
 }
+
+// noteTry bounds one try of writing a note for a lease of d: a quarter of
+// it, at least 250ms.
+func noteTry(d time.Duration) time.Duration { return max(d/4, 250*time.Millisecond) }
 
 // A replica that takes an intent over from a holder that is still alive —
 // its lease ran out while it waited on the model (a pause, a stall, a
