@@ -72,7 +72,10 @@ func TestCommitThatLandedAsAConflict(t *testing.T) {
 	}
 	defer l.Close()
 	res := ledger.Result{DownstreamID: "INC-1", Response: []byte(`{"ok":true}`)}
-	land := func(k dedupe.Key) uint64 {
+	// land claims k and writes by hand, at the revision the claim's
+	// remembered write got, the record settle makes of it: what the
+	// holder's own write stores when it lands.
+	land := func(k dedupe.Key, settle func(cur *ledger.Record, token uint64) (ledger.Record, error)) uint64 {
 		t.Helper()
 		c, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "holder", Lease: time.Minute})
 		if err != nil || c.Status != ledger.StatusNew {
@@ -82,7 +85,7 @@ func TestCommitThatLandedAsAConflict(t *testing.T) {
 		if !ok {
 			t.Fatal("the claim is not remembered: the fast path would not write")
 		}
-		rec, err := ledgerproto.Committed(&l.opts.Options, k, &h.rec, c.Lease.Token, res, l.opts.Clock.Now())
+		rec, err := settle(&h.rec, c.Lease.Token)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,9 +94,12 @@ func TestCommitThatLandedAsAConflict(t *testing.T) {
 		}
 		return c.Lease.Token
 	}
+	commit := func(cur *ledger.Record, token uint64) (ledger.Record, error) {
+		return ledgerproto.Committed(&l.opts.Options, cur.Key, cur, token, res, l.opts.Clock.Now())
+	}
 
 	k := dedupe.Key{7, 1}
-	token := land(k)
+	token := land(k, commit)
 	if err := l.Commit(ctx, k, token, res); err != nil {
 		t.Errorf("Commit whose write landed and came back refused: %v; want nil", err)
 	}
@@ -102,7 +108,7 @@ func TestCommitThatLandedAsAConflict(t *testing.T) {
 	}
 
 	k2 := dedupe.Key{7, 2}
-	token = land(k2)
+	token = land(k2, commit)
 	other := ledger.Result{DownstreamID: "INC-2"}
 	if err := l.CommitBatch(ctx, []ledger.CommitRequest{{Key: k2, Token: token, Result: other}})[0]; !errors.Is(err, ledger.ErrStaleToken) {
 		t.Errorf("Commit of another result over the landed one: %v; want ErrStaleToken", err)
@@ -113,25 +119,13 @@ func TestCommitThatLandedAsAConflict(t *testing.T) {
 
 	// A Fail, the same way.
 	k3 := dedupe.Key{7, 3}
-	c, err := l.Begin(ctx, k3, ledger.BeginOptions{Owner: "holder", Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, ok := l.holds.get(k3, c.Lease.Token)
-	if !ok {
-		t.Fatal("the claim is not remembered")
-	}
-	failed, err := ledgerproto.Failed(&l.opts.Options, k3, &h.rec, c.Lease.Token, "permanent_effect: refused", l.opts.Clock.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.kv.Update(ctx, k3.String(), ledgerproto.Append(nil, &failed), h.rev); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Fail(ctx, k3, c.Lease.Token, "permanent_effect: refused"); err != nil {
+	token = land(k3, func(cur *ledger.Record, token uint64) (ledger.Record, error) {
+		return ledgerproto.Failed(&l.opts.Options, cur.Key, cur, token, "permanent_effect: refused", l.opts.Clock.Now())
+	})
+	if err := l.Fail(ctx, k3, token, "permanent_effect: refused"); err != nil {
 		t.Errorf("Fail whose write landed and came back refused: %v; want nil", err)
 	}
-	if err := l.Fail(ctx, k3, c.Lease.Token, "permanent_effect: refused"); !errors.Is(err, ledger.ErrStaleToken) {
+	if err := l.Fail(ctx, k3, token, "permanent_effect: refused"); !errors.Is(err, ledger.ErrStaleToken) {
 		t.Errorf("a second Fail: %v; want ErrStaleToken", err)
 	}
 }
