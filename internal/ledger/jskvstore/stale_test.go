@@ -129,3 +129,56 @@ func TestCommitThatLandedAsAConflict(t *testing.T) {
 		t.Errorf("a second Fail: %v; want ErrStaleToken", err)
 	}
 }
+
+// TestBeginThatLandedAsAConflict: a claim's create that lands and comes
+// back refused for its revision (as the commit above does) finds, on
+// the plain path, the very record it wrote. That is its claim, granted —
+// not a record another holder holds, which it would wait a lease for and
+// then take over from itself (and a one-shot dispatch would dead-letter as
+// an unknown outcome). A different claim's record is still held.
+func TestBeginThatLandedAsAConflict(t *testing.T) {
+	s := natstest.RunServer(t)
+	_, js := natstest.Connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := New(ctx, js, Options{Bucket: "landed-begin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	opts := ledger.BeginOptions{Owner: "host:1#ONCEGATE:7", Lease: time.Minute}
+	k := dedupe.Key{8, 1}
+	// The fast path's claim, as it decides it, stored by hand: its own
+	// create then finds the key written and is refused.
+	c, _, err := ledgerproto.Decide(&l.opts.Options, k, nil, opts, l.opts.Clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.kv.Create(ctx, k.String(), ledgerproto.Append(nil, &c.Record)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.begin(ctx, k, opts, &c)
+	if err != nil || got.Status != ledger.StatusNew || got.Lease.Token != c.Lease.Token {
+		t.Errorf("plain Begin after its own create landed: %v %+v, %v; want new, token %d", got.Status, got.Lease, err, c.Lease.Token)
+	}
+	if err := l.Commit(ctx, k, got.Lease.Token, ledger.Result{DownstreamID: "x"}); err != nil {
+		t.Errorf("Commit of the granted claim: %v", err)
+	}
+
+	// Another claim's record, the same key and owner a moment apart: held.
+	k2 := dedupe.Key{8, 2}
+	other, _, err := ledgerproto.Decide(&l.opts.Options, k2, nil, opts, l.opts.Clock.Now().Add(-time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.kv.Create(ctx, k2.String(), ledgerproto.Append(nil, &other.Record)); err != nil {
+		t.Fatal(err)
+	}
+	mine, _, err := ledgerproto.Decide(&l.opts.Options, k2, nil, opts, l.opts.Clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.begin(ctx, k2, opts, &mine); err != nil || got.Status != ledger.StatusHeld {
+		t.Errorf("plain Begin over another claim's record: %v, %v; want held", got.Status, err)
+	}
+}
