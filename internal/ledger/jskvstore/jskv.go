@@ -1,7 +1,6 @@
 package jskvstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -226,11 +225,7 @@ func errConflicts(op string, key dedupe.Key) error {
 // finds the work held or done, costs one read that any replica of the
 // bucket may answer; a takeover costs that read and a write. Every claim is
 // written, volatile or not: the other processes on the bucket must see it.
-// mine is the claim this call wrote last and the server refused for its
-// revision (the fast path's create, or a write of the loop below), or nil:
-// a refused write can land all the same (see commit), and a record that is
-// exactly the one it wrote is that claim, granted, not another holder's.
-func (l *Ledger) begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOptions, mine *ledger.Claim) (ledger.Claim, error) {
+func (l *Ledger) begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOptions) (ledger.Claim, error) {
 	ctx, cancel := kvbucket.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
 	fail := func(err error) (ledger.Claim, error) {
@@ -253,12 +248,6 @@ func (l *Ledger) begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOpt
 			return fail(err)
 		}
 		now := l.opts.Clock.Now()
-		if mine != nil && cur != nil && bytes.Equal(ledgerproto.Append(nil, cur), ledgerproto.Append(nil, &mine.Record)) {
-			// The write refused for its revision landed all the same: the
-			// record is the one it wrote, to the nanosecond and the owner.
-			l.holds.set(cur, rev, now)
-			return *mine, nil
-		}
 		c, write, err := ledgerproto.Decide(&l.opts.Options, key, cur, opts, now)
 		if err == nil && !write && stale && c.Status == ledger.StatusFailed {
 			// A failure is not final: a Clear (an operator's redrive)
@@ -281,7 +270,6 @@ func (l *Ledger) begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOpt
 			l.holds.set(&c.Record, seq, now)
 			return c, nil
 		}
-		mine = &c
 		if cur, rev, err = l.read(ctx, key); err != nil {
 			return fail(err)
 		}

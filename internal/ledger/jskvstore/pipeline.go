@@ -215,9 +215,7 @@ func (l *Ledger) fastBegins(ctx context.Context, reqs []ledger.BeginRequest) []l
 		case w.err != nil:
 			out[i] = ledger.BeginResult{Err: wrapErr("begin "+reqs[i].Key.String(), w.err)}
 		default:
-			// Refused: the key exists, perhaps by this very write (see
-			// Ledger.begin), whose claim the plain path is given.
-			out[i].Err = errConflict
+			out[i] = ledger.BeginResult{Err: errSlow}
 		}
 	}
 	return out
@@ -272,7 +270,7 @@ func (l *Ledger) Begin(ctx context.Context, key dedupe.Key, opts ledger.BeginOpt
 	}
 	r := l.begins.Run(ctx, []ledger.BeginRequest{{Key: key, Options: opts}})[0]
 	if errors.Is(r.Err, errSlow) {
-		return l.begin(ctx, key, opts, tried(r))
+		return l.begin(ctx, key, opts)
 	}
 	return r.Claim, r.Err
 }
@@ -306,7 +304,7 @@ func (l *Ledger) BeginBatch(ctx context.Context, reqs []ledger.BeginRequest) []l
 	var wg sync.WaitGroup
 	for i := range out {
 		if errors.Is(out[i].Err, errSlow) {
-			wg.Go(func() { out[i].Claim, out[i].Err = l.begin(ctx, reqs[i].Key, reqs[i].Options, tried(out[i])) })
+			wg.Go(func() { out[i].Claim, out[i].Err = l.begin(ctx, reqs[i].Key, reqs[i].Options) })
 		}
 	}
 	wg.Wait()
@@ -330,15 +328,6 @@ func (l *Ledger) CommitBatch(ctx context.Context, reqs []ledger.CommitRequest) [
 	}
 	wg.Wait()
 	return out
-}
-
-// tried is the claim the fast path wrote and the server refused for its
-// revision (errConflict), or nil.
-func tried(r ledger.BeginResult) *ledger.Claim {
-	if !errors.Is(r.Err, errConflict) {
-		return nil
-	}
-	return &r.Claim
 }
 
 func fillAll[R any](rs []R, v R) []R {
