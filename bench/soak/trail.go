@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -119,7 +120,7 @@ func (h *harness) ledgerOps(keys []string) map[string][]string {
 	}
 	out := map[string][]string{}
 	for k, ts := range found {
-		slices.SortStableFunc(ts, func(a, b timed) int { return int(a.at - b.at) })
+		slices.SortStableFunc(ts, func(a, b timed) int { return cmp.Compare(a.at, b.at) })
 		for _, t := range ts[:min(len(ts), maxTrailOps)] {
 			out[k] = append(out[k], t.text)
 		}

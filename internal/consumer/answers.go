@@ -51,6 +51,16 @@ func (g *gate) stepRecord(ctx context.Context, t *Trigger) stepRecord {
 }
 
 // saveNote writes note into t's ledger record (see stepRecord).
+//
+// A try whose answer does not come within noteTry is not waited for alone:
+// another try starts beside it, and the first answer counts. A write whose
+// reply is lost (a node leaving, a leader changing) would otherwise hold
+// the save for the store's own timeout, longer than the lease, while the
+// ledger answers the tries after it in milliseconds (the cluster soak, seed
+// 501023642: three notes unanswered for 1.2s while the same keys' renewals
+// took 24 to 50ms, and the process killed before its answers were in
+// their records); and a try that is only slow (a KV bucket electing its
+// leader) still answers. A note written twice is the same note.
 func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 	// With a directory (a ledger across the network), held on disk before
 	// the ledger is asked, so that a process killed while the ledger does
@@ -60,65 +70,117 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 	if kept {
 		g.c.unsaved.keep(t.key, note, t.token.Load())
 	}
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		asked := mono()
-		// Each try is bounded well inside the lease: a write whose answer
-		// is lost (a node leaving, a leader changing) would otherwise hold
-		// the save for the store's own timeout, longer than the lease,
-		// while the ledger answers the tries after it in milliseconds (the
-		// cluster soak, seed 501023642: three notes unanswered for 1.2s
-		// while the same keys' renewals took 24 to 50ms, and the process
-		// killed before its answers were in their records).
-		actx, cancel := context.WithTimeout(ctx, noteTry(g.lease))
-		l, err := g.ledger.Note(actx, t.key, t.token.Load(), note, g.lease)
-		cancel()
-		switch {
-		case err == nil:
-			t.token.Store(l.Token)
-			t.leaseEnd.Store(asked + int64(g.lease))
-			if kept {
-				g.c.unsaved.forget(t.key)
+	type answer struct {
+		asked int64
+		lease ledger.Lease
+		err   error
+	}
+	tctx, stopTries := context.WithCancel(ctx)
+	defer stopTries() // the tries still under way once one has answered
+	answers := make(chan answer)
+	inFlight := 0
+	try := func() {
+		inFlight++
+		go func() {
+			a := answer{asked: mono()}
+			a.lease, a.err = g.ledger.Note(tctx, t.key, t.token.Load(), note, g.lease)
+			select {
+			case answers <- a:
+			case <-tctx.Done():
 			}
-			return
-		case errors.Is(err, ledger.ErrStaleToken):
-			// Taken over while the model answered: the new holder may
-			// ask for the answer (serveAnswers).
-			t.lost.Store(true)
-			g.c.unsaved.keep(t.key, note, 0)
-			return
-		case errors.Is(err, ledger.ErrResultTooLarge), errors.Is(err, ledger.ErrInvalidLedger), errors.Is(err, ledger.ErrClosed):
-			if !errors.Is(err, ledger.ErrClosed) {
-				g.c.unsaved.forget(t.key)
-			}
-			g.c.log.Warn("the model's answer was not kept in the intent's record: a retry pays for it again",
-				"pipeline", g.pipeline, "key", t.key.String(), "err", err)
-			return
-		}
+		}()
+	}
+	// hold keeps the note in the process once the ledger has failed to
+	// take it, or is slow to: the intent's next try here, and a replica
+	// that takes it over and asks, find it.
+	hold := func() {
 		if !kept {
 			g.c.unsaved.keep(t.key, note, t.token.Load())
 			kept = true
 		}
-		if g.leaseGone(t) || mono()+int64(wait) > t.leaseEnd.Load()-int64(g.lease/10) {
-			// The process keeps it (on disk, if it has a data
-			// directory) and writes it once the ledger is back
-			// (heldNotes.flush), unless the intent was taken over by
-			// then.
-			g.c.unsaved.giveUp(t.key)
-			g.c.log.Warn("the model's answer was not kept in the intent's record; this process keeps it, and writes it once the ledger takes it",
-				"pipeline", g.pipeline, "key", t.key.String(), "err", err)
-			return
-		}
+	}
+	giveUp := func(err error) {
+		// The process keeps it (on disk, if it has a data directory) and
+		// writes it once the ledger is back (heldNotes.flush), unless the
+		// intent was taken over by then.
+		hold()
+		g.c.unsaved.giveUp(t.key)
+		g.c.log.Warn("the model's answer was not kept in the intent's record; this process keeps it, and writes it once the ledger takes it",
+			"pipeline", g.pipeline, "key", t.key.String(), "err", err)
+	}
+	// past reports whether the save must give up by then: the lease, less
+	// a tenth of it, is over.
+	past := func(at int64) bool { return g.leaseGone(t) || at > t.leaseEnd.Load()-int64(g.lease/10) }
+	try()
+	hedge := time.NewTimer(noteTry(g.lease))
+	defer hedge.Stop()
+	var retry <-chan time.Time // the pause before the next try, after an error
+	wait := 50 * time.Millisecond
+	for {
 		select {
+		case a := <-answers:
+			inFlight--
+			switch err := a.err; {
+			case err == nil:
+				t.token.Store(a.lease.Token)
+				t.leaseEnd.Store(a.asked + int64(g.lease))
+				if kept {
+					g.c.unsaved.forget(t.key)
+				}
+				return
+			case errors.Is(err, ledger.ErrStaleToken):
+				// Taken over while the model answered: the new holder may
+				// ask for the answer (serveAnswers).
+				t.lost.Store(true)
+				g.c.unsaved.keep(t.key, note, 0)
+				return
+			case errors.Is(err, ledger.ErrResultTooLarge), errors.Is(err, ledger.ErrInvalidLedger), errors.Is(err, ledger.ErrClosed):
+				if !errors.Is(err, ledger.ErrClosed) {
+					g.c.unsaved.forget(t.key)
+				}
+				g.c.log.Warn("the model's answer was not kept in the intent's record: a retry pays for it again",
+					"pipeline", g.pipeline, "key", t.key.String(), "err", err)
+				return
+			}
+			hold()
+			switch {
+			case inFlight > 0 || retry != nil:
+				// Another try is under way, or due.
+			case past(mono() + int64(wait)):
+				giveUp(a.err)
+				return
+			default:
+				hedge.Stop()
+				retry = time.After(wait)
+				wait = min(2*wait, time.Second)
+			}
+		case <-retry:
+			retry = nil
+			try()
+			hedge.Reset(noteTry(g.lease))
+		case <-hedge.C:
+			hold()
+			if past(mono()) {
+				giveUp(errNoteUnanswered)
+				return
+			}
+			try()
+			hedge.Reset(noteTry(g.lease))
 		case <-ctx.Done(): // the lease ran out, or the consumer stops
+			hold()
 			g.c.unsaved.giveUp(t.key)
 			return
-		case <-time.After(wait):
 		}
 	}
 }
 
-// noteTry bounds one try of writing a note for a lease of d: a quarter of
-// it, at least 250ms.
+// errNoteUnanswered is why a save gave up whose tries the ledger did not
+// answer within the lease.
+var errNoteUnanswered = errors.New("no try was answered within the lease")
+
+// noteTry is how long a try of writing a note under a lease of d goes
+// unanswered before another starts beside it: a quarter of the lease, at
+// least 250ms.
 func noteTry(d time.Duration) time.Duration { return max(d/4, 250*time.Millisecond) }
 
 // A replica that takes an intent over from a holder that is still alive —

@@ -57,9 +57,6 @@ const maxHeld = 4096
 // heldFlushEvery is how often flush tries the notes again.
 const heldFlushEvery = 500 * time.Millisecond
 
-// heldWriteTimeout bounds each write of flush.
-const heldWriteTimeout = time.Second
-
 // heldKind is the kind the files' contents are sealed as.
 const heldKind = 'h'
 
@@ -227,10 +224,6 @@ func (h *heldNotes) flush(ctx context.Context, l ledger.Ledger) {
 // write writes n into k's record (see flush), and reports whether n is
 // done with; an error says the ledger did not answer.
 func (h *heldNotes) write(ctx context.Context, l ledger.Ledger, k dedupe.Key, n *held) (bool, error) {
-	// Bounded as a step's own tries are (noteTry), so that a write whose
-	// answer is lost does not hold the others back past the next flush.
-	ctx, cancel := context.WithTimeout(ctx, heldWriteTimeout)
-	defer cancel()
 	if n.token != 0 {
 		_, err := l.Note(ctx, k, n.token, n.note, time.Nanosecond)
 		switch {

@@ -164,3 +164,66 @@ func TestNoteAfterALostReply(t *testing.T) {
 		t.Errorf("the answer is still held in the process; want it forgotten once in the record")
 	}
 }
+
+// slowLedger answers every Note after took: a KV bucket electing its
+// leader, slow but answering.
+type slowLedger struct {
+	ledger.Ledger
+	took  time.Duration
+	notes atomic.Int32
+}
+
+func (l *slowLedger) Note(ctx context.Context, key dedupe.Key, token uint64, note []byte, d time.Duration) (ledger.Lease, error) {
+	l.notes.Add(1)
+	select {
+	case <-ctx.Done():
+		return ledger.Lease{}, ctx.Err()
+	case <-time.After(l.took):
+	}
+	return l.Ledger.Note(ctx, key, token, note, d)
+}
+
+// TestNoteOnASlowLedger: a ledger that answers each write after 1.5s, half
+// a 3s lease, still gets the answer in the record within the lease: a try
+// that is only slow is not abandoned (the tries beside it are extra writes
+// of the same note, not a give-up). Cut off at a quarter of the lease, as
+// each try once was, no try would ever answer.
+func TestNoteOnASlowLedger(t *testing.T) {
+	ctx := context.Background()
+	db, err := badgerstore.Open("", badgerstore.OpenOptions{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	bl, err := badgerstore.New(db, badgerstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lease = 3 * time.Second
+	l := &slowLedger{Ledger: bl, took: lease / 2}
+	k := dedupe.Key{11}
+	c, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "a", Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := newHeldNotes("", nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{c: &Consumer{log: slog.New(slog.DiscardHandler), unsaved: h}, ledger: l, lease: lease, pipeline: "triage"}
+	tr := &Trigger{key: k}
+	tr.token.Store(c.Lease.Token)
+	tr.leaseEnd.Store(mono() + int64(lease))
+	answer := []byte(`{"version":"v","answers":[{"text":"scale the pool"}]}`)
+	start := time.Now()
+	g.saveNote(ctx, tr, answer)
+	took := time.Since(start)
+	rec, err := bl.Get(ctx, k)
+	if err != nil || !bytes.Equal(rec.Note, answer) {
+		t.Fatalf("the record after the save: %+v, %v; want the answer in it", rec, err)
+	}
+	if took >= lease || h.get(k) != nil {
+		t.Errorf("saved in %v (%d tries), held in the process %v; want it in the record within the %v lease, not held",
+			took, l.notes.Load(), h.get(k) != nil, lease)
+	}
+}
