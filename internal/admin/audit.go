@@ -32,6 +32,13 @@ import (
 // storage are the trigger stream's. An entry is written after the change,
 // and waited for: a change whose entry cannot be written within
 // auditTimeout is logged as an error with everything the entry held.
+//
+// A bulk redrive's entry for a dead letter carries a message id naming
+// the job and the letter (auditID), so that a job which writes it again
+// (a runner that takes the job over cannot tell which of the letters its
+// predecessor redrove it had written, and writes each again) leaves one
+// entry per letter: the stream drops the second within its duplicate
+// window (two minutes; a takeover comes within a lease, 15 s).
 
 // AuditPrefix is the subject prefix of the audit: AuditSubject(stream,
 // action, key) is below it.
@@ -175,7 +182,19 @@ func (a *Admin) auditMsg(e *AuditEntry) (*nats.Msg, error) {
 	}
 	m := nats.NewMsg(AuditSubject(a.cfg.Stream.Name, e.Action, e.Key))
 	m.Data = b
+	if id := auditID(e); id != "" {
+		m.Header.Set(jetstream.MsgIDHeader, id)
+	}
 	return m, nil
+}
+
+// auditID is the message id of a bulk redrive's entry for a dead letter
+// ("" for any other entry): one per job and letter.
+func auditID(e *AuditEntry) string {
+	if e.Action != AuditRedrive || e.Job == "" || e.Letter == nil {
+		return ""
+	}
+	return fmt.Sprintf("oncegate-audit:%s:%s:%d", e.Job, e.Letter.Stream, e.Letter.Seq)
 }
 
 // record writes e to the audit and waits until the stream has it; a

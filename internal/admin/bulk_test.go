@@ -1,9 +1,12 @@
 package admin_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,6 +161,109 @@ func TestBulkRedrive(t *testing.T) {
 	}
 	if got := strings.Join(whats, " → "); got != admin.EventFailed+" → "+admin.EventRedriven+" → "+admin.EventCommitted {
 		t.Errorf("the story of order 0 = %s; want %s → %s → %s", got, admin.EventFailed, admin.EventRedriven, admin.EventCommitted)
+	}
+}
+
+// outage is a ledger whose reads of one key fail while down is set.
+type outage struct {
+	ledger.Ledger
+	key  dedupe.Key
+	down atomic.Bool
+}
+
+func (o *outage) Get(ctx context.Context, key dedupe.Key) (ledger.Record, error) {
+	if key == o.key && o.down.Load() {
+		return ledger.Record{}, errors.New("the ledger is out (test)")
+	}
+	return o.Ledger.Get(ctx, key)
+}
+
+// TestBulkRedriveFailsMidChunk: a bulk redrive of six dead letters, the
+// first of which cannot be read from the ledger (an outage): the job
+// fails on it, while the five after it, redriven side by side, are done.
+// Their entries are in the audit although the job's progress stops before
+// them (a failed job may never be resumed); resumed once the ledger is
+// back, the job redrives the first, counts the five as its own, and the
+// audit holds one entry per letter: six, each redriven once.
+func TestBulkRedriveFailsMidChunk(t *testing.T) {
+	f := start(t)
+	var keys []string
+	for i := range 6 {
+		keys = append(keys, f.publish(fmt.Sprintf("M-%02d", i), "first"))
+	}
+	ls := f.dead(6)
+	f.settled()
+	f.recv.fix()
+	first := ls[0]
+	for _, d := range ls {
+		if d.Seq < first.Seq {
+			first = d
+		}
+	}
+	k, err := dedupe.ParseKey(first.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.app.Admin.Preview(ctx, admin.PreviewRequest{Selection: admin.Selection{Pipeline: "orders"}, By: alice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &outage{key: k}
+	out.down.Store(true)
+	admin.WrapLedger(f.app.Admin, func(l ledger.Ledger) ledger.Ledger { out.Ledger = l; return out })
+	if _, err := f.app.Admin.StartJob(ctx, admin.JobRequest{ID: p.Job.ID, By: alice}); err != nil {
+		t.Fatal(err)
+	}
+	var j admin.Job
+	waitFor(t, "the bulk redrive failed", func() bool {
+		j, err = f.app.Admin.Job(ctx, admin.JobRequest{ID: p.Job.ID})
+		return err == nil && j.State == admin.JobFailed
+	})
+	if j.Progress.Letters != 0 || !strings.Contains(j.Error, "the ledger is out") {
+		t.Errorf("the failed job: %d letters taken, error %q; want none (it failed on the first), the ledger's error", j.Progress.Letters, j.Error)
+	}
+	waitFor(t, "the five effects after the first", func() bool { _, all := f.recv.effects(""); return all >= 5 })
+	entries := func() map[uint64][]string {
+		t.Helper()
+		au, err := f.app.Admin.Audit(ctx, admin.AuditRequest{Job: p.Job.ID, Action: admin.AuditRedrive, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		by := map[uint64][]string{}
+		for _, e := range au.Entries {
+			if e.Letter != nil {
+				by[e.Letter.Seq] = append(by[e.Letter.Seq], e.Outcome)
+			}
+		}
+		return by
+	}
+	got := entries()
+	if len(got) != 5 || got[first.Seq] != nil {
+		t.Errorf("the audit of the failed job: %v; want the five letters after dead letter %d, redriven", got, first.Seq)
+	}
+
+	out.down.Store(false)
+	if _, err := f.app.Admin.StartJob(ctx, admin.JobRequest{ID: p.Job.ID, By: alice}); err != nil {
+		t.Fatal(err)
+	}
+	j = f.waitJob(f.app.Admin, p.Job.ID)
+	if j.Progress.Letters != 6 || j.Progress.ByOutcome[admin.OutcomeRedriven] != 6 || j.Resumed != 1 {
+		t.Errorf("the resumed job: %+v, resumed %d times; want 6 letters, 6 redriven, resumed once", j.Progress, j.Resumed)
+	}
+	got = entries()
+	if len(got) != 6 {
+		t.Errorf("the audit of the job: %v; want the six letters", got)
+	}
+	for seq, outcomes := range got {
+		if len(outcomes) != 1 || outcomes[0] != admin.OutcomeRedriven {
+			t.Errorf("dead letter %d: audit entries %v; want one, redriven", seq, outcomes)
+		}
+	}
+	f.settled()
+	for i, key := range keys {
+		if n, _ := f.recv.effects(key); n != 1 {
+			t.Errorf("order %d: %d effects; want 1", i, n)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package admin
 import (
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
 
@@ -20,3 +21,8 @@ func WrapJetStream(a *Admin, wrap func(jetstream.JetStream) jetstream.JetStream)
 
 // ParseDetail is parseDetail, the reading of a dead letter's detail.
 var ParseDetail = parseDetail
+
+// WrapLedger has a use the ledger through wrap's answer.
+func WrapLedger(a *Admin, wrap func(ledger.Ledger) ledger.Ledger) {
+	a.opts.Ledger = wrap(a.opts.Ledger)
+}

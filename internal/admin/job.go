@@ -757,9 +757,19 @@ func (a *Admin) run(ctx context.Context, j Job, rev uint64) {
 			close(work)
 			wg.Wait()
 		}
-		for _, it := range items {
+		for i, it := range items {
 			if it.err != nil {
 				err = it.err // the letters from it on are taken again
+				// Those after it that were redriven side by side are
+				// done: their entries are written now, for a job left
+				// failed may never be resumed. One that resumes it counts
+				// them (their marks name it) and writes them again, which
+				// the audit drops (auditID).
+				for _, it := range items[i+1:] {
+					if it.err == nil && !it.skip && it.res.Outcome == OutcomeRedriven {
+						batch.add(ctx, auditOf(&it.d, &it.res, req, j.ID))
+					}
+				}
 				break
 			}
 			j.Cursor = it.d.Seq
@@ -768,14 +778,16 @@ func (a *Admin) run(ctx context.Context, j Job, rev uint64) {
 			case it.skip:
 				continue
 			case res.Outcome == OutcomeAlreadyRedriven && res.Mark != nil && res.Mark.Job == j.ID:
-				res.Outcome = OutcomeRedriven // by this job, before a takeover
+				// By this job, before a takeover, or before a letter of the
+				// chunk failed; its entry was written then unless its
+				// runner died first, which this runner cannot tell: it is
+				// written again, and the audit keeps one (auditID).
+				res.Outcome = OutcomeRedriven
 			case res.Outcome == OutcomeAlreadyRedriven && j.Selection.Unhandled:
 				continue // handled before the preview: not one of the job's
 			}
 			j.Progress.add(&res)
-			if it.res.Outcome != OutcomeAlreadyRedriven || res.Mark == nil || res.Mark.Job != j.ID {
-				batch.add(ctx, auditOf(&it.d, &res, req, j.ID))
-			}
+			batch.add(ctx, auditOf(&it.d, &res, req, j.ID))
 		}
 		batch.wait(context.WithoutCancel(ctx))
 		switch {
