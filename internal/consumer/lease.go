@@ -69,8 +69,7 @@ func (g *gate) renew(ctx context.Context, held []*Trigger, cancel context.Cancel
 			continue
 		}
 		g.set.inProgress(t.msg)
-		asked := mono()
-		l, err := g.ledger.Extend(context.WithoutCancel(ctx), t.key, t.token.Load(), g.lease)
+		l, asked, err := g.extend(context.WithoutCancel(ctx), t)
 		switch {
 		case err == nil:
 			t.token.Store(l.Token)
@@ -90,6 +89,62 @@ func (g *gate) renew(ctx context.Context, held []*Trigger, cancel context.Cancel
 		cancel(errLeaseLost)
 	} else if !next.IsZero() {
 		expire.Reset(time.Until(next))
+	}
+}
+
+// extend renews t's lease for g.lease, and returns the new lease and when
+// the try that got it was asked (by mono).
+//
+// As a note's write (saveNote), a try unanswered for noteTry is not waited
+// for alone: another starts beside it, and the first answer counts. A
+// renewal whose reply is lost would otherwise hold the renewals for the
+// store's own timeout (5s, longer than a lease), and the work would be
+// cancelled with its lease, the ledger answering all along. Two tries of
+// one renewal are one renewal: Extend keeps the token. An error answers
+// only once no other try is under way; no try starts once the lease is
+// over by this process's clock.
+func (g *gate) extend(ctx context.Context, t *Trigger) (ledger.Lease, int64, error) {
+	type answer struct {
+		asked int64
+		lease ledger.Lease
+		err   error
+	}
+	tctx, stopTries := context.WithCancel(ctx)
+	defer stopTries() // the tries still under way once one has answered
+	answers := make(chan answer)
+	inFlight := 0
+	try := func() {
+		inFlight++
+		go func() {
+			a := answer{asked: mono()}
+			a.lease, a.err = g.ledger.Extend(tctx, t.key, t.token.Load(), g.lease)
+			select {
+			case answers <- a:
+			case <-tctx.Done():
+			}
+		}()
+	}
+	try()
+	hedge := time.NewTimer(noteTry(g.lease))
+	defer hedge.Stop()
+	for {
+		select {
+		case a := <-answers:
+			inFlight--
+			if a.err == nil || errors.Is(a.err, ledger.ErrStaleToken) || inFlight == 0 {
+				return a.lease, a.asked, a.err
+			}
+		case <-hedge.C:
+			if !g.leaseGone(t) {
+				try()
+				hedge.Reset(noteTry(g.lease))
+			}
+			// Past the lease by this process's clock, the tries under
+			// way are waited for: one asked within the lease that
+			// answers renews it (the ledger fenced it with the token).
+		case <-ctx.Done():
+			return ledger.Lease{}, 0, ctx.Err()
+		}
 	}
 }
 

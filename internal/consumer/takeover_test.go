@@ -427,6 +427,58 @@ func TestSlowRenewalKeepsTheLease(t *testing.T) {
 	}
 }
 
+// lostExtend is a ledger whose first renewal is never answered, as a write
+// whose reply a leaving node lost: it waits for its caller's context, or
+// for the KV store's own timeout (5s, longer than a lease).
+type lostExtend struct {
+	ledger.Ledger
+	calls atomic.Int32
+}
+
+func (l *lostExtend) Extend(ctx context.Context, key dedupe.Key, token uint64, d time.Duration) (ledger.Lease, error) {
+	if l.calls.Add(1) == 1 {
+		select {
+		case <-ctx.Done():
+			return ledger.Lease{}, ctx.Err()
+		case <-time.After(5 * time.Second):
+			return ledger.Lease{}, context.DeadlineExceeded
+		}
+	}
+	return l.Ledger.Extend(ctx, key, token, d)
+}
+
+// TestRenewalAfterALostReply: a held trigger's first lease renewal gets no
+// reply. Another try starts beside it a quarter of the lease later and
+// renews the lease, and the work (an effect that takes 5s under a 3s
+// lease) goes on to its end on its first delivery. Waiting for the lost
+// try alone, the lease ran out two seconds before its 5s timeout: the work
+// was cancelled and done again.
+func TestRenewalAfterALostReply(t *testing.T) {
+	slowTest(t)
+	const lease = 3 * time.Second
+	out := &slowSink{took: 5 * time.Second}
+	var l *lostExtend
+	f := start(t, func(c *config.Config) {
+		c.Ledger.Lease = lease
+		for i := range c.Pipelines {
+			c.Pipelines[i].AckWait = lease
+		}
+	}, standin.Options{}, func(o *consumer.Options) {
+		out.Sink = webhooksSink(t, o)
+		o.Sinks = map[string]sink.Sink{"webhooks": out}
+		l = &lostExtend{Ledger: o.Ledger}
+		o.Ledger = l
+	})
+	f.publish("triggers.webhooks", []byte(`{"event":"invoice.paid","invoice":{"id":"in_2"},"delivery_id":"b"}`))
+	waitFor(t, 30*time.Second, "the trigger settled", func() bool { return f.allAcked("webhooks") && f.stats("webhooks").Effects == 1 }, f)
+	if s := f.stats("webhooks"); s.Deliveries != 1 || s.Retries != 0 || s.TakenOver != 0 || s.Stale != 0 {
+		t.Errorf("stats %+v; want the one delivery settled on its first try, no retry, takeover or stale commit", s)
+	}
+	if n := l.calls.Load(); n < 2 {
+		t.Errorf("%d renewals asked; want the lost one and another", n)
+	}
+}
+
 // pausingLedger pauses the first claim's caller after the claim, for
 // longer than the lease (as SIGSTOP pauses a process), while another
 // replica takes the work over and gives it up.
