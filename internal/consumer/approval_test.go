@@ -200,9 +200,16 @@ func parkedWithDeadApproval(t *testing.T, id string) (*fixture, dedupe.Key, *one
 	waitFor(t, 10*time.Second, "the effect parked", func() bool {
 		return f.subjectCount("ONCEGATE_OUTBOX", "oncegate.outbox.messages.parked."+k.String()) == 1
 	}, f)
-	if _, err := f.ledger.Begin(context.Background(), consumer.ApprovalKey(k), ledger.BeginOptions{Owner: "dead-replica#approve", Lease: time.Millisecond}); err != nil {
+	c, err := f.ledger.Begin(context.Background(), consumer.ApprovalKey(k), ledger.BeginOptions{Owner: "dead-replica#approve", Lease: time.Millisecond})
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Dead: its lease is out before anything else happens. (A request
+	// that came within the millisecond found the claim held, as it should,
+	// and the approval record was finished only at the parked entry's next
+	// look, up to parkedPoll later: TestApprovalClaimFinishedByCancel
+	// failed so when the machine was quick.)
+	waitFor(t, time.Second, "the dead request's lease out", func() bool { return time.Now().After(c.Lease.Until) }, f)
 	return f, k, target
 }
 
