@@ -123,6 +123,10 @@ type App struct {
 	upstream     http.RoundTripper // to the model endpoint, under the cache
 	modelKey     string            // the model endpoint's API key
 	consumerOpts consumer.Options
+	// owner is the consumer's ledger owner name, and stopHeld stops the
+	// answering for the held answers, with a held directory (heldDir).
+	owner    string
+	stopHeld func()
 
 	// live and liveCache are what the ops server reads: it starts before
 	// the consumer and the cache exist, and serves while they are replaced.
@@ -214,6 +218,26 @@ func Start(ctx context.Context, cfg *config.Config, o Options) (_ *App, err erro
 		return nil, err
 	}
 
+	// The answers a process before this one held for a KV ledger that had
+	// not taken them are answered for from now: opening the ledger can take
+	// a cluster's recovery, while other replicas take their intents over
+	// and ask (consumer.ServeHeld).
+	if dir := heldDir(cfg); dir != "" && NeedsLedger(cfg) && len(cfg.Pipelines) > 0 {
+		key, err := EncryptionKey(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if a.owner, err = consumer.Owner(dir); err != nil {
+			return nil, err
+		}
+		stop, err := consumer.ServeHeld(a.Conn, dir, key, a.owner, o.Logger.With("component", "consumer"))
+		if err != nil {
+			return nil, fmt.Errorf("app: answering for the held answers: %w", err)
+		}
+		a.stopHeld = stop
+		a.closers = append(a.closers, func() error { stop(); return nil })
+	}
+
 	// Ledger.
 	if NeedsLedger(cfg) {
 		l, closeLedger, err := openLedgerRetrying(ctx, cfg, a.JS, OpenLedgerOptions{Clock: o.Clock, Wrap: o.WrapLedger}, o.Logger)
@@ -292,6 +316,19 @@ func (a *App) startNATS(ctx context.Context, o Options) error {
 	return err
 }
 
+// heldDir is where the consumer keeps a model step's answer until the
+// ledger has it, "" if nowhere: a paid answer waits on this disk (sealed
+// with the key, if one is set) until the KV ledger's bucket has it, as the
+// LLM cache's held answers do, so that a replica killed while the servers
+// do not answer leaves it to its next start. (A Badger ledger writes a
+// note to the local disk at once: nothing to wait for.)
+func heldDir(cfg *config.Config) string {
+	if cfg.DataDir == "" || cfg.Ledger.Store != config.StoreKV {
+		return ""
+	}
+	return filepath.Join(cfg.DataDir, "answers-held")
+}
+
 // jetStreamWait bounds how long Start retries opening the KV ledger while
 // JetStream refuses for a reason that passes.
 const jetStreamWait = time.Minute
@@ -334,17 +371,13 @@ func (a *App) startConsumer(cfg *config.Config, client *openai.Client, o Options
 		Observer: observer{a.Metrics}, Logger: o.Logger.With("component", "consumer"),
 		Tracer: tp,
 	}
-	if a.Ledger != nil && cfg.DataDir != "" && cfg.Ledger.Store == config.StoreKV {
-		// A paid answer waits on this disk (sealed with the key, if one
-		// is set) until the ledger's bucket has it, as the LLM cache's
-		// held answers do: a replica killed while the servers do not
-		// answer leaves it to its next start. (A Badger ledger writes a
-		// note to the local disk at once: nothing to wait for.)
+	if dir := heldDir(cfg); a.Ledger != nil && dir != "" {
 		key, err := EncryptionKey(cfg)
 		if err != nil {
 			return err
 		}
-		a.consumerOpts.HeldDir, a.consumerOpts.HeldKey = filepath.Join(cfg.DataDir, "answers-held"), key
+		a.consumerOpts.HeldDir, a.consumerOpts.HeldKey = dir, key
+		a.consumerOpts.Owner, a.consumerOpts.Answering = a.owner, a.stopHeld
 	}
 	if o.WrapSink != nil {
 		a.consumerOpts.Sinks = map[string]sink.Sink{}

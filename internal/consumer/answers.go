@@ -2,7 +2,13 @@ package consumer
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,15 +199,72 @@ func noteTry(d time.Duration) time.Duration { return max(d/4, 250*time.Milliseco
 // is running (answerBoard). No responder means the holder is gone, and
 // the new holder calls at once; a holder that does not answer in
 // llm.timeout (a paused process) is given up on too.
+//
+// A holder killed with answers the ledger had not taken leaves them on
+// its disk (held.go), and its next start loads them. So the subject is
+// not the process's but its data directory's: with a held directory the
+// owner name is "host:pid/identity", the identity kept in the directory
+// (Owner), and the next process on it answers on its predecessor's
+// subject; it does so from the start, before its ledger opens (ServeHeld:
+// a cluster recovering can take seconds to open a bucket, while another
+// replica takes the intents over and asks).
 
 // answersPrefix starts the subjects consumer processes answer on.
 const answersPrefix = "oncegate.answers."
 
 // answersSubject is the subject the process whose ledger owner is owner
-// (with or without a trigger's "#ref") answers on.
+// (with or without a trigger's "#ref") answers on: derived from its
+// identity, if the name has one, else from the name.
 func answersSubject(owner string) string {
 	owner, _, _ = strings.Cut(owner, "#")
+	if i := strings.LastIndexByte(owner, '/'); i >= 0 {
+		owner = owner[i+1:]
+	}
 	return answersPrefix + strconv.FormatUint(xxhash.Sum64String(owner), 16)
+}
+
+// identityFile is the file in a held directory that keeps the identity of
+// the processes that run on it.
+const identityFile = ".identity"
+
+// Owner returns the ledger owner name of this process: "host:pid", and
+// with a held directory (Options.HeldDir) "host:pid/identity", where the
+// identity is kept in dir, made on the first start: every process that
+// runs on dir answers for its intents on the same subject.
+func Owner(dir string) (string, error) {
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("%s:%d", host, os.Getpid())
+	if dir == "" {
+		return owner, nil
+	}
+	path := filepath.Join(dir, identityFile)
+	b, err := os.ReadFile(path)
+	id := strings.TrimSpace(string(b))
+	if errors.Is(err, fs.ErrNotExist) || err == nil && !validIdentity(id) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", fmt.Errorf("held answers: %w", err)
+		}
+		id = rand.Text()[:16]
+		err = os.WriteFile(path, []byte(id+"\n"), 0o600)
+	}
+	if err != nil {
+		return "", fmt.Errorf("held answers: the process's identity: %w", err)
+	}
+	return owner + "/" + id, nil
+}
+
+// validIdentity reports whether id can be an identity: a few letters and
+// digits.
+func validIdentity(id string) bool {
+	if len(id) < 8 || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // serveAnswers answers the askers of this process's intents; the
@@ -226,16 +289,46 @@ func (c *Consumer) serveAnswers() (func(), error) {
 			if note == nil {
 				note = c.answerOf(k)
 			}
-			if box := c.unsaved.box; box != nil {
-				note = box.Seal(k, answerKind, note)
-			}
-			m.Respond(note)
+			c.unsaved.respond(m, k, note)
 		}()
 	})
 	if err != nil {
 		return nil, err
 	}
 	return func() { sub.Unsubscribe() }, nil
+}
+
+// respond answers m, an ask for k's answer, with note (nil: none), sealed
+// if h is.
+func (h *heldNotes) respond(m *nats.Msg, k dedupe.Key, note []byte) {
+	if h.box != nil {
+		note = h.box.Seal(k, answerKind, note)
+	}
+	m.Respond(note)
+}
+
+// ServeHeld answers, for the process whose ledger owner is owner, the
+// askers of the intents whose answers a process before it left in dir
+// (sealed with key, if set), until the returned function is called: what
+// a process does from its start, before it can open its ledger, while the
+// consumer it will run (Options.Answering says when it answers itself)
+// cannot. With no answer in dir it answers nothing (an asker meets no
+// responder and calls at once).
+func ServeHeld(nc *nats.Conn, dir string, key []byte, owner string, log *slog.Logger) (func(), error) {
+	h, err := newHeldNotes(dir, key, slog.New(slog.DiscardHandler))
+	if err != nil || len(h.notes) == 0 {
+		return func() {}, err
+	}
+	sub, err := nc.Subscribe(answersSubject(owner), func(m *nats.Msg) {
+		if k, err := dedupe.ParseKey(string(m.Data)); err == nil {
+			h.respond(m, k, h.get(k))
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("answering for the answers held before the last stop while the ledger opens", "answers", len(h.notes))
+	return sync.OnceFunc(func() { sub.Unsubscribe() }), nil
 }
 
 // answerOf is the note this process holds for k: the one its step's call
@@ -258,8 +351,9 @@ func (g *gate) askPrevious(ctx context.Context, t *Trigger) []byte {
 	defer cancel()
 	subject := answersSubject(t.claim.Previous)
 	if subject == answersSubject(g.c.opts.Owner) {
-		// An earlier delivery in this process: its answer is in the
-		// record, or held here (stepRecord looked). The board's entry for
+		// An earlier delivery in this process, or in a process before it
+		// on its data directory: its answer is in the record, or held
+		// here (stepRecord looked). The board's entry for
 		// the intent is t's own by now: waiting on it would wait for t.
 		return g.c.unsaved.get(t.key)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,5 +101,79 @@ func TestAskThePreviousHolder(t *testing.T) {
 	defer forger.Unsubscribe()
 	if note, _ := ask(refused, "host-d:4#ONCEGATE:1"); len(note) != 0 {
 		t.Errorf("a forged answer read as %q; want none", note)
+	}
+}
+
+// TestAnswersAfterARestart: a process killed with an answer the ledger had
+// not taken leaves it in its held directory; the next process on that
+// directory answers for it on the subject its predecessor answered on (the
+// identity kept in the directory, not the process id), from its start,
+// before its ledger opens (ServeHeld), so that a replica which takes the
+// intent over from the dead process and asks it gets the answer instead
+// of paying for it again. With the key the answer is sealed; an intent it
+// holds nothing for is answered empty; once stopped, nobody answers.
+func TestAnswersAfterARestart(t *testing.T) {
+	s := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, s)
+	dir := t.TempDir()
+	key := bytes.Repeat([]byte{7}, 32)
+	log := slog.New(slog.DiscardHandler)
+	owner, err := Owner(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, identity, ok := strings.Cut(owner, "/")
+	if again, err := Owner(dir); err != nil || !ok || len(identity) < 8 || again != owner {
+		t.Fatalf("Owner = %q, then %q, %v; want host:pid/identity, the same identity each time", owner, again, err)
+	}
+	// The previous process, another pid on the same directory, held an
+	// answer when it was killed.
+	previous := "host-a:999/" + identity
+	if answersSubject(previous+"#ONCEGATE:4") != answersSubject(owner) {
+		t.Fatalf("the subject of %q is %s, of %q %s; want one subject per data directory", previous, answersSubject(previous), owner, answersSubject(owner))
+	}
+	held, missing := dedupe.Key{5}, dedupe.Key{6}
+	answer := []byte(`{"version":"v","answers":[{"text":"fail the replica over"}]}`)
+	h, err := newHeldNotes(dir, key, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.keep(held, answer, 3)
+
+	stop, err := ServeHeld(nc, dir, key, owner, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.LLM.Timeout = 5 * time.Second
+	hb, err := newHeldNotes("", key, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &gate{c: &Consumer{cfg: cfg, nc: nc, log: log, opts: Options{Owner: "host-b:2/other"}, unsaved: hb}, pipeline: "alerts"}
+	ask := func(k dedupe.Key) ([]byte, time.Duration) {
+		tr := &Trigger{key: k, claim: ledger.Claim{Status: ledger.StatusTakenOver, Previous: previous + "#ONCEGATE:4"}}
+		start := time.Now()
+		note := other.askPrevious(context.Background(), tr)
+		return note, time.Since(start)
+	}
+	if note, _ := ask(held); !bytes.Equal(note, answer) {
+		t.Errorf("asking the dead process for its held answer: %q; want it, from the process after it", note)
+	}
+	if note, took := ask(missing); len(note) != 0 || took > 2*time.Second {
+		t.Errorf("asking for an intent nothing is held for: %q after %v; want none, at once", note, took)
+	}
+	stop()
+	if note, took := ask(held); len(note) != 0 || took > 2*time.Second {
+		t.Errorf("asking after the stop: %q after %v; want none, at once (no responders)", note, took)
+	}
+	// A directory with nothing held answers nothing.
+	if stop, err := ServeHeld(nc, t.TempDir(), key, owner, log); err != nil {
+		t.Fatal(err)
+	} else {
+		defer stop()
+	}
+	if note, took := ask(held); len(note) != 0 || took > 2*time.Second {
+		t.Errorf("asking a process with nothing held: %q after %v; want none, at once", note, took)
 	}
 }

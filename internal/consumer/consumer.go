@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,8 +82,15 @@ type Options struct {
 	Logger *slog.Logger
 
 	// Owner names this process in ledger records. The default is
-	// hostname:pid.
+	// hostname:pid, and with HeldDir Owner(HeldDir): the identity kept
+	// there, which the process answers for its intents under, survives
+	// its restarts (answers.go).
 	Owner string
+
+	// Answering, if set, is called once Run answers for the process's
+	// intents (answers.go): a responder the caller ran for them while the
+	// ledger opened (ServeHeld) can stop.
+	Answering func()
 
 	// DrainTimeout bounds the wait for work in flight at shutdown. The
 	// default is 30s.
@@ -134,8 +140,11 @@ func New(opts Options) (*Consumer, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Owner == "" {
-		host, _ := os.Hostname()
-		opts.Owner = fmt.Sprintf("%s:%d", host, os.Getpid())
+		owner, err := Owner(opts.HeldDir)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: %w", err)
+		}
+		opts.Owner = owner
 	}
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = 30 * time.Second
@@ -262,6 +271,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return fmt.Errorf("consumer: answering for the intents it holds: %w", err)
 		}
 		defer stop()
+		if c.opts.Answering != nil {
+			c.opts.Answering()
+		}
 	}
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
