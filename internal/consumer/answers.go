@@ -76,26 +76,10 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 	if kept {
 		g.c.unsaved.keep(t.key, note, t.token.Load())
 	}
-	type answer struct {
-		asked int64
-		lease ledger.Lease
-		err   error
-	}
-	tctx, stopTries := context.WithCancel(ctx)
-	defer stopTries() // the tries still under way once one has answered
-	answers := make(chan answer)
-	inFlight := 0
-	try := func() {
-		inFlight++
-		go func() {
-			a := answer{asked: mono()}
-			a.lease, a.err = g.ledger.Note(tctx, t.key, t.token.Load(), note, g.lease)
-			select {
-			case answers <- a:
-			case <-tctx.Done():
-			}
-		}()
-	}
+	tries := newLeaseTries(ctx, func(ctx context.Context) (ledger.Lease, error) {
+		return g.ledger.Note(ctx, t.key, t.token.Load(), note, g.lease)
+	})
+	defer tries.stop() // the tries still under way once one has answered
 	// hold keeps the note in the process once the ledger has failed to
 	// take it, or is slow to: the intent's next try here, and a replica
 	// that takes it over and asks, find it.
@@ -117,15 +101,15 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 	// past reports whether the save must give up by then: the lease, less
 	// a tenth of it, is over.
 	past := func(at int64) bool { return g.leaseGone(t) || at > t.leaseEnd.Load()-int64(g.lease/10) }
-	try()
+	tries.try()
 	hedge := time.NewTimer(noteTry(g.lease))
 	defer hedge.Stop()
 	var retry <-chan time.Time // the pause before the next try, after an error
 	wait := 50 * time.Millisecond
 	for {
 		select {
-		case a := <-answers:
-			inFlight--
+		case a := <-tries.answers:
+			tries.inFlight--
 			switch err := a.err; {
 			case err == nil:
 				t.token.Store(a.lease.Token)
@@ -150,7 +134,7 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 			}
 			hold()
 			switch {
-			case inFlight > 0 || retry != nil:
+			case tries.inFlight > 0 || retry != nil:
 				// Another try is under way, or due.
 			case past(mono() + int64(wait)):
 				giveUp(a.err)
@@ -162,7 +146,7 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 			}
 		case <-retry:
 			retry = nil
-			try()
+			tries.try()
 			hedge.Reset(noteTry(g.lease))
 		case <-hedge.C:
 			hold()
@@ -170,7 +154,7 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 				giveUp(errNoteUnanswered)
 				return
 			}
-			try()
+			tries.try()
 			hedge.Reset(noteTry(g.lease))
 		case <-ctx.Done(): // the lease ran out, or the consumer stops
 			hold()
@@ -178,6 +162,41 @@ func (g *gate) saveNote(ctx context.Context, t *Trigger, note []byte) {
 			return
 		}
 	}
+}
+
+// leaseTries are the tries of one write that renews a lease (a note, a
+// renewal), run side by side (see saveNote): try starts one, whose answer
+// comes on answers unless stop was called first.
+type leaseTries struct {
+	ctx      context.Context
+	stop     context.CancelFunc
+	call     func(context.Context) (ledger.Lease, error)
+	answers  chan leaseAnswer
+	inFlight int // tries started and not yet taken from answers
+}
+
+// leaseAnswer is a try's answer; asked is when it started (by mono).
+type leaseAnswer struct {
+	asked int64
+	lease ledger.Lease
+	err   error
+}
+
+func newLeaseTries(ctx context.Context, call func(context.Context) (ledger.Lease, error)) *leaseTries {
+	ctx, stop := context.WithCancel(ctx)
+	return &leaseTries{ctx: ctx, stop: stop, call: call, answers: make(chan leaseAnswer)}
+}
+
+func (lt *leaseTries) try() {
+	lt.inFlight++
+	go func() {
+		a := leaseAnswer{asked: mono()}
+		a.lease, a.err = lt.call(lt.ctx)
+		select {
+		case lt.answers <- a:
+		case <-lt.ctx.Done():
+		}
+	}()
 }
 
 // errNoteUnanswered is why a save gave up whose tries the ledger did not

@@ -104,39 +104,23 @@ func (g *gate) renew(ctx context.Context, held []*Trigger, cancel context.Cancel
 // only once no other try is under way; no try starts once the lease is
 // over by this process's clock.
 func (g *gate) extend(ctx context.Context, t *Trigger) (ledger.Lease, int64, error) {
-	type answer struct {
-		asked int64
-		lease ledger.Lease
-		err   error
-	}
-	tctx, stopTries := context.WithCancel(ctx)
-	defer stopTries() // the tries still under way once one has answered
-	answers := make(chan answer)
-	inFlight := 0
-	try := func() {
-		inFlight++
-		go func() {
-			a := answer{asked: mono()}
-			a.lease, a.err = g.ledger.Extend(tctx, t.key, t.token.Load(), g.lease)
-			select {
-			case answers <- a:
-			case <-tctx.Done():
-			}
-		}()
-	}
-	try()
+	tries := newLeaseTries(ctx, func(ctx context.Context) (ledger.Lease, error) {
+		return g.ledger.Extend(ctx, t.key, t.token.Load(), g.lease)
+	})
+	defer tries.stop() // the tries still under way once one has answered
+	tries.try()
 	hedge := time.NewTimer(noteTry(g.lease))
 	defer hedge.Stop()
 	for {
 		select {
-		case a := <-answers:
-			inFlight--
-			if a.err == nil || errors.Is(a.err, ledger.ErrStaleToken) || inFlight == 0 {
+		case a := <-tries.answers:
+			tries.inFlight--
+			if a.err == nil || errors.Is(a.err, ledger.ErrStaleToken) || tries.inFlight == 0 {
 				return a.lease, a.asked, a.err
 			}
 		case <-hedge.C:
 			if !g.leaseGone(t) {
-				try()
+				tries.try()
 				hedge.Reset(noteTry(g.lease))
 			}
 			// Past the lease by this process's clock, the tries under
