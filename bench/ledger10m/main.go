@@ -256,11 +256,9 @@ func run(out io.Writer, args []string) (bool, error) {
 // too).
 func maybeChild() {
 	if len(os.Args) > 1 && os.Args[1] == "-fill" {
-		if err := fillChild(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "ledger10m fill:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+		err := fillChild(os.Args[2:]) // it returns only on a failure: filled, it waits to be killed
+		fmt.Fprintln(os.Stderr, "ledger10m fill:", err)
+		os.Exit(1)
 	}
 	if len(os.Args) > 1 && os.Args[1] == "-child" {
 		if err := child(os.Args[2:]); err != nil {
@@ -553,7 +551,7 @@ func runFill(self, dir string, o options) (time.Duration, time.Duration, error) 
 	cmd.Process.Kill()
 	cmd.Wait()
 	if err != nil || line != "filled\n" {
-		return 0, 0, fmt.Errorf("the filling process ended without filling (%q, %v)", line, err)
+		return 0, 0, fmt.Errorf("the filling process ended without filling (%q, %w)", line, err)
 	}
 	u := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	cpu := time.Duration(syscall.TimevalToNsec(u.Utime) + syscall.TimevalToNsec(u.Stime))

@@ -120,7 +120,7 @@ func run(ctx context.Context) error {
 		err := cmd.Run()
 		r := result{bench: b, out: stdout.String(), took: time.Since(t)}
 		if err != nil {
-			r.err = fmt.Errorf("%v: %s", err, lastLines(stderr.String(), 15))
+			r.err = fmt.Errorf("%w: %s", err, lastLines(stderr.String(), 15))
 		}
 		results = append(results, r)
 		if ctx.Err() != nil {

@@ -110,7 +110,7 @@ func run() error {
 		cmd := exec.Command("go", "build", "-o", o.bin, "./cmd/consumer")
 		cmd.Dir = strings.TrimSpace(string(root))
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build: %v\n%s", err, out)
+			return fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	}
 	failed := false
@@ -283,7 +283,7 @@ func waitReady(c *child, addr string, limit time.Duration) (time.Time, error) {
 	for time.Now().Before(deadline) {
 		select {
 		case <-c.done:
-			return time.Time{}, fmt.Errorf("the consumer exited: %v\n%s", c.err, c.logs())
+			return time.Time{}, fmt.Errorf("the consumer exited: %w\n%s", c.err, c.logs())
 		default:
 		}
 		resp, err := http.Get("http://" + addr + "/readyz")

@@ -513,21 +513,19 @@ func throttledFate(throttled map[string]int, accepted []received, intentOfKey ma
 
 // alertsReport is what the checker reports of the alerts pipeline.
 type alertsReport struct {
-	firings, resolves, firstResolved    int
-	toPD, toSlack                       int // intents routed there
-	pdEffects, slackEffects             int // their effects (PagerDuty: distinct effect keys)
-	pdEvents, pdSentAgain               int
-	resolvesToPD, resolvesMatched       int // resolves routed to PagerDuty, and those whose event carried the firing's dedup_key
-	resolvePaid                         []int
-	unknownSent                         int
-	openExpected                        int // critical firings never resolved
-	pd                                  receiver.PagerDutyStats
-	slackRefused                        map[string]int
-	routes                              map[string]int
-	unmatched, misrouted                []string
-	stray                               int
-	pdAccepted, pdLogged, slackAccepted int
-	slackLogged                         int
+	firings, resolves, firstResolved int
+	toPD, toSlack                    int // intents routed there
+	pdEffects, slackEffects          int // their effects (PagerDuty: distinct effect keys)
+	pdEvents, pdSentAgain            int
+	resolvesToPD, resolvesMatched    int // resolves routed to PagerDuty, and those whose event carried the firing's dedup_key
+	resolvePaid                      []int
+	unknownSent                      int
+	openExpected                     int // critical firings never resolved
+	pd                               receiver.PagerDutyStats
+	slackRefused                     map[string]int
+	routes                           map[string]int
+	unmatched, misrouted             []string
+	stray                            int
 
 	raced, racedDropped int      // raced firings, and those the consumer dropped (never paged)
 	droppedDelayed      int      // other firings dropped: behind their resolve past resolve_wait (a backlog)

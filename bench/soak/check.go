@@ -73,7 +73,7 @@ func readStream(ctx context.Context, js jetstream.JetStream, name string) ([]str
 		}
 		if got == 0 {
 			if empty++; empty > 5 {
-				return nil, fmt.Errorf("reading %s: %d of %d messages: %v", name, len(out), want, b.Error())
+				return nil, fmt.Errorf("reading %s: %d of %d messages: %w", name, len(out), want, b.Error())
 			}
 		}
 	}

@@ -482,7 +482,7 @@ func (h *harness) build(ctx context.Context) error {
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+			return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 		}
 	}
 	fmt.Printf("soak: built nats-server and consumer (-tags oncegate_faults) in %.1fs\n", time.Since(t).Seconds())

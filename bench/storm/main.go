@@ -645,7 +645,7 @@ func countEffects(ctx context.Context, js jetstream.JetStream, stream, subject s
 			got++
 		}
 		if got == 0 {
-			return 0, 0, fmt.Errorf("reading %s: no messages (%v)", subject, b.Error())
+			return 0, 0, fmt.Errorf("reading %s: no messages (%w)", subject, b.Error())
 		}
 	}
 	return n, len(keys), nil

@@ -35,7 +35,7 @@ func buildNoCounter(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "window-nocounter")
 	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "oncegate_nocounter", "-o", bin, "github.com/oncegate/oncegate/bench/window")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build -tags oncegate_nocounter (run it in the repository's bench module): %v\n%s", err, out)
+		return "", fmt.Errorf("go build -tags oncegate_nocounter (run it in the repository's bench module): %w\n%s", err, out)
 	}
 	return bin, nil
 }

@@ -657,7 +657,7 @@ func baseline(out io.Writer, rev string, args []string) error {
 	defer os.RemoveAll(dir)
 	wt := filepath.Join(dir, "tree")
 	if b, err := exec.Command("git", "-C", repo, "worktree", "add", "--detach", wt, rev).CombinedOutput(); err != nil {
-		return fmt.Errorf("git worktree add: %v: %s", err, b)
+		return fmt.Errorf("git worktree add: %w: %s", err, b)
 	}
 	defer exec.Command("git", "-C", repo, "worktree", "remove", "--force", wt).Run()
 	sha, _ := exec.Command("git", "-C", wt, "rev-parse", "--short", "HEAD").Output()
