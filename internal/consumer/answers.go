@@ -17,6 +17,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/nats-io/nats.go"
 
+	"github.com/oncegate/oncegate/internal/dirlock"
 	"github.com/oncegate/oncegate/internal/ledger"
 	"github.com/oncegate/oncegate/pkg/dedupe"
 )
@@ -246,23 +247,61 @@ func answersSubject(owner string) string {
 // the processes that run on it.
 const identityFile = ".identity"
 
+// lockFile is the lock a process takes on a held directory: one process
+// at a time runs on it, and has its identity.
+const lockFile = ".lock"
+
+// heldLocks are the held directories this process has locked (for its
+// life: a second consumer in the process, as a restart of it, shares the
+// directory).
+var heldLocks struct {
+	sync.Mutex
+	files map[string]*os.File
+}
+
+// ErrHeldDirInUse is Owner's error when another process runs on the held
+// directory: two processes that shared one would answer for each other's
+// intents on one subject.
+var ErrHeldDirInUse = errors.New("consumer: the held answers' directory is used by another Oncegate process: each replica needs a data directory of its own")
+
 // Owner returns the ledger owner name of this process: "host:pid", and
 // with a held directory (Options.HeldDir) "host:pid/identity", where the
 // identity is kept in dir, made on the first start: every process that
-// runs on dir answers for its intents on the same subject.
+// runs on dir, one at a time (it locks dir for its life: ErrHeldDirInUse),
+// answers for its intents on the same subject.
 func Owner(dir string) (string, error) {
 	host, _ := os.Hostname()
 	owner := fmt.Sprintf("%s:%d", host, os.Getpid())
 	if dir == "" {
 		return owner, nil
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("held answers: %w", err)
+	}
+	heldLocks.Lock()
+	defer heldLocks.Unlock()
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("held answers: %w", err)
+	}
+	if heldLocks.files[abs] == nil {
+		f, err := dirlock.Lock(dir, lockFile)
+		var held *dirlock.HeldError
+		if errors.As(err, &held) {
+			return "", fmt.Errorf("%w (%s holds %s)", ErrHeldDirInUse, held.Holder(), dir)
+		}
+		if err != nil {
+			return "", fmt.Errorf("held answers: %w", err)
+		}
+		if heldLocks.files == nil {
+			heldLocks.files = map[string]*os.File{}
+		}
+		heldLocks.files[abs] = f
+	}
 	path := filepath.Join(dir, identityFile)
 	b, err := os.ReadFile(path)
 	id := strings.TrimSpace(string(b))
 	if errors.Is(err, fs.ErrNotExist) || err == nil && !validIdentity(id) {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return "", fmt.Errorf("held answers: %w", err)
-		}
 		id = rand.Text()[:16]
 		err = os.WriteFile(path, []byte(id+"\n"), 0o600)
 	}

@@ -3,7 +3,11 @@ package consumer
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -175,5 +179,61 @@ func TestAnswersAfterARestart(t *testing.T) {
 	}
 	if note, took := ask(held); len(note) != 0 || took > 2*time.Second {
 		t.Errorf("asking a process with nothing held: %q after %v; want none, at once", note, took)
+	}
+}
+
+// TestOneProcessOnAHeldDirectory: the identity is the directory's, so one
+// process runs on it at a time. Processes that follow each other (a
+// restart) get the same identity; a second process while one runs is
+// refused with ErrHeldDirInUse, for the two would answer for each other's
+// intents on one subject. Each process here is a real one (this test's
+// binary run again).
+func TestOneProcessOnAHeldDirectory(t *testing.T) {
+	if dir := os.Getenv("ONCEGATE_TEST_OWNER_DIR"); dir != "" {
+		owner, err := Owner(dir)
+		if errors.Is(err, ErrHeldDirInUse) {
+			fmt.Println("in use:", err)
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, id, _ := strings.Cut(owner, "/")
+		fmt.Println("identity:", id)
+		return
+	}
+	dir := t.TempDir()
+	run := func() string {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestOneProcessOnAHeldDirectory$")
+		cmd.Env = append(os.Environ(), "ONCEGATE_TEST_OWNER_DIR="+dir)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("the other process: %v\n%s", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "identity: ") || strings.HasPrefix(line, "in use: ") {
+				return line
+			}
+		}
+		t.Fatalf("the other process said nothing of its identity:\n%s", out)
+		return ""
+	}
+	first, second := run(), run()
+	if !strings.HasPrefix(first, "identity: ") || first != second {
+		t.Errorf("two processes one after the other: %q, %q; want one identity", first, second)
+	}
+	owner, err := Owner(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, id, _ := strings.Cut(owner, "/"); "identity: "+id != first {
+		t.Errorf("this process: %q; want the identity the others had (%s)", owner, first)
+	}
+	if again, err := Owner(dir); err != nil || again != owner {
+		t.Errorf("a second consumer in this process: %q, %v; want %q", again, err, owner)
+	}
+	if got := run(); !strings.HasPrefix(got, "in use: ") || !strings.Contains(got, fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("a process while this one runs on the directory: %q; want it refused, naming this process", got)
 	}
 }
