@@ -124,18 +124,38 @@ func (l *lostReplyLedger) Note(ctx context.Context, key dedupe.Key, token uint64
 // answers this way to a kill 1.4s after them, the ledger answering the same
 // keys' renewals meanwhile).
 func TestNoteAfterALostReply(t *testing.T) {
+	const lease = 3 * time.Second
+	var l *lostReplyLedger
+	answer := []byte(`{"version":"v","answers":[{"text":"page the on-call"}]}`)
+	took, rec, held := saveOn(t, lease, func(bl ledger.Ledger) ledger.Ledger { l = &lostReplyLedger{Ledger: bl}; return l }, answer)
+	if !bytes.Equal(rec.Note, answer) {
+		t.Fatalf("the record after the save: %+v; want the answer in it", rec)
+	}
+	if n := l.notes.Load(); n != 2 || took > lease/2 {
+		t.Errorf("saved after %d tries in %v; want the second try, within half the %v lease", n, took, lease)
+	}
+	if held {
+		t.Errorf("the answer is still held in the process; want it forgotten once in the record")
+	}
+}
+
+// saveOn claims a key under lease on the ledger wrap makes of an in-memory
+// Badger ledger, has a step save answer as its note (saveNote), and
+// returns how long the save took, the record after it, and whether the
+// process still holds the answer.
+func saveOn(t *testing.T, lease time.Duration, wrap func(ledger.Ledger) ledger.Ledger, answer []byte) (time.Duration, ledger.Record, bool) {
+	t.Helper()
 	ctx := context.Background()
 	db, err := badgerstore.Open("", badgerstore.OpenOptions{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	bl, err := badgerstore.New(db, badgerstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &lostReplyLedger{Ledger: bl}
-	const lease = 3 * time.Second
+	l := wrap(bl)
 	k := dedupe.Key{9}
 	c, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "a", Lease: lease})
 	if err != nil {
@@ -149,20 +169,14 @@ func TestNoteAfterALostReply(t *testing.T) {
 	tr := &Trigger{key: k}
 	tr.token.Store(c.Lease.Token)
 	tr.leaseEnd.Store(mono() + int64(lease))
-	answer := []byte(`{"version":"v","answers":[{"text":"page the on-call"}]}`)
 	start := time.Now()
 	g.saveNote(ctx, tr, answer)
 	took := time.Since(start)
 	rec, err := bl.Get(ctx, k)
-	if err != nil || !bytes.Equal(rec.Note, answer) {
-		t.Fatalf("the record after the save: %+v, %v; want the answer in it", rec, err)
+	if err != nil {
+		t.Fatalf("the record after the save: %v", err)
 	}
-	if n := l.notes.Load(); n != 2 || took > lease/2 {
-		t.Errorf("saved after %d tries in %v; want the second try, within half the %v lease", n, took, lease)
-	}
-	if h.get(k) != nil {
-		t.Errorf("the answer is still held in the process; want it forgotten once in the record")
-	}
+	return took, rec, h.get(k) != nil
 }
 
 // slowLedger answers every Note after took: a KV bucket electing its
@@ -189,41 +203,15 @@ func (l *slowLedger) Note(ctx context.Context, key dedupe.Key, token uint64, not
 // of the same note, not a give-up). Cut off at a quarter of the lease, as
 // each try once was, no try would ever answer.
 func TestNoteOnASlowLedger(t *testing.T) {
-	ctx := context.Background()
-	db, err := badgerstore.Open("", badgerstore.OpenOptions{InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	bl, err := badgerstore.New(db, badgerstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const lease = 3 * time.Second
-	l := &slowLedger{Ledger: bl, took: lease / 2}
-	k := dedupe.Key{11}
-	c, err := l.Begin(ctx, k, ledger.BeginOptions{Owner: "a", Lease: lease})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := newHeldNotes("", nil, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gate{c: &Consumer{log: slog.New(slog.DiscardHandler), unsaved: h}, ledger: l, lease: lease, pipeline: "triage"}
-	tr := &Trigger{key: k}
-	tr.token.Store(c.Lease.Token)
-	tr.leaseEnd.Store(mono() + int64(lease))
+	var l *slowLedger
 	answer := []byte(`{"version":"v","answers":[{"text":"scale the pool"}]}`)
-	start := time.Now()
-	g.saveNote(ctx, tr, answer)
-	took := time.Since(start)
-	rec, err := bl.Get(ctx, k)
-	if err != nil || !bytes.Equal(rec.Note, answer) {
-		t.Fatalf("the record after the save: %+v, %v; want the answer in it", rec, err)
+	took, rec, held := saveOn(t, lease, func(bl ledger.Ledger) ledger.Ledger { l = &slowLedger{Ledger: bl, took: lease / 2}; return l }, answer)
+	if !bytes.Equal(rec.Note, answer) {
+		t.Fatalf("the record after the save: %+v; want the answer in it", rec)
 	}
-	if took >= lease || h.get(k) != nil {
+	if took >= lease || held {
 		t.Errorf("saved in %v (%d tries), held in the process %v; want it in the record within the %v lease, not held",
-			took, l.notes.Load(), h.get(k) != nil, lease)
+			took, l.notes.Load(), held, lease)
 	}
 }

@@ -408,9 +408,19 @@ func (s *slowSink) Deliver(ctx context.Context, e sink.Effect) (sink.Result, err
 func TestSlowRenewalKeepsTheLease(t *testing.T) {
 	slowTest(t)
 	const lease = 3 * time.Second
-	var f *fixture
-	out := &slowSink{took: 8500 * time.Millisecond}
-	f = start(t, func(c *config.Config) {
+	longWork(t, lease, 8500*time.Millisecond, func(l ledger.Ledger) ledger.Ledger {
+		return &slowExtend{Ledger: l, delays: [2]time.Duration{lease / 2, lease * 8 / 10}}
+	}, "in_1")
+}
+
+// longWork runs one webhooks trigger whose effect takes took under a
+// lease of lease (its ack wait the same), on the ledger wrap makes, and
+// checks that it settles on its first delivery with one effect: no retry,
+// takeover or stale commit.
+func longWork(t *testing.T, lease, took time.Duration, wrap func(ledger.Ledger) ledger.Ledger, invoice string) {
+	t.Helper()
+	out := &slowSink{took: took}
+	f := start(t, func(c *config.Config) {
 		c.Ledger.Lease = lease
 		for i := range c.Pipelines {
 			c.Pipelines[i].AckWait = lease
@@ -418,9 +428,9 @@ func TestSlowRenewalKeepsTheLease(t *testing.T) {
 	}, standin.Options{}, func(o *consumer.Options) {
 		out.Sink = webhooksSink(t, o)
 		o.Sinks = map[string]sink.Sink{"webhooks": out}
-		o.Ledger = &slowExtend{Ledger: o.Ledger, delays: [2]time.Duration{lease / 2, lease * 8 / 10}}
+		o.Ledger = wrap(o.Ledger)
 	})
-	f.publish("triggers.webhooks", []byte(`{"event":"invoice.paid","invoice":{"id":"in_1"},"delivery_id":"a"}`))
+	f.publish("triggers.webhooks", fmt.Appendf(nil, `{"event":"invoice.paid","invoice":{"id":%q},"delivery_id":%q}`, invoice, invoice))
 	waitFor(t, 30*time.Second, "the trigger settled", func() bool { return f.allAcked("webhooks") && f.stats("webhooks").Effects == 1 }, f)
 	if s := f.stats("webhooks"); s.Deliveries != 1 || s.Retries != 0 || s.TakenOver != 0 || s.Stale != 0 {
 		t.Errorf("stats %+v; want the one delivery settled on its first try, no retry, takeover or stale commit", s)
@@ -455,25 +465,8 @@ func (l *lostExtend) Extend(ctx context.Context, key dedupe.Key, token uint64, d
 // was cancelled and done again.
 func TestRenewalAfterALostReply(t *testing.T) {
 	slowTest(t)
-	const lease = 3 * time.Second
-	out := &slowSink{took: 5 * time.Second}
 	var l *lostExtend
-	f := start(t, func(c *config.Config) {
-		c.Ledger.Lease = lease
-		for i := range c.Pipelines {
-			c.Pipelines[i].AckWait = lease
-		}
-	}, standin.Options{}, func(o *consumer.Options) {
-		out.Sink = webhooksSink(t, o)
-		o.Sinks = map[string]sink.Sink{"webhooks": out}
-		l = &lostExtend{Ledger: o.Ledger}
-		o.Ledger = l
-	})
-	f.publish("triggers.webhooks", []byte(`{"event":"invoice.paid","invoice":{"id":"in_2"},"delivery_id":"b"}`))
-	waitFor(t, 30*time.Second, "the trigger settled", func() bool { return f.allAcked("webhooks") && f.stats("webhooks").Effects == 1 }, f)
-	if s := f.stats("webhooks"); s.Deliveries != 1 || s.Retries != 0 || s.TakenOver != 0 || s.Stale != 0 {
-		t.Errorf("stats %+v; want the one delivery settled on its first try, no retry, takeover or stale commit", s)
-	}
+	longWork(t, 3*time.Second, 5*time.Second, func(inner ledger.Ledger) ledger.Ledger { l = &lostExtend{Ledger: inner}; return l }, "in_2")
 	if n := l.calls.Load(); n < 2 {
 		t.Errorf("%d renewals asked; want the lost one and another", n)
 	}

@@ -26,10 +26,7 @@ func Cleared(o *ledger.Options, key dedupe.Key, cur *ledger.Record, token uint64
 		return *cur, false, nil
 	}
 	rec = *cur
-	reason := note + "; the failure was: " + cur.Reason
-	if len(reason) > o.MaxResultBytes {
-		reason = reason[:o.MaxResultBytes]
-	}
+	reason := cutReason(o, note+"; the failure was: "+cur.Reason)
 	rec.State, rec.Reason, rec.LeaseUntil = ledger.StateCleared, reason, time.Time{}
 	rec.Updated, rec.Expires = now, now.Add(o.Retention)
 	return rec, true, nil

@@ -174,10 +174,15 @@ func CommitLanded(cur *ledger.Record, token uint64, result ledger.Result) bool {
 // FailLanded is CommitLanded for a Fail with token and reason (cut as
 // Failed cuts it).
 func FailLanded(o *ledger.Options, cur *ledger.Record, token uint64, reason string) bool {
+	return cur != nil && cur.State == ledger.StateFailed && cur.Token == token && cur.Reason == cutReason(o, reason)
+}
+
+// cutReason cuts a record's reason to MaxResultBytes.
+func cutReason(o *ledger.Options, reason string) string {
 	if len(reason) > o.MaxResultBytes {
-		reason = reason[:o.MaxResultBytes]
+		return reason[:o.MaxResultBytes]
 	}
-	return cur != nil && cur.State == ledger.StateFailed && cur.Token == token && cur.Reason == reason
+	return reason
 }
 
 // Failed returns cur failed for reason (cut to MaxResultBytes), if token is
@@ -186,11 +191,8 @@ func Failed(o *ledger.Options, key dedupe.Key, cur *ledger.Record, token uint64,
 	if err := CheckToken(key, Live(cur, now), token); err != nil {
 		return ledger.Record{}, err
 	}
-	if len(reason) > o.MaxResultBytes {
-		reason = reason[:o.MaxResultBytes]
-	}
 	rec := *cur
-	rec.State, rec.Reason, rec.LeaseUntil = ledger.StateFailed, reason, time.Time{}
+	rec.State, rec.Reason, rec.LeaseUntil = ledger.StateFailed, cutReason(o, reason), time.Time{}
 	rec.Updated, rec.Expires = now, now.Add(o.Retention)
 	return rec, nil
 }
