@@ -35,10 +35,12 @@ import (
 //
 // A bulk redrive's entry for a dead letter carries a message id naming
 // the job and the letter (auditID), so that a job which writes it again
-// (a runner that takes the job over cannot tell which of the letters its
-// predecessor redrove it had written, and writes each again) leaves one
-// entry per letter: the stream drops the second within its duplicate
-// window (two minutes; a takeover comes within a lease, 15 s).
+// (a runner that takes the job over from one that died cannot tell which
+// of the letters its predecessor redrove it had written, and writes each
+// again) leaves one entry per letter: the stream drops the second within
+// its duplicate window (two minutes; a takeover comes within a lease,
+// 15 s). A job that failed records the letters it audited ahead of its
+// cursor (Job.Ahead), for a resume that may come much later.
 
 // AuditPrefix is the subject prefix of the audit: AuditSubject(stream,
 // action, key) is below it.

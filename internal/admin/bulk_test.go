@@ -183,10 +183,22 @@ func (o *outage) Get(ctx context.Context, key dedupe.Key) (ledger.Record, error)
 // fails on it, while the five after it, redriven side by side, are done.
 // Their entries are in the audit although the job's progress stops before
 // them (a failed job may never be resumed); resumed once the ledger is
-// back, the job redrives the first, counts the five as its own, and the
-// audit holds one entry per letter: six, each redriven once.
+// back — here after the audit stream's duplicate window, as a person may
+// resume it hours later — the job redrives the first, counts the five as
+// its own (Job.Ahead), and the audit holds one entry per letter: six, each
+// redriven once.
 func TestBulkRedriveFailsMidChunk(t *testing.T) {
 	f := start(t)
+	const window = 100 * time.Millisecond
+	st, err := f.js.Stream(ctx, admin.AuditStream("ONCEGATE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Duplicates = window
+	if _, err := f.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
 	var keys []string
 	for i := range 6 {
 		keys = append(keys, f.publish(fmt.Sprintf("M-%02d", i), "first"))
@@ -242,6 +254,8 @@ func TestBulkRedriveFailsMidChunk(t *testing.T) {
 		t.Errorf("the audit of the failed job: %v; want the five letters after dead letter %d, redriven", got, first.Seq)
 	}
 
+	failedAt := time.Now()
+	waitFor(t, "the audit's duplicate window past", func() bool { return time.Since(failedAt) > 2*window })
 	out.down.Store(false)
 	if _, err := f.app.Admin.StartJob(ctx, admin.JobRequest{ID: p.Job.ID, By: alice}); err != nil {
 		t.Fatal(err)

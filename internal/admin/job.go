@@ -100,6 +100,10 @@ type Job struct {
 	// Cursor is the last dead letter taken: every one the filter chooses
 	// up to it is done.
 	Cursor uint64 `json:"cursor,omitempty"`
+	// Ahead lists the letters past Cursor the job redrove and audited
+	// already: those redriven beside a letter that failed the job. A
+	// runner that resumes it counts them without auditing them again.
+	Ahead []uint64 `json:"ahead,omitempty"`
 	// Owner is the process that runs it, and Lease how long it holds it
 	// without renewing.
 	Owner    string    `json:"owner,omitempty"`
@@ -768,6 +772,9 @@ func (a *Admin) run(ctx context.Context, j Job, rev uint64) {
 				for _, it := range items[i+1:] {
 					if it.err == nil && !it.skip && it.res.Outcome == OutcomeRedriven {
 						batch.add(ctx, auditOf(&it.d, &it.res, req, j.ID))
+						if !slices.Contains(j.Ahead, it.d.Seq) {
+							j.Ahead = append(j.Ahead, it.d.Seq)
+						}
 					}
 				}
 				break
@@ -778,17 +785,24 @@ func (a *Admin) run(ctx context.Context, j Job, rev uint64) {
 			case it.skip:
 				continue
 			case res.Outcome == OutcomeAlreadyRedriven && res.Mark != nil && res.Mark.Job == j.ID:
-				// By this job, before a takeover, or before a letter of the
-				// chunk failed; its entry was written then unless its
-				// runner died first, which this runner cannot tell: it is
-				// written again, and the audit keeps one (auditID).
+				// By this job: before a letter of the chunk failed (Ahead:
+				// audited then), or before a takeover, its entry written
+				// unless its runner died first, which this runner cannot
+				// tell: it is written again, and the audit keeps one
+				// (auditID; a takeover comes within the stream's duplicate
+				// window).
 				res.Outcome = OutcomeRedriven
+				if slices.Contains(j.Ahead, it.d.Seq) {
+					j.Progress.add(&res)
+					continue
+				}
 			case res.Outcome == OutcomeAlreadyRedriven && j.Selection.Unhandled:
 				continue // handled before the preview: not one of the job's
 			}
 			j.Progress.add(&res)
 			batch.add(ctx, auditOf(&it.d, &res, req, j.ID))
 		}
+		j.Ahead = slices.DeleteFunc(j.Ahead, func(seq uint64) bool { return seq <= j.Cursor })
 		batch.wait(context.WithoutCancel(ctx))
 		switch {
 		case ctx.Err() != nil:
