@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -16,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/oncegate/oncegate/internal/freeport"
 )
 
 // child is one child process: its output goes to a log file shared by its
@@ -213,68 +214,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// freePort returns a loopback port nobody listens on right now, outside
-// the kernel's ephemeral range and not returned before: the processes a
-// port is for bind it later, and again on every restart, and meanwhile a
-// port in the ephemeral range can be taken by any listener on port 0 (a
-// route proxy, a test's server) or as the source port of any connection
-// (seed 68500087: a node that could not start, "can't listen to the
-// monitor port … address already in use").
-func freePort() (int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	if portsGiven == nil {
-		portsGiven = map[int]bool{}
-		portsLo, portsHi = portRange()
-	}
-	for range 1000 {
-		if portsLo == 0 {
-			break
-		}
-		p := portsLo + rand.IntN(portsHi-portsLo)
-		if portsGiven[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		portsGiven[p] = true
-		return p, nil
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-var (
-	portsMu          sync.Mutex
-	portsGiven       map[int]bool
-	portsLo, portsHi int // freePort's range; 0: ports the kernel picks
-)
-
-// portRange is a range of 8,000 ports below the kernel's ephemeral range,
-// or above it, or none if neither has room.
-func portRange() (int, int) {
-	lo, hi := 32768, 60999 // Linux's default
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		var a, z int
-		if n, _ := fmt.Sscan(string(b), &a, &z); n == 2 && a <= z {
-			lo, hi = a, z
-		}
-	}
-	switch {
-	case lo-8000 >= 10000:
-		return lo - 8000, lo
-	case hi+8000 <= 65535:
-		return hi + 1, hi + 8001
-	}
-	return 0, 0
-}
+// freePort returns a loopback port nobody listens on right now, for a
+// process that binds it later and again at each restart: outside the
+// kernel's ephemeral range, never twice (freeport; seed 68500087: a node
+// that could not start, "can't listen to the monitor port … address
+// already in use").
+func freePort() (int, error) { return freeport.Port() }
 
 // natsServer is the nats-server child process, restarted on its store.
 type natsServer struct {

@@ -2,13 +2,14 @@ package natstest
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/oncegate/oncegate/internal/freeport"
 )
 
 // clusterTimeout bounds the wait for a cluster to form: routes connected,
@@ -27,10 +28,12 @@ const clusterTimeout = 30 * time.Second
 // Each opt, applied in order after the cluster's settings, may change a
 // server's options (accounts, say).
 //
-// The route ports are picked by listening on port 0 and closing the
-// listener, since every server must know the others' addresses before it
-// starts; another process could take such a port in between, which fails
-// the test rather than hanging it.
+// The route ports are picked before the servers start, since every server
+// must know the others' addresses: outside the kernel's ephemeral range
+// (freeport), where a test's listener on port 0 or a connection's source
+// port would take one in between (TestHundredMissesOneCall failed so once,
+// "server not ready for connections", with the packages' tests side by
+// side).
 func RunCluster(t testing.TB, n int, opts ...func(*server.Options)) []*server.Server {
 	t.Helper()
 	if n < 1 {
@@ -76,17 +79,16 @@ func ClientURLs(servers []*server.Server) string {
 }
 
 // freePorts returns n distinct ports of 127.0.0.1 that were free a moment
-// ago. The listeners are all open at once, so the ports differ.
+// ago, outside the kernel's ephemeral range (freeport).
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	ports := make([]int, n)
 	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := freeport.Port()
 		if err != nil {
 			t.Fatalf("natstest: finding a free port: %v", err)
 		}
-		defer l.Close()
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+		ports[i] = p
 	}
 	return ports
 }
